@@ -1,0 +1,49 @@
+"""What a rollout driver and a generate function work with, assembled once per run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from plasmid.config import Config
+from plasmid.protocols import DataSource, Filter, GenerateFn, RolloutEngine
+from plasmid.rewards import RewardSet
+from plasmid.types import Sample, SamplingParams
+
+
+@dataclass
+class RolloutContext:
+    """The rollout side of a run.
+
+    :ivar engines: the rollout engines; a driver balances requests over them.
+    :ivar tokenizer: the model's Hugging Face tokenizer (decodes responses), in this process.
+    :ivar generate: the generate function (single-turn unless ``--generate`` chose another).
+    :ivar rewards: the weighted reward functions, with timeouts and failure accounting.
+    :ivar filters: ``(name, filter)`` in the order given by ``--filter``.
+    :ivar sampling: the training rollout's sampling parameters.
+    """
+
+    config: Config
+    engines: Sequence[RolloutEngine]
+    data_source: DataSource
+    tokenizer: Any
+    generate: GenerateFn
+    rewards: RewardSet
+    filters: list[tuple[str, Filter]] = field(default_factory=list)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+
+    def engine_for(self, sample: Sample) -> RolloutEngine:
+        """The engine that serves ``sample``: round-robin by group, so a group shares one
+        engine (and its prefix cache)."""
+        return self.engines[sample.group_index % len(self.engines)]
+
+    def eval_sampling(self) -> SamplingParams:
+        """The sampling parameters of evaluation: ``--eval-temperature`` (greedy by default)."""
+        option = self.config.option
+        return SamplingParams(
+            temperature=option.eval_temperature,
+            max_new_tokens=self.sampling.max_new_tokens,
+            stop_token_ids=self.sampling.stop_token_ids,
+            seed=option.seed,
+        )

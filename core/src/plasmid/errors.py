@@ -1,0 +1,24 @@
+"""Errors the kernel reports to users: each says what was wrong, where, and how to fix it."""
+
+from __future__ import annotations
+
+
+class PlasmidError(Exception):
+    """Base of every error the CLI prints without a traceback (exit code 2)."""
+
+
+class UsageError(PlasmidError):
+    """Invalid options or combination of options."""
+
+
+class PluginError(PlasmidError):
+    """A plugin could not be found, imported, validated or combined with the others."""
+
+
+class ProviderError(PlasmidError):
+    """A provider (reward, engine, ...) failed while running; names the plugin that provided it."""
+
+    def __init__(self, message: str, *, provider: str = "", plugin: str = "") -> None:
+        super().__init__(message)
+        self.provider = provider
+        self.plugin = plugin

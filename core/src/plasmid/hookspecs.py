@@ -1,0 +1,189 @@
+"""Every hook a plasmid plugin can implement.
+
+Hooks are for start-up and observation, never for the RL hot path: registration hooks hand the
+kernel named provider factories once per process, and the kernel then calls the providers
+directly (awaiting the async ones). Implement a hook with the :data:`plasmid.hookimpl` marker in a
+module that is listed under the entry-point group ``plasmid``::
+
+    from plasmid import hookimpl
+
+    @hookimpl
+    def plasmid_rewards(register):
+        register("xyz", "rl_plugin_xyz.reward:XyzReward")
+
+An implementation may accept fewer arguments than the spec declares. Hooks grow by adding
+arguments; removed ones are deprecated first.
+
+The ``register`` callables all have the form ``register(name, factory, *, default=False)``:
+
+- ``name`` is how users select the provider (``--reward NAME``); unique within its family
+  across all loaded plugins.
+- ``factory`` is the provider factory (see :mod:`plasmid.protocols`) or a ``"module:attr"``
+  string naming it, imported only when the provider is chosen, so heavy dependencies are
+  paid for only when used.
+- ``default=True`` marks the provider to use when a one-provider family has several candidates
+  and no choice was given (the embedded quickstart plugins set it). Two defaults in one family
+  are an error.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from plasmid.config import Config, OptionParser
+    from plasmid.types import SyncReport
+
+hookspec = pluggy.HookspecMarker("plasmid")
+
+# -------------------------------------------------------------------------------------------------
+# Bootstrap hooks: called once per process, before any provider is built.
+# -------------------------------------------------------------------------------------------------
+
+
+@hookspec(historic=True)
+def plasmid_addoption(parser: OptionParser) -> None:
+    """Add command-line options for this plugin.
+
+    Called once per process, after plugins are loaded and before the command line is parsed;
+    historic, so a plugin registered late still gets the call.
+
+    :param parser: the option parser; use ``parser.getgroup(name)`` then
+        ``group.addoption("--flag", ...)`` (argparse keywords). Native arguments of an engine or
+        trainer pass through by declaring a prefixed option per native field
+        (``--sglang-<field>``), with ``dest`` in the plugin's own namespace.
+    """
+
+
+@hookspec(historic=True)
+def plasmid_configure(config: Config) -> None:
+    """Validate and derive configuration after the command line is parsed.
+
+    Called once per process, before providers are built; raise
+    :class:`plasmid.errors.UsageError` for invalid combinations of options. A plugin may set
+    derived values on ``config`` (for example a model path it builds).
+
+    :param config: the parsed configuration; ``config.option`` holds every option's value.
+    """
+
+
+# -------------------------------------------------------------------------------------------------
+# Registration hooks: one per provider family, called once per process. Each receives
+# ``register(name, factory, *, default=False)``; see the module docstring.
+# -------------------------------------------------------------------------------------------------
+
+
+@hookspec
+def plasmid_datasources(register: Callable[..., None]) -> None:
+    """Register data sources (prompt providers, chosen with ``--datasource``).
+
+    :param register: ``register(name, factory, *, default=False)``; ``factory(config)``
+        returns a :class:`plasmid.protocols.DataSource`.
+    """
+
+
+@hookspec
+def plasmid_generators(register: Callable[..., None]) -> None:
+    """Register rollout engines (``--engine``) and generate functions (``--generate``).
+
+    :param register: ``register(name, factory, *, kind="engine", default=False)``.
+        ``kind="engine"``: ``factory(config)`` returns a :class:`plasmid.protocols.RolloutEngine`.
+        ``kind="generate"``: ``factory(config)`` returns a :class:`plasmid.protocols.GenerateFn`
+        (multi-turn and tool-use loops); when none is chosen the kernel's single-turn one is used.
+    """
+
+
+@hookspec
+def plasmid_rollouts(register: Callable[..., None]) -> None:
+    """Register rollout drivers (``--rollout``), which run one rollout step over the engines.
+
+    :param register: ``register(name, factory, *, default=False)``; ``factory(config)``
+        returns a :class:`plasmid.protocols.RolloutDriver`.
+    """
+
+
+@hookspec
+def plasmid_rewards(register: Callable[..., None]) -> None:
+    """Register reward functions, combined with weights by ``--reward NAME[:WEIGHT]``.
+
+    :param register: ``register(name, factory)``; ``factory(config)`` returns a
+        :class:`plasmid.protocols.RewardFn`, or a :class:`plasmid.protocols.GroupRewardFn`
+        (an object with ``group = True``) that scores a whole group at once.
+    """
+
+
+@hookspec
+def plasmid_filters(register: Callable[..., None]) -> None:
+    """Register group filters, applied in order by ``--filter NAME`` (zero or more).
+
+    :param register: ``register(name, factory)``; ``factory(config)`` returns a
+        :class:`plasmid.protocols.Filter`.
+    """
+
+
+@hookspec
+def plasmid_losses(register: Callable[..., None]) -> None:
+    """Register RL algorithms (``--loss``): advantage estimation and policy loss.
+
+    :param register: ``register(name, factory, *, default=False)``; ``factory(config)``
+        returns a :class:`plasmid.protocols.Loss`.
+    """
+
+
+@hookspec
+def plasmid_trainers(register: Callable[..., None]) -> None:
+    """Register training backends (``--trainer``).
+
+    :param register: ``register(name, factory, *, default=False)``;
+        ``factory(config, loss)`` returns a :class:`plasmid.protocols.Trainer` that trains
+        with ``loss`` (it builds a reference model when ``loss.needs_ref``, a critic when
+        ``loss.needs_critic``).
+    """
+
+
+@hookspec
+def plasmid_weight_syncs(register: Callable[..., None]) -> None:
+    """Register weight transports from trainer to engines (``--weight-sync``).
+
+    :param register: ``register(name, factory, *, default=False)``; ``factory(config)``
+        returns a :class:`plasmid.protocols.WeightSync`.
+    """
+
+
+# -------------------------------------------------------------------------------------------------
+# Observer hooks: every implementation is called; return values are ignored. Keep them cheap.
+# -------------------------------------------------------------------------------------------------
+
+
+@hookspec
+def plasmid_metrics(step: int, metrics: dict[str, float]) -> None:
+    """Observe the metrics of one step (loggers, trackers).
+
+    Called by the loop after each step's metrics are complete, and after each evaluation.
+
+    :param step: the rollout id the metrics belong to.
+    :param metrics: flat ``name -> value`` (``rollout/reward_mean``, ``train/loss``, ...).
+    """
+
+
+@hookspec
+def plasmid_step_end(step: int, run_dir: str, metrics: dict[str, Any]) -> None:
+    """Observe the end of one RL step, after metrics are written and checkpoints saved.
+
+    :param step: the rollout id that just finished.
+    :param run_dir: the run directory (``metrics.jsonl``, checkpoints live there).
+    :param metrics: the step's metrics, as written to ``metrics.jsonl``.
+    """
+
+
+@hookspec
+def plasmid_weights_synced(step: int, report: SyncReport) -> None:
+    """Observe a finished weight sync (profilers, bandwidth monitors).
+
+    :param step: the rollout id whose training produced the weights.
+    :param report: bytes moved, seconds taken, and the new weight version.
+    """

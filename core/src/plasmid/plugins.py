@@ -1,0 +1,370 @@
+"""Finding, selecting, checking and loading plugins; the plugin lock.
+
+A plugin is a module (or object) listed under the entry-point group ``plasmid``, or a local
+module named with ``--plugins ./file.py`` / ``--plugins pkg.module``. The selection grammar
+(flag ``--plugins`` or env ``PLASMID_PLUGINS``; the flag wins) is a comma-separated list:
+
+- unset: every installed plugin;
+- ``a,b``: exactly ``a`` and ``b`` (plus the kernel's own); an empty value: none;
+- ``no:a``: exclude ``a`` (with no plain names: every installed plugin but ``a``);
+- ``./path.py`` or ``pkg.module``: add a local module as a plugin.
+
+Filtering happens before import. A selected plugin that fails to import, or whose declared
+``plasmid`` requirement excludes this kernel, is an error; an auto-loaded one is skipped with a
+warning and the run goes on.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.metadata as metadata
+import importlib.util
+import sys
+import time
+import warnings
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pluggy
+
+import plasmid
+from plasmid import hookspecs
+from plasmid.errors import PluginError
+
+ENTRY_POINT_GROUP = "plasmid"
+ENV_VAR = "PLASMID_PLUGINS"
+LOCAL_DISTRIBUTION = "(local)"
+KERNEL_PLUGINS = ("plasmid.options", "plasmid.builtin")
+
+
+@dataclass
+class PluginInfo:
+    """What the kernel knows of one plugin.
+
+    :ivar status: ``loaded``, ``skipped`` (auto-loaded but broken or incompatible),
+        ``excluded`` (deselected; never imported) or ``kernel``.
+    :ivar providers: family -> provider names it registered (filled by the registry).
+    """
+
+    name: str
+    distribution: str
+    version: str
+    target: str
+    status: str = "not loaded"
+    reason: str = ""
+    import_seconds: float = 0.0
+    hooks: list[str] = field(default_factory=list)
+    providers: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """``name (distribution version)`` for messages."""
+        if self.distribution == LOCAL_DISTRIBUTION:
+            return f"'{self.name}' (local module {self.target})"
+        return f"'{self.name}' (distribution {self.distribution} {self.version})"
+
+    def lock_entry(self) -> dict[str, str]:
+        return {"name": self.name, "distribution": self.distribution, "version": self.version, "target": self.target}
+
+
+@dataclass
+class Selection:
+    """A parsed ``--plugins`` value."""
+
+    autoload: bool = True
+    include: list[str] = field(default_factory=list)
+    exclude: list[str] = field(default_factory=list)
+    local: list[str] = field(default_factory=list)
+
+    @classmethod
+    def parse(cls, spec: str | None, installed: Iterable[str] = ()) -> Selection:
+        """Parse the grammar in the module docstring; ``None`` means unset (load everything)."""
+        if spec is None:
+            return cls()
+        selection = cls(autoload=False)
+        names = set(installed)
+        excludes_only = True
+        for item in (part.strip() for part in spec.split(",")):
+            if not item:
+                continue
+            if item.startswith("no:"):
+                selection.exclude.append(item[3:])
+            elif item in names:
+                selection.include.append(item)
+                excludes_only = False
+            elif "/" in item or item.endswith(".py") or "." in item:
+                selection.local.append(item)
+            else:
+                selection.include.append(item)
+                excludes_only = False
+        if excludes_only and spec.strip():
+            selection.autoload = True  # only no: and local items: everything else stays on
+        return selection
+
+    @classmethod
+    def from_env_or_flag(cls, flag: str | None, installed: Iterable[str], environ: dict[str, str]) -> Selection:
+        spec = flag if flag is not None else environ.get(ENV_VAR)
+        return cls.parse(spec, installed)
+
+
+def installed_entry_points() -> dict[str, metadata.EntryPoint]:
+    """Entry points of group ``plasmid``, by name, de-duplicated (editable installs show twice).
+
+    Two *different* targets under one name are an error naming both distributions.
+    """
+    found: dict[str, metadata.EntryPoint] = {}
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        seen = found.get(ep.name)
+        if seen is None:
+            found[ep.name] = ep
+        elif seen.value != ep.value:
+            raise PluginError(
+                f"two installed distributions provide the plasmid plugin '{ep.name}': "
+                f"{_dist_name(seen)} ({seen.value}) and {_dist_name(ep)} ({ep.value}); uninstall one"
+            )
+    return found
+
+
+def _dist_name(ep: metadata.EntryPoint) -> str:
+    return ep.dist.name if ep.dist is not None else "?"
+
+
+def _dist_version(ep: metadata.EntryPoint) -> str:
+    return ep.dist.version if ep.dist is not None else ""
+
+
+def kernel_incompatibility(dist: metadata.Distribution | None) -> str:
+    """Why ``dist``'s declared ``plasmid`` requirement excludes this kernel, or ``""``.
+
+    Read from metadata, before anything is imported.
+    """
+    if dist is None:
+        return ""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    for line in dist.requires or []:
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(requirement.name) != "plasmid":
+            continue
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        if not requirement.specifier.contains(plasmid.__version__, prereleases=True):
+            return (
+                f"it requires plasmid{requirement.specifier} but plasmid {plasmid.__version__} is installed; "
+                f"install a version of {dist.name} built for plasmid {plasmid.__version__}, "
+                f"or install a matching kernel (pip install 'plasmid{requirement.specifier}')"
+            )
+    return ""
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.5)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+
+
+class PluginManager:
+    """The kernel's facade over pluggy: loads plugins and calls hooks by name.
+
+    The rest of the kernel never writes ``pm.hook.<name>``; it calls a method here.
+    """
+
+    def __init__(self) -> None:
+        self.pm = pluggy.PluginManager("plasmid")
+        self.pm.add_hookspecs(hookspecs)
+        self.infos: dict[str, PluginInfo] = {}
+        self.tolerant = False
+
+    # ---------------------------------------------------------------------------- loading
+    def load_kernel_plugins(self) -> None:
+        for module_name in KERNEL_PLUGINS:
+            module = importlib.import_module(module_name)
+            info = PluginInfo(module_name, "plasmid", plasmid.__version__, module_name, status="kernel")
+            self._register(module, info)
+
+    def load(self, selection: Selection, *, tolerant: bool = False) -> None:
+        """Load the kernel's plugins and those ``selection`` picks, then validate hooks.
+
+        ``tolerant`` (for listing plugins): a plugin that fails to import or validate is
+        recorded with its reason instead of stopping the load.
+        """
+        self.tolerant = tolerant
+        self.load_kernel_plugins()
+        installed = installed_entry_points()
+        known = list(installed)
+        for name in [*selection.include, *selection.exclude]:
+            if name not in installed:
+                raise PluginError(
+                    f"unknown plugin '{name}' in --plugins/{ENV_VAR}{did_you_mean(name, known)} "
+                    f"(installed: {', '.join(sorted(known)) or 'none'}; run 'plasmid plugins' to list them)"
+                )
+        for name, ep in sorted(installed.items()):
+            info = PluginInfo(name, _dist_name(ep), _dist_version(ep), ep.value)
+            self.infos[name] = info
+            chosen = name in selection.include
+            if name in selection.exclude or not (chosen or selection.autoload):
+                info.status, info.reason = "excluded", "not selected by --plugins"
+                continue
+            self._load_entry_point(ep, info, required=chosen and not tolerant)
+        for target in selection.local:
+            self.load_local(target)
+        self.check()
+
+    def _load_entry_point(self, ep: metadata.EntryPoint, info: PluginInfo, *, required: bool) -> None:
+        problem = kernel_incompatibility(ep.dist)
+        error: BaseException | None = None
+        if not problem:
+            started = time.perf_counter()
+            try:
+                obj = ep.load()
+            except Exception as exc:  # noqa: BLE001 - any import failure is reported, named
+                error = exc
+                problem = f"failed to import {ep.value}: {type(exc).__name__}: {exc}"
+            info.import_seconds = time.perf_counter() - started
+        if problem:
+            if required:
+                raise PluginError(
+                    f"plugin {info.label} {problem}. Fix the installation (pip install --force-reinstall "
+                    f"{info.distribution}) or deselect it with --plugins no:{info.name}"
+                ) from error
+            info.status, info.reason = "skipped", problem
+            warnings.warn(f"plasmid: skipping plugin {info.label}: {problem}", stacklevel=2)
+            return
+        self._register(obj, info)
+
+    def load_local(self, target: str) -> PluginInfo:
+        """Load ``./file.py`` or ``pkg.module`` as a plugin named after the file or module."""
+        path = Path(target)
+        try:
+            if target.endswith(".py") or "/" in target:
+                if not path.is_file():
+                    raise PluginError(f"local plugin file {target} does not exist")
+                name = path.stem
+                spec = importlib.util.spec_from_file_location(f"plasmid_local_{name}", path)
+                assert spec is not None and spec.loader is not None
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[spec.name] = module
+                spec.loader.exec_module(module)
+                target = str(path.resolve())
+            else:
+                name = target
+                module = importlib.import_module(target)
+        except PluginError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise PluginError(f"local plugin {target} failed to import: {type(exc).__name__}: {exc}") from exc
+        info = PluginInfo(name, LOCAL_DISTRIBUTION, "", target)
+        self.infos[name] = info
+        self._register(module, info)
+        return info
+
+    def _register(self, obj: Any, info: PluginInfo) -> None:
+        try:
+            self.pm.register(obj, name=info.name)
+        except (pluggy.PluginValidationError, ValueError) as exc:
+            problem = f"has an invalid hook implementation: {exc}"
+            if self.tolerant:
+                info.status, info.reason = "invalid", problem
+                self.infos[info.name] = info
+                return
+            raise PluginError(f"plugin {info.label} {problem}. Fix the plugin or deselect it with "
+                              f"--plugins no:{info.name}") from exc
+        info.status = info.status if info.status == "kernel" else "loaded"
+        info.hooks = sorted(impl_name for impl_name in dir(obj) if impl_name.startswith("plasmid_"))
+        self.infos[info.name] = info
+
+    def check(self) -> None:
+        """Fail on hook implementations that match no hookspec (a misspelled hook name).
+
+        When tolerant, the offending plugins are unregistered and marked ``invalid`` instead.
+        """
+        while True:
+            try:
+                self.pm.check_pending()
+                return
+            except pluggy.PluginValidationError as exc:
+                plugin = self._owner(exc.plugin)
+                where = plugin.label if plugin else repr(exc.plugin)
+                problem = (f"implements a hook that plasmid does not define: {exc}. Check the spelling against "
+                           f"plasmid.hookspecs (hooks start with 'plasmid_')")
+                if not (self.tolerant and plugin):
+                    raise PluginError(f"plugin {where} {problem}") from exc
+                self.pm.unregister(exc.plugin)
+                plugin.status, plugin.reason = "invalid", problem
+
+    def _owner(self, obj: Any) -> PluginInfo | None:
+        name = self.pm.get_name(obj)
+        return self.infos.get(name) if name else None
+
+    # ---------------------------------------------------------------------------- lock
+    def lock(self) -> list[dict[str, str]]:
+        """The loaded set: ``[{name, distribution, version, target}]``, kernel first."""
+        entries = [{"name": "plasmid", "distribution": "plasmid", "version": plasmid.__version__, "target": "plasmid"}]
+        entries += [info.lock_entry() for info in self.infos.values() if info.status == "loaded"]
+        return entries
+
+    def load_lock(self, lock: list[dict[str, str]]) -> None:
+        """Load exactly the plugins of ``lock`` (from another process); fail on any version drift."""
+        self.load_kernel_plugins()
+        installed = installed_entry_points()
+        for entry in lock:
+            name, dist, version = entry["name"], entry["distribution"], entry["version"]
+            if name == "plasmid":
+                if version != plasmid.__version__:
+                    raise PluginError(
+                        f"the driver runs plasmid {version} but this process has plasmid {plasmid.__version__}; "
+                        f"install the same version (pip install plasmid=={version})"
+                    )
+                continue
+            if dist == LOCAL_DISTRIBUTION:
+                self.load_local(entry["target"])
+                continue
+            ep = installed.get(name)
+            if ep is None:
+                raise PluginError(
+                    f"plugin '{name}' ({dist} {version}) is in the plugin lock but not installed in this process; "
+                    f"install it (pip install {dist}=={version})"
+                )
+            info = PluginInfo(name, _dist_name(ep), _dist_version(ep), ep.value)
+            if (info.distribution, info.version) != (dist, version):
+                raise PluginError(
+                    f"plugin '{name}': the driver has {dist} {version} but this process has "
+                    f"{info.distribution} {info.version}; install the same version (pip install {dist}=={version})"
+                )
+            self._load_entry_point(ep, info, required=True)
+        self.check()
+
+    # ---------------------------------------------------------------------------- hook facade
+    def addoption(self, parser: Any) -> None:
+        self.pm.hook.plasmid_addoption.call_historic(kwargs={"parser": parser})
+
+    def configure(self, config: Any) -> None:
+        self.pm.hook.plasmid_configure.call_historic(kwargs={"config": config})
+
+    def metrics(self, step: int, metrics: dict[str, float]) -> None:
+        self.pm.hook.plasmid_metrics(step=step, metrics=metrics)
+
+    def step_end(self, step: int, run_dir: str, metrics: dict[str, Any]) -> None:
+        self.pm.hook.plasmid_step_end(step=step, run_dir=run_dir, metrics=metrics)
+
+    def weights_synced(self, step: int, report: Any) -> None:
+        self.pm.hook.plasmid_weights_synced(step=step, report=report)
+
+    def registration_impls(self, hook_name: str) -> list[tuple[PluginInfo, Any]]:
+        """``(plugin, hookimpl)`` pairs of one registration hook, in registration order."""
+        caller = getattr(self.pm.hook, hook_name)
+        pairs = []
+        for impl in caller.get_hookimpls():
+            info = self.infos.get(impl.plugin_name) or PluginInfo(impl.plugin_name, "?", "", "")
+            pairs.append((info, impl))
+        return pairs
+
+    def report(self) -> list[dict[str, Any]]:
+        """Every known plugin as a dict (for ``plasmid plugins --json``)."""
+        return [asdict(info) for info in self.infos.values()]

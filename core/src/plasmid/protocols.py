@@ -1,0 +1,235 @@
+"""The interfaces providers implement, one ``typing.Protocol`` per family.
+
+Every family is registered as a *factory*: a callable that the kernel calls once, after
+configuration, with the run's :class:`~plasmid.config.Config` (trainers also receive the chosen
+:class:`Loss`), and that returns an object satisfying the family's protocol. A class whose
+``__init__`` takes ``config`` is such a factory.
+
+Methods that may cross a process boundary (engine, trainer, weight sync, rollout driver) are
+``async`` and take and return plain data: token ids, numbers, numpy arrays or tensors, the
+dataclasses of :mod:`plasmid.types`; never live objects such as a model or a tokenizer. That is
+what lets the Ray runtime put any of them behind an actor without changing the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from plasmid.types import (
+    GenerationOutput,
+    Group,
+    LossBatch,
+    RolloutBatch,
+    Sample,
+    SamplingParams,
+    SyncReport,
+    Verdict,
+)
+
+if TYPE_CHECKING:
+    from plasmid.config import Config
+    from plasmid.context import RolloutContext
+
+#: A named tensor in Hugging Face naming (``model.layers.0.self_attn.q_proj.weight``).
+#: The tensor is a ``torch.Tensor`` or a ``numpy.ndarray``.
+NamedTensor = tuple[str, Any]
+
+
+@runtime_checkable
+class DataSource(Protocol):
+    """Prompts, grouped: each :class:`Group` holds ``n_samples_per_prompt`` copies of a prompt.
+
+    Samples come with ``prompt``, ``label``, ``metadata`` and, when the source tokenizes,
+    ``tokens`` (the prompt ids); the kernel tokenizes ``prompt`` when ``tokens`` is empty.
+    """
+
+    def get_groups(self, n: int) -> list[Group]:
+        """The next ``n`` prompt groups of the training split (wrapping into a new epoch)."""
+        ...
+
+    def add_groups(self, groups: Sequence[Group]) -> None:
+        """Take back groups that were not used (partial rollouts); they come out first next."""
+        ...
+
+    def eval_groups(self) -> list[Group]:
+        """The whole evaluation split, one sample per group, in a fixed order."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume at exactly the next prompt (JSON-serialisable)."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class RolloutEngine(Protocol):
+    """Samples responses from a model; its weights are replaced after each training step."""
+
+    @property
+    def weight_version(self) -> int:
+        """Version of the weights being served; 0 before the first sync."""
+        ...
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerationOutput:
+        """Sample one response to ``prompt_ids``. Many calls run concurrently; engines batch."""
+        ...
+
+    async def score(self, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
+        """Log-probs of ``token_ids[prompt_length:]`` given their prefix, under the served
+        weights at ``temperature``; used to verify weight syncs (``[len - prompt_length]``)."""
+        ...
+
+    async def abort_all(self) -> int:
+        """Finish every in-flight request now with ``Status.ABORTED``; returns how many."""
+        ...
+
+    async def update_weights(self, named_tensors: Iterable[NamedTensor], weight_version: int) -> None:
+        """Load these tensors (Hugging Face names; a subset is allowed) and set the version."""
+        ...
+
+    async def get_weights(self, names: Sequence[str]) -> dict[str, Any]:
+        """The served values of the named tensors (Hugging Face names) as numpy arrays,
+        for verifying a weight sync bit for bit."""
+        ...
+
+    async def flush_cache(self) -> None:
+        """Drop any cached prefixes computed with the old weights."""
+        ...
+
+    async def release_memory(self) -> None:
+        """Free weights and KV cache memory (colocate mode, while the trainer runs)."""
+        ...
+
+    async def resume_memory(self) -> None: ...
+
+    async def shutdown(self) -> None: ...
+
+
+class GenerateFn(Protocol):
+    """Turns one prompt sample into one or more finished samples (multi-turn lives here).
+
+    It must set ``tokens`` (prompt + response), ``response``, ``response_length``,
+    ``loss_mask`` (0 on tokens the policy did not produce, e.g. tool output),
+    ``rollout_logprobs``, ``status`` and ``weight_version``.
+    """
+
+    async def __call__(self, ctx: RolloutContext, sample: Sample, params: SamplingParams) -> Sample | list[Sample]: ...
+
+
+class RolloutDriver(Protocol):
+    """Runs one rollout step: groups from the data source to scored, filtered groups."""
+
+    async def run(self, ctx: RolloutContext, rollout_id: int) -> RolloutBatch: ...
+
+    async def evaluate(self, ctx: RolloutContext, groups: list[Group], params: SamplingParams) -> dict[str, float]:
+        """Generate one response per eval group with ``params`` and return metrics
+        (at least ``eval/reward`` and ``eval/accuracy``, the fraction with reward >= 1)."""
+        ...
+
+
+class RewardFn(Protocol):
+    """Scores one finished sample: a float, or a dict of named floats (pick one with ``--reward-key``)."""
+
+    async def __call__(self, sample: Sample) -> float | dict[str, float]: ...
+
+
+class GroupRewardFn(Protocol):
+    """Scores all samples of a group at once (a judge that compares responses).
+
+    Marked by a class attribute ``group = True``; returns one value per sample, in order.
+    """
+
+    group: bool
+
+    async def __call__(self, samples: list[Sample]) -> list[float | dict[str, float]]: ...
+
+
+class Filter(Protocol):
+    """Decides whether a scored group is kept for training."""
+
+    def __call__(self, group: Group) -> Verdict: ...
+
+
+@runtime_checkable
+class Loss(Protocol):
+    """An RL algorithm: advantages from rewards, then a differentiable loss.
+
+    Called by the trainer, in the trainer's process, on torch tensors (see :class:`LossBatch`).
+    """
+
+    needs_ref: bool
+    needs_critic: bool
+    needs_old_logprobs: bool
+
+    def advantages(self, batch: LossBatch) -> tuple[Any, Any]:
+        """``(advantages [B, T], returns [B, T] or None)`` for the whole step's batch."""
+        ...
+
+    def policy_loss(self, batch: LossBatch, logprobs: Any, entropy: Any) -> tuple[Any, dict[str, float]]:
+        """A scalar loss with gradients through ``logprobs`` (``[B, T]``) and its metrics.
+
+        ``batch`` is a micro-batch slice; normalise by ``batch.total_tokens`` /
+        ``batch.total_samples`` so that summed micro-batch losses equal the full batch's.
+        ``entropy`` is ``[B, T]`` (may be ``None`` when the loss does not use it).
+        """
+        ...
+
+
+@runtime_checkable
+class Trainer(Protocol):
+    """Owns the policy (and reference/critic when the loss needs them) and updates it."""
+
+    async def logprobs(self, samples: list[Sample], temperature: float) -> list[list[float]]:
+        """Log-probs of each sample's response tokens under the current policy."""
+        ...
+
+    async def train_step(self, batch: RolloutBatch) -> dict[str, float]:
+        """One policy update on ``batch`` with the loss given at construction; its metrics."""
+        ...
+
+    def export_weights(self, bucket_bytes: int) -> Iterator[list[NamedTensor]]:
+        """The policy's weights in Hugging Face names, in buckets of at most ``bucket_bytes``
+        (a single tensor larger than that is a bucket of its own). Called in the trainer's process."""
+        ...
+
+    async def save(self, path: str) -> None:
+        """Write a checkpoint directory: HF-format model, optimizer, RNG. Atomic for the caller."""
+        ...
+
+    async def load(self, path: str) -> None: ...
+
+    async def offload(self) -> None: ...
+
+    async def onload(self) -> None: ...
+
+
+class WeightSync(Protocol):
+    """Moves the trainer's weights into every engine and bumps their version."""
+
+    async def sync(self, trainer: Trainer, engines: Sequence[RolloutEngine], weight_version: int) -> SyncReport: ...
+
+
+class Factory(Protocol):
+    """What a registration hook registers: called once as ``factory(config)`` (trainers:
+    ``factory(config, loss)``) to build the provider."""
+
+    def __call__(self, config: Config, *args: Any) -> Any: ...
+
+
+__all__ = [
+    "DataSource",
+    "Factory",
+    "Filter",
+    "GenerateFn",
+    "GroupRewardFn",
+    "Loss",
+    "NamedTensor",
+    "RewardFn",
+    "RolloutDriver",
+    "RolloutEngine",
+    "Trainer",
+    "WeightSync",
+    "GenerationOutput",
+]

@@ -1,0 +1,50 @@
+"""``plasmid train``: start up, write the run directory's header files, build, loop, shut down."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from plasmid import loop
+from plasmid.runlog import RunLog
+from plasmid.session import build_session
+from plasmid.startup import Startup, start
+
+
+def describe_plugins(startup: Startup) -> str:
+    """The resolved plugin set and provider choices, as printed at the start of a run."""
+    option = startup.config.option
+    lines = ["plasmid plugins:"]
+    for entry in startup.config.plugin_lock:
+        lines.append(f"  {entry['name']:<14} {entry['distribution']} {entry['version']}")
+    chosen = {"datasource": option.datasource, "engine": option.engine, "generate": option.generate,
+              "rollout": option.rollout, "trainer": option.trainer, "weight-sync": option.weight_sync,
+              "loss": option.loss, "reward": ",".join(option.reward), "filter": ",".join(option.filter) or "-"}
+    lines.append("providers: " + "  ".join(f"{k}={v}" for k, v in chosen.items()))
+    return "\n".join(lines)
+
+
+def write_header(run_dir: Path, startup: Startup) -> None:
+    """``config.json`` and ``plugins.lock.json`` in the run directory."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text(json.dumps(startup.config.to_dict(), indent=1))
+    (run_dir / "plugins.lock.json").write_text(json.dumps(startup.config.plugin_lock, indent=1))
+
+
+async def run_training(argv: list[str]) -> dict[str, float]:
+    startup = start(argv)
+    config = startup.config
+    print(describe_plugins(startup), file=sys.stderr)
+    print(f"run directory: {config.run_dir}", file=sys.stderr)
+    write_header(config.run_dir, startup)
+    session = build_session(startup)
+    log = RunLog(config.run_dir, config.option.num_rollouts, plot_every=max(1, config.option.eval_interval or 10))
+    try:
+        metrics = await loop.train(session, log)
+    finally:
+        log.close()
+        await session.shutdown()
+    summary = {k: v for k, v in metrics.items() if k.startswith(("eval/", "rollout/reward_mean"))}
+    print("final: " + json.dumps(summary), file=sys.stderr)
+    return metrics

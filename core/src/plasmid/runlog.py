@@ -1,0 +1,102 @@
+"""What a run writes and shows: ``metrics.jsonl``, the reward-curve PNG, progress on the terminal."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+#: Metrics shown in the progress line, by short label.
+PROGRESS_FIELDS = {"reward": "rollout/reward_mean", "eval_acc": "eval/accuracy", "loss": "train/loss"}
+
+
+class RunLog:
+    """Appends one JSON object per step to ``metrics.jsonl`` and keeps the curve and progress.
+
+    A resumed run appends: entries for steps at or after the resume point are dropped first,
+    so the file always reads as one uninterrupted run.
+    """
+
+    def __init__(self, run_dir: Path, total_steps: int, stream: TextIO | None = None,
+                 plot_every: int = 10) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / "metrics.jsonl"
+        self.total_steps = total_steps
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.plot_every = max(1, plot_every)
+        self.history: list[dict[str, Any]] = []
+        self.started = time.perf_counter()
+
+    def resume_from(self, first_step: int) -> None:
+        """Keep the entries before ``first_step`` (a resumed run continues after them)."""
+        if self.path.is_file():
+            kept = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+            self.history = [entry for entry in kept if entry["step"] < first_step]
+            self.path.write_text("".join(json.dumps(entry) + "\n" for entry in self.history))
+
+    def write(self, step: int, metrics: dict[str, Any]) -> dict[str, Any]:
+        entry = {"step": step, **{k: _jsonable(v) for k, v in sorted(metrics.items())}}
+        self.history.append(entry)
+        with self.path.open("a") as handle:
+            handle.write(json.dumps(entry) + "\n")
+        self._progress(step, entry)
+        if step % self.plot_every == 0 or step + 1 == self.total_steps:
+            self.plot()
+        return entry
+
+    def _progress(self, step: int, entry: dict[str, Any]) -> None:
+        parts = [f"{label} {entry[key]:.3f}" for label, key in PROGRESS_FIELDS.items()
+                 if isinstance(entry.get(key), float)]
+        elapsed = time.perf_counter() - self.started
+        if self.tty:
+            done = (step + 1) / self.total_steps
+            bar = "#" * int(30 * done) + "-" * (30 - int(30 * done))
+            self.stream.write(f"\r[{bar}] {step + 1}/{self.total_steps} {elapsed:5.0f}s  " + "  ".join(parts) + "  ")
+            self.stream.flush()
+        elif step % 10 == 0 or "eval/accuracy" in entry:
+            self.stream.write(f"step {step:5d} t={elapsed:7.1f}s " + " ".join(parts) + "\n")
+            self.stream.flush()
+
+    def close(self) -> None:
+        self.plot()
+        if self.tty:
+            self.stream.write("\n")
+
+    def plot(self) -> Path | None:
+        """Redraw ``reward_curve.png`` (training reward and eval accuracy per step); skipped,
+        with no error, when matplotlib is not installed."""
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            return None
+        steps = [e["step"] for e in self.history if "rollout/reward_mean" in e]
+        rewards = [e["rollout/reward_mean"] for e in self.history if "rollout/reward_mean" in e]
+        evals = [(e["step"], e["eval/accuracy"]) for e in self.history if "eval/accuracy" in e]
+        figure, axes = plt.subplots(figsize=(7, 4))
+        axes.plot(steps, rewards, label="train reward (mean)", linewidth=1)
+        if evals:
+            axes.plot(*zip(*evals), "o-", label="eval accuracy (greedy)", markersize=3)
+        axes.set_xlabel("step")
+        axes.grid(alpha=0.3)
+        axes.legend(loc="lower right")
+        axes.set_title(self.run_dir.name)
+        target = self.run_dir / "reward_curve.png"
+        figure.tight_layout()
+        figure.savefig(target, dpi=80)
+        plt.close(figure)
+        return target
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item"):
+        return value.item()
+    return value

@@ -1,0 +1,102 @@
+"""Building the providers of a configured run, once, in this process (``--runtime local``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from plasmid.context import RolloutContext
+from plasmid.errors import ProviderError
+from plasmid.hf import load_tokenizer
+from plasmid.protocols import DataSource, Loss, RolloutDriver, RolloutEngine, Trainer, WeightSync
+from plasmid.registry import Provider
+from plasmid.rewards import RewardComponent, RewardSet
+from plasmid.startup import Startup
+from plasmid.types import SamplingParams
+
+
+@dataclass
+class Session:
+    """Every provider of a run, built and ready; :mod:`plasmid.loop` drives it."""
+
+    startup: Startup
+    ctx: RolloutContext
+    driver: RolloutDriver
+    trainer: Trainer
+    weight_sync: WeightSync
+    loss: Loss
+
+    @property
+    def config(self):
+        return self.startup.config
+
+    @property
+    def engines(self) -> list[RolloutEngine]:
+        return list(self.ctx.engines)
+
+    @property
+    def data_source(self) -> DataSource:
+        return self.ctx.data_source
+
+    async def shutdown(self) -> None:
+        for engine in self.ctx.engines:
+            await engine.shutdown()
+
+
+def instantiate(provider: Provider, *args: Any) -> Any:
+    """``factory(*args)`` for ``provider``; a failure names the provider and its plugin."""
+    factory = provider.load()
+    try:
+        return factory(*args)
+    except Exception as exc:
+        from plasmid.errors import PlasmidError
+
+        if isinstance(exc, PlasmidError):
+            raise
+        raise ProviderError(
+            f"{provider.family} '{provider.name}' from plugin {provider.plugin.label} failed to start: "
+            f"{type(exc).__name__}: {exc}",
+            provider=provider.name, plugin=provider.plugin.name,
+        ) from exc
+
+
+def build_session(startup: Startup) -> Session:
+    """Build every chosen provider (one engine in the local runtime)."""
+    config, registry = startup.config, startup.registry
+    option = config.option
+    tokenizer = load_tokenizer(str(option.model))
+
+    def chosen(family: str, name: str, *args: Any) -> Any:
+        return instantiate(registry.get(family, name), config, *args)
+
+    rewards = RewardSet(
+        components=[
+            RewardComponent(name, weight, chosen("reward", name), registry.get("reward", name).plugin.label)
+            for name, weight in option.reward_weights
+        ],
+        reward_key=option.reward_key,
+        timeout=option.reward_timeout,
+        errors=option.reward_errors,
+    )
+    stop = (tokenizer.eos_token_id,) if tokenizer.eos_token_id is not None else ()
+    sampling = SamplingParams(temperature=option.temperature, top_p=option.top_p, top_k=option.top_k,
+                              max_new_tokens=option.max_new_tokens, stop_token_ids=stop)
+    loss = chosen("loss", option.loss)
+    ctx = RolloutContext(
+        config=config,
+        engines=[chosen("engine", option.engine)],
+        data_source=chosen("datasource", option.datasource),
+        tokenizer=tokenizer,
+        generate=chosen("generate", option.generate),
+        rewards=rewards,
+        filters=[(name, chosen("filter", name)) for name in option.filter],
+        sampling=sampling,
+    )
+    return Session(
+        startup=startup,
+        ctx=ctx,
+        driver=chosen("rollout", option.rollout),
+        trainer=chosen("trainer", option.trainer, loss),
+        weight_sync=chosen("weight_sync", option.weight_sync),
+        loss=loss,
+    )

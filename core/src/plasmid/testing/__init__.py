@@ -1,0 +1,91 @@
+"""The plugin author's kit: build a configuration and registry in code, and contract suites.
+
+A plugin's tests subclass its family's contract, naming only the provider::
+
+    from plasmid.testing import RewardContract
+
+    class TestMyReward(RewardContract):
+        plugin = my_package.plugin      # the module with the hookimpls
+        provider = "my-reward"          # the registered name
+
+Contracts live in :mod:`plasmid.testing.contracts` (they import torch only where the family
+needs it); they are re-exported here lazily.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from pathlib import Path
+from typing import Any
+
+from plasmid.config import Config, OptionParser
+from plasmid.plugins import PluginInfo, PluginManager
+from plasmid.registry import Registry
+
+_CONTRACTS = {
+    "RewardContract": "reward",
+    "FilterContract": "filter",
+    "DataSourceContract": "datasource",
+    "LossContract": "loss",
+    "GeneratorContract": "generator",
+    "TrainerContract": "trainer",
+    "WeightSyncContract": "weightsync",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CONTRACTS:
+        module = importlib.import_module(f"plasmid.testing.contracts.{_CONTRACTS[name]}")
+        return getattr(module, name)
+    raise AttributeError(name)
+
+
+def make_manager(*plugins: Any) -> PluginManager:
+    """A plugin manager with the kernel's plugins and exactly ``plugins`` (modules or objects
+    with hookimpls), nothing auto-loaded from entry points."""
+    manager = PluginManager()
+    manager.load_kernel_plugins()
+    for plugin in plugins:
+        name = getattr(plugin, "__name__", type(plugin).__name__)
+        manager._register(plugin, PluginInfo(name, "(test)", "", name))
+    manager.check()
+    return manager
+
+
+def make_config(*plugins: Any, run_dir: str | Path | None = None, configure: bool = True, **options: Any) -> Config:
+    """A :class:`Config` with every option of the kernel and ``plugins`` at its default,
+    overridden by ``options`` (Python names: ``lr=1e-3``); configure hooks run unless
+    ``configure=False``. For tests and notebooks."""
+    manager = make_manager(*plugins)
+    parser = OptionParser()
+    manager.addoption(parser)
+    namespace = parser.defaults()
+    for key, value in options.items():
+        if not hasattr(namespace, key):
+            raise AttributeError(f"no option {key!r}; options are: {sorted(vars(namespace))}")
+        setattr(namespace, key, value)
+    config = Config(option=namespace, plugin_lock=manager.lock(), run_dir=Path(run_dir or "runs/test"))
+    if configure:
+        manager.configure(config)
+    return config
+
+
+def make_registry(*plugins: Any) -> Registry:
+    """The registry that ``plugins`` (plus the kernel's own) register."""
+    return Registry.collect(make_manager(*plugins))
+
+
+def build(family: str, name: str, *plugins: Any, config: Config | None = None, args: tuple = ()) -> Any:
+    """Build provider ``name`` of ``family`` from ``plugins``: ``factory(config, *args)``."""
+    registry = make_registry(*plugins)
+    factory = registry.get(family, name).load()
+    return factory(config or make_config(*plugins), *args)
+
+
+def run(coroutine: Any) -> Any:
+    """Run a coroutine to completion (contract tests are plain sync pytest tests)."""
+    return asyncio.run(coroutine)
+
+
+__all__ = ["build", "make_config", "make_manager", "make_registry", "run", *_CONTRACTS]

@@ -1,0 +1,84 @@
+"""Tiny causal LMs built from a config, with a character-level tokenizer made in code.
+
+No hub: the quickstart recipe and every test model come from here, saved in Hugging Face
+format (``save_pretrained``) and loaded back with ``AutoModelForCausalLM`` / ``AutoTokenizer``.
+Imports torch and transformers when called, not when imported.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
+PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
+#: The quickstart alphabet: digits and the operators of the built-in tasks.
+DIGITS_ALPHABET = "0123456789+=>"
+
+
+def char_tokenizer(alphabet: str = DIGITS_ALPHABET, max_length: int = 64) -> Any:
+    """A ``PreTrainedTokenizerFast`` with one token per character of ``alphabet``.
+
+    Ids: ``<pad>`` 0, ``<bos>`` 1, ``<eos>`` 2, then ``alphabet`` in order. Encoding prepends
+    ``<bos>``; decoding joins characters without spaces.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    if len(set(alphabet)) != len(alphabet):
+        raise ValueError(f"alphabet has repeated characters: {alphabet!r}")
+    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
+    vocab.update({char: len(SPECIAL_TOKENS) + i for i, char in enumerate(alphabet)})
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=None))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    core.post_processor = processors.TemplateProcessing(single="<bos> $A", pair="<bos> $A $B",
+                                                        special_tokens=[("<bos>", BOS_ID)])
+    core.add_special_tokens(list(SPECIAL_TOKENS))
+    return PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
+                                   padding_side="left", model_max_length=max_length)
+
+
+def tiny_config(vocab_size: int, arch: str = "qwen2", hidden_size: int = 64, num_layers: int = 2,
+                num_heads: int = 4, num_kv_heads: int | None = None, max_positions: int = 64,
+                tie_word_embeddings: bool = True) -> Any:
+    """A Hugging Face config for a tiny ``arch`` (``qwen2`` or ``llama``) model; FFN is 4x hidden."""
+    import transformers
+
+    common = dict(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=4 * hidden_size,
+                  num_hidden_layers=num_layers, num_attention_heads=num_heads,
+                  num_key_value_heads=num_kv_heads or num_heads, max_position_embeddings=max_positions,
+                  bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID,
+                  tie_word_embeddings=tie_word_embeddings)
+    configs = {"qwen2": transformers.Qwen2Config, "llama": transformers.LlamaConfig}
+    if arch not in configs:
+        raise ValueError(f"unknown tiny architecture {arch!r}; choose one of {sorted(configs)}")
+    return configs[arch](**common)
+
+
+def build_tiny_model(directory: str | os.PathLike, *, alphabet: str = DIGITS_ALPHABET, seed: int = 0,
+                     arch: str = "qwen2", **config_kwargs: Any) -> Path:
+    """Initialise a tiny causal LM with ``seed`` and save it with its tokenizer to ``directory``.
+
+    Written to a temporary sibling and renamed, so a half-written model is never seen.
+    :returns: the directory.
+    """
+    import torch
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    target = Path(directory)
+    tokenizer = char_tokenizer(alphabet)
+    config = tiny_config(len(tokenizer), arch=arch, **config_kwargs)
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    staging = target.with_name(target.name + ".tmp")
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.exists():
+        raise FileExistsError(f"{target} exists; not overwriting a model directory")
+    staging.rename(target)
+    return target

@@ -1,0 +1,48 @@
+"""The --plugins / PLASMID_PLUGINS grammar."""
+
+from plasmid.plugins import Selection
+
+INSTALLED = ["grpo", "match", "tasks", "xyz"]
+
+
+def test_unset_loads_everything():
+    selection = Selection.parse(None, INSTALLED)
+    assert selection.autoload and not selection.include and not selection.exclude
+
+
+def test_names_load_exactly_those():
+    selection = Selection.parse("grpo, match", INSTALLED)
+    assert not selection.autoload
+    assert selection.include == ["grpo", "match"]
+
+
+def test_empty_value_loads_none():
+    selection = Selection.parse("", INSTALLED)
+    assert not selection.autoload and selection.include == []
+
+
+def test_no_prefix_alone_keeps_autoload_and_excludes():
+    selection = Selection.parse("no:xyz", INSTALLED)
+    assert selection.autoload and selection.exclude == ["xyz"]
+
+
+def test_paths_and_dotted_modules_are_local_plugins():
+    selection = Selection.parse("./my_reward.py,my_pkg.rewards,grpo", INSTALLED)
+    assert selection.local == ["./my_reward.py", "my_pkg.rewards"]
+    assert selection.include == ["grpo"] and not selection.autoload
+
+
+def test_local_module_alone_adds_to_everything_installed():
+    selection = Selection.parse("./my_reward.py", INSTALLED)
+    assert selection.autoload and selection.local == ["./my_reward.py"]
+
+
+def test_unknown_plain_name_is_kept_for_the_loader_to_report():
+    assert Selection.parse("grop", INSTALLED).include == ["grop"]
+
+
+def test_flag_wins_over_environment():
+    env = {"PLASMID_PLUGINS": "xyz"}
+    assert Selection.from_env_or_flag("grpo", INSTALLED, env).include == ["grpo"]
+    assert Selection.from_env_or_flag(None, INSTALLED, env).include == ["xyz"]
+    assert Selection.from_env_or_flag(None, INSTALLED, {"PLASMID_PLUGINS": ""}).include == []

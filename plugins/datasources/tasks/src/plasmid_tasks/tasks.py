@@ -1,0 +1,109 @@
+"""The synthetic tasks: every prompt of a task is an item ``0 <= item < domain_size``.
+
+A task maps an item to its prompt and its label, the exact answer string the ``match`` reward
+compares with the decoded response. All prompts and answers use only the quickstart alphabet
+(digits, ``+``, ``=``, ``>``; :data:`plasmid.tiny.DIGITS_ALPHABET`).
+
+=========  ==================  ======================================  ===================
+task       prompt              label                                   answer length
+=========  ==================  ======================================  ===================
+mod10      ``a+b=``            ``(a + b) % 10``, digits ``a, b``       1
+reverse    ``<L digits>>``     the digits reversed                     L (``--task-length``)
+digitsum   ``<L digits>=``     the sum of the digits modulo 10         1
+addition   ``a+b=``            ``a + b`` zero-padded to D + 1 digits,  D + 1 (``--task-digits``)
+                               with D-digit zero-padded operands
+=========  ==================  ======================================  ===================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from plasmid.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Task:
+    """A family of prompts with exact answers.
+
+    :ivar name: the ``--task`` name.
+    :ivar key: the name with its parameters (``reverse(length=3)``): what identifies the prompts.
+    :ivar domain_size: how many distinct prompts there are.
+    :ivar answer_length: characters (tokens, with the char tokenizer) in every label.
+    :ivar holds_out_eval: ``False`` when the domain is too small to hold prompts out: the eval
+        split is then the whole domain (mod10), otherwise it is disjoint from training.
+    """
+
+    name: str
+    key: str
+    domain_size: int
+    answer_length: int
+    holds_out_eval: bool = True
+
+    def example(self, item: int) -> tuple[str, str]:
+        """``(prompt, label)`` of ``item``."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Mod10(Task):
+    """``a+b=`` -> ``(a+b) % 10`` for single digits; 100 prompts, item = ``10 * a + b``."""
+
+    def example(self, item: int) -> tuple[str, str]:
+        a, b = divmod(item, 10)
+        return f"{a}+{b}=", str((a + b) % 10)
+
+
+@dataclass(frozen=True)
+class Reverse(Task):
+    """``<length digits>>`` -> the digits reversed; item = the digits read as a number."""
+
+    length: int = 3
+
+    def example(self, item: int) -> tuple[str, str]:
+        digits = f"{item:0{self.length}d}"
+        return f"{digits}>", digits[::-1]
+
+
+@dataclass(frozen=True)
+class DigitSum(Task):
+    """``<length digits>=`` -> the sum of the digits modulo 10."""
+
+    length: int = 3
+
+    def example(self, item: int) -> tuple[str, str]:
+        digits = f"{item:0{self.length}d}"
+        return f"{digits}=", str(sum(int(d) for d in digits) % 10)
+
+
+@dataclass(frozen=True)
+class Addition(Task):
+    """``a+b=`` with ``digits``-digit zero-padded operands -> ``a+b`` zero-padded to ``digits+1``."""
+
+    digits: int = 2
+
+    def example(self, item: int) -> tuple[str, str]:
+        a, b = divmod(item, 10**self.digits)
+        return f"{a:0{self.digits}d}+{b:0{self.digits}d}=", f"{a + b:0{self.digits + 1}d}"
+
+
+TASK_NAMES = ("mod10", "reverse", "digitsum", "addition")
+
+
+def make_task(name: str, length: int = 3, digits: int = 2) -> Task:
+    """The task ``name`` with its parameters (``--task``, ``--task-length``, ``--task-digits``)."""
+    if name == "mod10":
+        return Mod10("mod10", "mod10", domain_size=100, answer_length=1, holds_out_eval=False)
+    if name in ("reverse", "digitsum"):
+        if length < 1:
+            raise UsageError(f"--task-length must be >= 1 for task {name}, got {length}")
+        key = f"{name}(length={length})"
+        if name == "reverse":
+            return Reverse(name, key, domain_size=10**length, answer_length=length, length=length)
+        return DigitSum(name, key, domain_size=10**length, answer_length=1, length=length)
+    if name == "addition":
+        if digits < 1:
+            raise UsageError(f"--task-digits must be >= 1 for task addition, got {digits}")
+        return Addition(name, f"addition(digits={digits})", domain_size=10 ** (2 * digits),
+                        answer_length=digits + 1, digits=digits)
+    raise UsageError(f"unknown --task {name!r}; choose one of {', '.join(TASK_NAMES)}")

@@ -1,0 +1,74 @@
+"""The match rewards: a response against each acceptable answer of its label; the best wins.
+
+Each is a plasmid reward provider (``factory(config)`` returns it; ``await reward(sample)``
+returns a float in [0, 1]). They keep no state, so concurrent calls are safe.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from plasmid.types import Sample
+from plasmid_match.labels import acceptable_answers
+from plasmid_match.normalize import answer_tokens, normalize_answer
+
+
+class MatchReward:
+    """Base of the match rewards: ``score(response, answer)`` maximised over the label's answers."""
+
+    name = "match"
+
+    def __init__(self, config: Any = None) -> None:
+        self.config = config
+
+    def score(self, response: str, answer: str) -> float:
+        raise NotImplementedError
+
+    async def __call__(self, sample: Sample) -> float:
+        answers = acceptable_answers(sample, self.name)
+        return max(self.score(sample.response, answer) for answer in answers)
+
+
+class ExactMatch(MatchReward):
+    """1.0 when the response equals the answer once surrounding whitespace is stripped from both."""
+
+    name = "exact"
+
+    def score(self, response: str, answer: str) -> float:
+        return 1.0 if response.strip() == answer.strip() else 0.0
+
+
+class NormalizedMatch(MatchReward):
+    """1.0 when the response equals the answer after :func:`normalize_answer`, else 0.0."""
+
+    name = "normalized"
+
+    def score(self, response: str, answer: str) -> float:
+        return 1.0 if normalize_answer(response) == normalize_answer(answer) else 0.0
+
+
+def token_f1(response: str, answer: str) -> float:
+    """Harmonic mean of precision and recall of the normalised response's words against the
+    answer's, counting repeated words as often as both contain them.
+
+    When either side normalises to no words, the score is 1.0 if both do and 0.0 otherwise.
+    """
+    predicted, expected = answer_tokens(response), answer_tokens(answer)
+    if not predicted or not expected:
+        return 1.0 if predicted == expected else 0.0
+    shared = sum((Counter(predicted) & Counter(expected)).values())
+    if shared == 0:
+        return 0.0
+    precision = shared / len(predicted)
+    recall = shared / len(expected)
+    return 2 * precision * recall / (precision + recall)
+
+
+class TokenF1(MatchReward):
+    """Token F1 (:func:`token_f1`) of the response against the answer, in [0, 1]."""
+
+    name = "f1"
+
+    def score(self, response: str, answer: str) -> float:
+        return token_f1(response, answer)

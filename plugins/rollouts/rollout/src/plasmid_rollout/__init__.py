@@ -1,0 +1,1 @@
+"""plasmid's default rollout driver (provider ``rollout``)."""

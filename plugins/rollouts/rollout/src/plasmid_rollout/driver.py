@@ -1,0 +1,162 @@
+"""The default rollout driver: every group generated concurrently, scored as it finishes,
+filtered, topped up when filters drop groups, and the rest aborted once the batch is full.
+
+One step, for a target of ``P = --prompts-per-step`` groups:
+
+1. take ``ceil(P * --over-sampling)`` groups from the data source and start them all; each
+   group's samples are generated concurrently (the engine batches them), then its rewards are
+   awaited (concurrently with the generation of other groups), then the filters judge it;
+2. whenever the groups still running cannot fill the batch, start more (over-sampled the same
+   way), up to ``--rollout-max-launch-factor`` times the initial number in one step;
+3. once ``P`` groups are kept, abort what is still running and return those groups, reset to
+   their prompts, to the data source (they are sampled again in a later step).
+
+Each sample's sampling seed is derived from ``--seed`` and its index, so a step is reproducible
+whatever the batching or the number of engines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import Counter
+from dataclasses import replace
+
+from plasmid.context import RolloutContext
+from plasmid.types import Group, RolloutBatch, Sample, SamplingParams, Status, Verdict
+
+
+def sample_seed(seed: int, index: int) -> int:
+    """The sampling seed of sample ``index`` in a run seeded with ``seed`` (31-bit)."""
+    return (seed * 1_000_003 + index * 7_919 + 17) % (2**31 - 1)
+
+
+def reset_to_prompt(sample: Sample) -> Sample:
+    """``sample`` with its response, reward and rollout state cleared (prompt tokens kept)."""
+    return replace(sample, tokens=sample.prompt_tokens, response="", response_length=0, loss_mask=None,
+                   rollout_logprobs=None, reward=None, reward_components={}, status=Status.PENDING,
+                   weight_version=None, metadata={k: v for k, v in sample.metadata.items() if k != "reward_errors"})
+
+
+class AsyncRolloutDriver:
+    """Provider ``rollout``; see the module docstring. Built as ``AsyncRolloutDriver(config)``."""
+
+    def __init__(self, config) -> None:
+        self.config = config
+        self.max_launch_factor = getattr(config.option, "rollout_max_launch_factor", 4)
+
+    # ------------------------------------------------------------------ one training step
+    async def run(self, ctx: RolloutContext, rollout_id: int) -> RolloutBatch:
+        option = ctx.config.option
+        target = option.prompts_per_step
+        wave = math.ceil(target * option.over_sampling)
+        budget = wave * self.max_launch_factor
+        began = time.perf_counter()
+        running: dict[asyncio.Task, Group] = {}
+        kept: list[Group] = []
+        dropped: Counter = Counter()
+        launched = 0
+
+        def launch(count: int) -> None:
+            nonlocal launched
+            for group in ctx.data_source.get_groups(count):
+                running[asyncio.ensure_future(self._generate_group(ctx, group, ctx.sampling))] = group
+            launched += count
+
+        launch(min(wave, budget))
+        while running and len(kept) < target:
+            done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for task in sorted(done, key=lambda t: running[t].index):
+                running.pop(task)
+                group = task.result()
+                verdict = self._judge(ctx, group)
+                if verdict.keep:
+                    kept.append(group)
+                else:
+                    dropped[verdict.reason or "dropped"] += 1
+            short = target - len(kept) - len(running)
+            if short > 0 and launched < budget:
+                launch(min(math.ceil(short * option.over_sampling), budget - launched))
+
+        aborted = await self._abort(ctx, running)
+        kept = sorted(kept[:target], key=lambda g: g.index)
+        metrics = self._metrics(kept, launched, dropped, aborted, time.perf_counter() - began)
+        metrics.update(ctx.rewards.pop_metrics())
+        return RolloutBatch(rollout_id=rollout_id, groups=kept, metrics=metrics)
+
+    async def _generate_group(self, ctx: RolloutContext, group: Group, params: SamplingParams) -> Group:
+        """Generate every sample of ``group`` concurrently, then score it (unless aborted)."""
+        seed = ctx.config.option.seed
+        outputs = await asyncio.gather(*(
+            ctx.generate(ctx, sample, replace(params, seed=sample_seed(seed, sample.index)))
+            for sample in group.samples
+        ))
+        group.samples = [s for out in outputs for s in (out if isinstance(out, list) else [out])]
+        if not any(s.status == Status.ABORTED for s in group.samples):
+            await ctx.rewards.score_group(group.samples)
+        return group
+
+    def _judge(self, ctx: RolloutContext, group: Group) -> Verdict:
+        if any(s.status == Status.ABORTED for s in group.samples):
+            return Verdict(False, "aborted")
+        for name, group_filter in ctx.filters:
+            verdict = group_filter(group)
+            if not verdict.keep:
+                return Verdict(False, verdict.reason or name)
+        return Verdict(True)
+
+    async def _abort(self, ctx: RolloutContext, running: dict[asyncio.Task, Group]) -> int:
+        """Abort in-flight generation and give the unfinished groups back to the data source."""
+        if not running:
+            return 0
+        for engine in ctx.engines:
+            await engine.abort_all()
+        await asyncio.gather(*running, return_exceptions=True)
+        returned = [Group([reset_to_prompt(s) for s in group.samples], group.index) for group in running.values()]
+        ctx.data_source.add_groups(sorted(returned, key=lambda g: g.index))
+        return len(returned)
+
+    def _metrics(self, groups: list[Group], launched: int, dropped: Counter, aborted: int,
+                 seconds: float) -> dict[str, float]:
+        samples = [s for g in groups for s in g.samples]
+        metrics = {
+            "rollout/groups_launched": float(launched),
+            "rollout/groups_kept": float(len(groups)),
+            "rollout/groups_aborted": float(aborted),
+            "rollout/seconds_generating": seconds,
+        }
+        metrics.update({f"rollout/dropped/{reason}": float(n) for reason, n in dropped.items()})
+        if not samples:
+            return metrics
+        rewards = [s.reward or 0.0 for s in samples]
+        lengths = [s.response_length for s in samples]
+        mean = sum(rewards) / len(rewards)
+        metrics.update({
+            "rollout/reward_mean": mean,
+            "rollout/reward_std": math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)),
+            "rollout/response_length_mean": sum(lengths) / len(lengths),
+            "rollout/response_length_max": float(max(lengths)),
+            "rollout/truncated_frac": sum(s.status == Status.TRUNCATED for s in samples) / len(samples),
+            "rollout/tokens_per_second": sum(lengths) / max(seconds, 1e-9),
+        })
+        for name in samples[0].reward_components:
+            values = [s.reward_components.get(name, 0.0) for s in samples]
+            metrics[f"rollout/reward/{name}"] = sum(values) / len(values)
+        return metrics
+
+    # ------------------------------------------------------------------ evaluation
+    async def evaluate(self, ctx: RolloutContext, groups: list[Group], params: SamplingParams) -> dict[str, float]:
+        """One response per eval group with ``params``; ``eval/accuracy`` is the fraction of
+        samples whose primary (first) reward is at least 1."""
+        fresh = [Group([reset_to_prompt(s) for s in g.samples], g.index) for g in groups]
+        finished = await asyncio.gather(*(self._generate_group(ctx, g, params) for g in fresh))
+        scored = [s for g in finished for s in g.samples]
+        if not scored:
+            return {}
+        primary = ctx.rewards.components[0].name
+        return {
+            "eval/reward": sum(s.reward or 0.0 for s in scored) / len(scored),
+            "eval/accuracy": sum(s.reward_components.get(primary, 0.0) >= 1.0 for s in scored) / len(scored),
+            "eval/response_length_mean": sum(s.response_length for s in scored) / len(scored),
+        }
