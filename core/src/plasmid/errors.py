@@ -22,3 +22,12 @@ class ProviderError(PlasmidError):
         super().__init__(message)
         self.provider = provider
         self.plugin = plugin
+
+
+class DataExhausted(PlasmidError):
+    """A finite data source cannot give the groups asked for: every epoch is used up.
+
+    Raised by ``DataSource.get_groups`` without consuming anything, so a checkpoint taken
+    afterwards is exact. The loop ends the run normally when it sees it. (Not a
+    ``StopIteration``: inside coroutines that becomes a ``RuntimeError``, PEP 479.)
+    """

@@ -5,9 +5,11 @@ Everything it calls is a provider chosen by plugins; this file only orders the b
 
 from __future__ import annotations
 
+import sys
 import time
 
 from plasmid.checkpoint import Checkpoints
+from plasmid.errors import DataExhausted
 from plasmid.runlog import RunLog
 from plasmid.session import Session
 
@@ -26,10 +28,20 @@ async def train(session: Session, log: RunLog) -> dict[str, float]:
         await session.weight_sync.sync(session.trainer, session.engines, start)
     log.resume_from(start)
 
+    async def save(rollout_id: int) -> None:
+        await checkpoints.save(rollout_id, session.trainer, ctx.data_source,
+                               {"weight_version": rollout_id + 1, "plugin_lock": config.plugin_lock})
+
     metrics: dict[str, float] = {}
     for rollout_id in range(start, option.num_rollouts):
         began = time.perf_counter()
-        batch = await session.driver.run(ctx, rollout_id)
+        try:
+            batch = await session.driver.run(ctx, rollout_id)
+        except DataExhausted as exc:
+            print(f"plasmid: the data is used up ({exc}); ending the run", file=sys.stderr)
+            if rollout_id > start:
+                await save(rollout_id - 1)
+            break
         rolled = time.perf_counter()
         metrics = {**batch.metrics, **await session.trainer.train_step(batch)}
         trained = time.perf_counter()
@@ -46,8 +58,7 @@ async def train(session: Session, log: RunLog) -> dict[str, float]:
         entry = log.write(rollout_id, metrics)
 
         if last or done or (option.save_interval and (rollout_id + 1) % option.save_interval == 0):
-            await checkpoints.save(rollout_id, session.trainer, ctx.data_source,
-                                   {"weight_version": rollout_id + 1, "plugin_lock": config.plugin_lock})
+            await save(rollout_id)
         session.startup.manager.step_end(rollout_id, str(config.run_dir), entry)
         if done:
             break

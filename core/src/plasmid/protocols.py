@@ -40,8 +40,9 @@ NamedTensor = tuple[str, Any]
 class DataSource(Protocol):
     """Prompts, grouped: each :class:`Group` holds ``n_samples_per_prompt`` copies of a prompt.
 
-    Samples come with ``prompt``, ``label``, ``metadata`` and, when the source tokenizes,
-    ``tokens`` (the prompt ids); the kernel tokenizes ``prompt`` when ``tokens`` is empty.
+    Samples come with ``prompt``, ``tokens`` (the prompt's token ids, chat template applied
+    when the source uses one), ``label``, ``metadata``, a unique running ``index`` and the
+    ``group_index`` of their group.
     """
 
     def get_groups(self, n: int) -> list[Group]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import plasmid_dynamic.plugin
+
 from plasmid.testing import FilterContract
 
 

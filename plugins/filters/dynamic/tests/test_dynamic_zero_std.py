@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import plasmid_dynamic.plugin
 import pytest
+
 from plasmid.testing import build, make_config
 from plasmid.testing.contracts.filter import make_group
 from plasmid.types import Verdict

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import plasmid_match.plugin
+
 from plasmid.testing import RewardContract
 
 MATCH_CASES = [

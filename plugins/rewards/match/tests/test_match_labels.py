@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import plasmid_match.plugin
 import pytest
+from plasmid_match.labels import MissingLabelError, acceptable_answers
+from plasmid_match.normalize import normalize_answer
+
 from plasmid.rewards import RewardComponent, RewardSet
 from plasmid.testing import build, run
 from plasmid.types import Sample
-from plasmid_match.labels import MissingLabelError, acceptable_answers
-from plasmid_match.normalize import normalize_answer
 
 PROVIDERS = ["exact", "normalized", "f1"]
 

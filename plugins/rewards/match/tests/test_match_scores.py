@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import plasmid_match.plugin
 import pytest
+
 from plasmid.testing import build, make_registry, run
 from plasmid.types import Sample
 

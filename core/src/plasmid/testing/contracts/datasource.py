@@ -11,8 +11,9 @@ Subclass it in the plugin's tests, naming the plugin module and the provider::
 
 The source is built the way the kernel builds it: ``make_config`` with ``--datasource`` set to
 the provider (so the plugin's ``plasmid_configure`` sees it chosen), then ``factory(config)``.
-A source that needs more than options (a model directory, a data file written in the test)
-overrides the :meth:`config` fixture.
+Options come from the ``config_options`` class attribute and the ``datasource_options`` fixture
+(override it for options that need other fixtures: a model directory, a data file written in
+the test).
 
 What is checked: ``get_groups(n)`` gives ``n`` groups of ``--n-samples-per-prompt`` independent
 copies of one prompt with non-empty integer ``tokens``; sample and group indexes keep counting
@@ -65,10 +66,16 @@ class DataSourceContract:
 
     # ------------------------------------------------------------------------------- fixtures
     @pytest.fixture
-    def config(self, tmp_path) -> Config:
-        """The run's configuration; override it to supply what the source needs."""
+    def datasource_options(self) -> dict[str, Any]:
+        """Options added to :attr:`config_options`; override this fixture when they come from
+        other fixtures (a model directory or a data file built under ``tmp_path``)."""
+        return {}
+
+    @pytest.fixture
+    def config(self, tmp_path, datasource_options) -> Config:
+        """The run's configuration, as the kernel makes it once ``--datasource`` is resolved."""
         options = {"datasource": self.provider, "n_samples_per_prompt": self.n_samples_per_prompt,
-                   **self.config_options}
+                   **self.config_options, **datasource_options}
         return make_config(self.plugin, run_dir=tmp_path / "run", **options)
 
     @pytest.fixture

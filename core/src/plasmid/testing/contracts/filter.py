@@ -112,7 +112,9 @@ class FilterContract:
             assert isinstance(verdict, Verdict), (
                 f"{self.where()} returned {type(verdict).__name__} {verdict!r}; return plasmid.Verdict(keep, reason)"
             )
-            assert isinstance(verdict.keep, bool), f"{self.where()} returned Verdict(keep={verdict.keep!r}); keep is a bool"
+            assert isinstance(verdict.keep, bool), (
+                f"{self.where()} returned Verdict(keep={verdict.keep!r}); keep is a bool"
+            )
 
     def test_a_dropped_group_names_its_reason(self, filter_fn, groups):
         for group in groups:
@@ -127,7 +129,9 @@ class FilterContract:
         rebuilt = build("filter", self.provider, self.plugin, config=config)
         for group in groups:
             first = filter_fn(group)
-            assert filter_fn(copy.deepcopy(group)) == first, f"{self.where()} changed its verdict on group {group.rewards}"
+            assert filter_fn(copy.deepcopy(group)) == first, (
+                f"{self.where()} changed its verdict on group {group.rewards}"
+            )
             assert rebuilt(copy.deepcopy(group)) == first, (
                 f"a second {self.where()} judged group {group.rewards} differently from the first"
             )

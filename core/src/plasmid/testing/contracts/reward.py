@@ -166,13 +166,13 @@ class RewardContract:
             assert len(values) == len(samples), f"{where} returned {len(values)} values for {len(samples)} samples"
         else:
             values = [run(self.call(reward_fn, sample)) for sample in samples]
-        for sample, value in zip(samples, values):
+        for sample, value in zip(samples, values, strict=True):
             check_reward_value(value, f"{where} on response {sample.response!r} (label {sample.label!r})")
 
     def test_does_not_change_the_sample(self, reward_fn, samples):
         before = [_snapshot(sample) for sample in samples]
         run(self.score(reward_fn, samples))
-        for sample, snapshot in zip(samples, before):
+        for sample, snapshot in zip(samples, before, strict=True):
             assert _snapshot(sample) == snapshot, (
                 f"{self.where()} changed the prompt, tokens, response or label of sample {sample.index}; "
                 f"rewards read samples, they do not edit them"

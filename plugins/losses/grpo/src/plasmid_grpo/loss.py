@@ -111,7 +111,6 @@ class GRPOLoss:
         if batch.advantages is None:
             raise ValueError("LossBatch.advantages is None: the trainer must fill it from loss.advantages() "
                              "before calling policy_loss()")
-        mask = batch.response_mask
         terms = self.token_policy_loss(batch, logprobs)
         pg_loss = self.aggregate(terms.loss, batch)
         loss = pg_loss
@@ -138,7 +137,6 @@ class GRPOLoss:
                 loss = loss - self.entropy_coef * self.aggregate(entropy, batch)
         elif self.entropy_coef != 0:
             raise ValueError("--entropy-coef is set but the trainer passed entropy=None to policy_loss()")
-        del mask
         return loss, metrics
 
     def token_policy_loss(self, batch: LossBatch, logprobs: torch.Tensor) -> algorithms.ClippedPolicyLoss:

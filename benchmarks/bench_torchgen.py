@@ -1,0 +1,112 @@
+"""Throughput of the torchgen engine against Hugging Face ``generate`` on the same batch.
+
+Builds the quickstart's tiny model (``plasmid.tiny.build_tiny_model``, 132k parameters) in a
+temporary directory and times, alternately in one process:
+
+(a) the ``torchgen`` engine answering ``--batch`` concurrent ``generate`` calls of exactly
+    ``--new-tokens`` tokens each (temperature 1, no stop tokens), and
+(b) ``model.generate(do_sample=True, max_new_tokens=N, min_new_tokens=N)`` on the same prompts,
+    left-padded into one tensor (a second copy of the same model).
+
+Prints the median over ``--repeats`` of samples/s and tokens/s for both, and their ratio
+(above 1: the engine is faster). Needs plasmid and plasmid-torchgen installed.
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_torchgen.py --batch 256 --new-tokens 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+import plasmid_torchgen.plugin as torchgen_plugin
+from plasmid.hf import load_causal_lm, load_tokenizer
+from plasmid.testing import build, make_config
+from plasmid.tiny import PAD_ID, build_tiny_model
+from plasmid.types import SamplingParams
+
+
+def addition_prompts(tokenizer, count: int, seed: int) -> list[list[int]]:
+    """``count`` quickstart-like prompts (``<bos>a+b=``), of 4 to 8 tokens."""
+    rng = random.Random(seed)
+    return [tokenizer(f"{rng.randint(0, 99)}+{rng.randint(0, 99)}=")["input_ids"] for _ in range(count)]
+
+
+def left_padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in prompts)
+    input_ids = torch.tensor([[PAD_ID] * (width - len(p)) + p for p in prompts])
+    attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    return input_ids, attention_mask
+
+
+async def time_engine(engine, prompts: list[list[int]], params: SamplingParams) -> tuple[float, int]:
+    """Seconds to answer every prompt concurrently, and the tokens generated."""
+    started = time.perf_counter()
+    outputs = await asyncio.gather(*(engine.generate(prompt, params) for prompt in prompts))
+    return time.perf_counter() - started, sum(len(o.token_ids) for o in outputs)
+
+
+def time_hf_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, new_tokens: int) -> tuple[float, int]:
+    started = time.perf_counter()
+    with torch.inference_mode():
+        output = model.generate(input_ids=input_ids, attention_mask=attention_mask, do_sample=True,
+                                max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=PAD_ID)
+    seconds = time.perf_counter() - started
+    return seconds, (output.shape[1] - input_ids.shape[1]) * output.shape[0]
+
+
+async def benchmark(args: argparse.Namespace, model_dir: Path, run_dir: Path) -> None:
+    config = make_config(torchgen_plugin, model=str(model_dir), run_dir=run_dir, seed=args.seed)
+    engine = build("engine", "torchgen", torchgen_plugin, config=config)
+    baseline = load_causal_lm(str(model_dir))
+    prompts = addition_prompts(load_tokenizer(str(model_dir)), args.batch, args.seed)
+    input_ids, attention_mask = left_padded(prompts)
+    params = SamplingParams(temperature=1.0, max_new_tokens=args.new_tokens)
+    torch.manual_seed(args.seed)
+
+    await time_engine(engine, prompts, params)  # warm-up
+    time_hf_generate(baseline, input_ids, attention_mask, args.new_tokens)
+    engine_runs, hf_runs = [], []
+    for _ in range(args.repeats):  # alternate, so drifting machine load hits both alike
+        engine_runs.append(await time_engine(engine, prompts, params))
+        hf_runs.append(time_hf_generate(baseline, input_ids, attention_mask, args.new_tokens))
+    await engine.shutdown()
+
+    print(f"tiny model: {sum(p.numel() for p in baseline.parameters())} parameters; batch {args.batch}, "
+          f"{args.new_tokens} new tokens, torch threads {torch.get_num_threads()}, median of {args.repeats}")
+    rates = {}
+    for name, runs in (("torchgen engine", engine_runs), ("HF generate", hf_runs)):
+        seconds = statistics.median(s for s, _ in runs)
+        tokens = runs[0][1]
+        rates[name] = args.batch / seconds
+        print(f"{name:>16}: {seconds * 1000:8.1f} ms  {args.batch / seconds:9.0f} samples/s  "
+              f"{tokens / seconds:9.0f} tokens/s")
+    print(f"{'ratio':>16}: {rates['torchgen engine'] / rates['HF generate']:.2f} (engine / HF, samples/s)")
+    stats = engine.stats()
+    print(f"engine stats: batches {stats['batches']}, decode steps {stats['decode_steps']}, "
+          f"mean batch size {stats['mean_batch_size']:.1f}, busy {stats['tokens_per_second']:.0f} tokens/s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=256, help="concurrent requests / batch rows")
+    parser.add_argument("--new-tokens", type=int, default=16, help="tokens generated per request")
+    parser.add_argument("--repeats", type=int, default=5, help="timed repetitions (the median is reported)")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory(prefix="bench-torchgen-") as tmp:
+        model_dir = build_tiny_model(Path(tmp) / "model", seed=args.seed)
+        asyncio.run(benchmark(args, model_dir, Path(tmp) / "run"))
+
+
+if __name__ == "__main__":
+    main()

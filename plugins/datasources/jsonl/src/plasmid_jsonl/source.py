@@ -1,0 +1,138 @@
+"""The ``jsonl`` data source: prompt groups from ``--prompt-data``, resumable at any prompt."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from plasmid.config import Config
+from plasmid.errors import UsageError
+from plasmid.types import Group
+from plasmid.errors import DataExhausted
+from plasmid.groups import group_from_state, group_to_state, make_group
+from plasmid_jsonl.prompts import PromptEncoder
+from plasmid_jsonl.reader import Keys, Record, read_records
+
+
+class JsonlSource:
+    """A :class:`plasmid.protocols.DataSource` over the rows of ``--prompt-data``.
+
+    Each sample has ``prompt`` (the row's text, or its chat messages with
+    ``--apply-chat-template``), ``tokens`` (the prompt's ids under ``--model``'s tokenizer),
+    ``label`` (the row's ``--label-key`` value as stored, ``None`` when absent) and ``metadata``
+    (its ``--metadata-key`` object). Every row is read and checked at construction; prompts are
+    tokenized when drawn.
+
+    Training visits the rows in file order, or with ``--rollout-shuffle`` in a fresh order each
+    epoch (``random.Random(seed + epoch)``). With ``--num-epochs E``, :meth:`get_groups` raises
+    :class:`~plasmid.errors.DataExhausted` when fewer than ``n`` prompts are left
+    (the last, short batch is not served). The eval split is every row of ``--eval-prompt-data``
+    in file order, or empty without it.
+    """
+
+    def __init__(self, config: Config) -> None:
+        option = config.option
+        if not option.prompt_data:
+            raise UsageError("the jsonl data source needs --prompt-data PATH (a .jsonl or .parquet file)")
+        if not option.model:
+            raise UsageError("the jsonl data source needs --model: its tokenizer encodes the prompts")
+        self.path = str(option.prompt_data)
+        self.copies = option.n_samples_per_prompt
+        self.shuffle = option.rollout_shuffle
+        self.seed = option.seed
+        self.num_epochs = option.num_epochs
+        self.encode = PromptEncoder(option.model, chat=option.apply_chat_template)
+        keys = Keys(input=option.input_key, label=option.label_key, metadata=option.metadata_key)
+        self.train = self._read(option.prompt_data, keys, "--prompt-data")
+        self.eval = self._read(option.eval_prompt_data, keys, "--eval-prompt-data") if option.eval_prompt_data else []
+        self.epoch = 0
+        self.position = 0  # next position in the current epoch's order
+        self.next_sample_index = 0
+        self.next_group_index = 0
+        self.given_back: deque[Group] = deque()
+        self._order: tuple[int, list[int]] | None = None  # (epoch, row order) of the current epoch
+
+    def _read(self, path: str, keys: Keys, flag: str) -> list[Record]:
+        return [dataclasses.replace(record, prompt=self.encode.check(record.prompt, record.location))
+                for record in read_records(path, keys, flag)]
+
+    # ------------------------------------------------------------------------------- training
+    def get_groups(self, n: int) -> list[Group]:
+        """The next ``n`` groups: given-back groups first, then new prompts."""
+        new_needed = max(0, n - len(self.given_back))
+        if new_needed > self.prompts_left():
+            raise DataExhausted(
+                f"--prompt-data {self.path}: the {self.num_epochs} epoch(s) of --num-epochs are used up: "
+                f"{self.prompts_left()} prompt(s) left, {new_needed} needed; raise --num-epochs to train longer"
+            )
+        groups = [self.given_back.popleft() for _ in range(n - new_needed)]
+        groups += [self._new_group(self._next_record()) for _ in range(new_needed)]
+        return groups
+
+    def add_groups(self, groups: Sequence[Group]) -> None:
+        self.given_back.extend(groups)
+
+    def prompts_left(self) -> float:
+        """New prompts that the remaining epochs hold (``inf`` without ``--num-epochs``)."""
+        if self.num_epochs is None:
+            return math.inf
+        return (self.num_epochs - self.epoch) * len(self.train) - self.position
+
+    def _next_record(self) -> Record:
+        if self.position == len(self.train):
+            self.epoch, self.position = self.epoch + 1, 0
+        record = self.train[self._epoch_order()[self.position]]
+        self.position += 1
+        return record
+
+    def _epoch_order(self) -> list[int]:
+        if self._order is None or self._order[0] != self.epoch:
+            order = list(range(len(self.train)))
+            if self.shuffle:
+                random.Random(self.seed + self.epoch).shuffle(order)
+            self._order = (self.epoch, order)
+        return self._order[1]
+
+    def _new_group(self, record: Record) -> Group:
+        group = self._group(record, copies=self.copies, first_sample_index=self.next_sample_index,
+                            group_index=self.next_group_index)
+        self.next_sample_index += self.copies
+        self.next_group_index += 1
+        return group
+
+    def _group(self, record: Record, *, copies: int, first_sample_index: int, group_index: int) -> Group:
+        return make_group(record.prompt, self.encode(record.prompt), record.label, record.metadata, copies=copies,
+                          first_sample_index=first_sample_index, group_index=group_index)
+
+    # ------------------------------------------------------------------------------- eval
+    def eval_groups(self) -> list[Group]:
+        """Every row of ``--eval-prompt-data`` in file order, one sample per group, numbered from 0."""
+        return [self._group(record, copies=1, first_sample_index=position, group_index=position)
+                for position, record in enumerate(self.eval)]
+
+    # ------------------------------------------------------------------------------- resume
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "prompts": len(self.train),
+            "epoch": self.epoch,
+            "position": self.position,
+            "next_sample_index": self.next_sample_index,
+            "next_group_index": self.next_group_index,
+            "given_back": [group_to_state(group) for group in self.given_back],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state["prompts"] != len(self.train):
+            raise UsageError(
+                f"the jsonl data source was saved over {state['prompts']} prompts but --prompt-data {self.path} "
+                f"now has {len(self.train)}; resume with the same data"
+            )
+        self.epoch = state["epoch"]
+        self.position = state["position"]
+        self.next_sample_index = state["next_sample_index"]
+        self.next_group_index = state["next_group_index"]
+        self.given_back = deque(group_from_state(group) for group in state["given_back"])

@@ -1,0 +1,31 @@
+"""Prompt text to token ids: the model's tokenizer when there is a model, else the char tokenizer."""
+
+from __future__ import annotations
+
+from plasmid.tiny import BOS_ID, DIGITS_ALPHABET, SPECIAL_TOKENS
+
+#: character -> id in :func:`plasmid.tiny.char_tokenizer` (its ids follow the special tokens).
+CHAR_IDS = {char: len(SPECIAL_TOKENS) + position for position, char in enumerate(DIGITS_ALPHABET)}
+
+
+def char_token_ids(prompt: str) -> list[int]:
+    """``[<bos>] + one id per character``: what ``plasmid.tiny.char_tokenizer()(prompt)`` gives,
+    computed directly (no tokenizer object, no transformers import)."""
+    return [BOS_ID] + [CHAR_IDS[char] for char in prompt]
+
+
+class PromptEncoder:
+    """Encodes task prompts with the tokenizer of ``model`` (a local Hugging Face model
+    directory), or with :func:`char_token_ids` when ``model`` is ``None``."""
+
+    def __init__(self, model: str | None) -> None:
+        self._tokenizer = None
+        if model is not None:
+            from plasmid.hf import load_tokenizer
+
+            self._tokenizer = load_tokenizer(str(model))
+
+    def __call__(self, prompt: str) -> list[int]:
+        if self._tokenizer is None:
+            return char_token_ids(prompt)
+        return list(self._tokenizer(prompt)["input_ids"])

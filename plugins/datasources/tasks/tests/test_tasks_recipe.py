@@ -1,0 +1,87 @@
+"""The quickstart recipe and the prompt encoding it implies."""
+
+import json
+
+import pytest
+from plasmid_tasks import plugin
+from plasmid_tasks.encoding import char_token_ids
+from plasmid_tasks.tasks import TASK_NAMES, make_task
+
+from plasmid.errors import UsageError
+from plasmid.hf import load_tokenizer
+from plasmid.testing import build, make_config
+from plasmid.tiny import char_tokenizer
+
+
+def quickstart_config(tmp_path, **options):
+    """What ``plasmid train`` configures when it chose ``--datasource tasks``."""
+    return make_config(plugin, run_dir=tmp_path / "run", datasource="tasks", **options)
+
+
+def test_recipe_builds_the_tiny_model_and_fills_lr_and_answer_length(tmp_path):
+    config = quickstart_config(tmp_path, task="reverse", task_length=4)
+    model_dir = tmp_path / "run" / "model"
+    assert config.option.model == str(model_dir)
+    assert config.option.lr == 5e-4
+    assert config.option.max_new_tokens == 4
+    shape = json.loads((model_dir / "config.json").read_text())
+    assert shape["model_type"] == "qwen2"
+    assert (shape["hidden_size"], shape["num_hidden_layers"], shape["num_attention_heads"]) == (64, 2, 4)
+    assert (shape["intermediate_size"], shape["max_position_embeddings"]) == (256, 64)
+    assert shape["tie_word_embeddings"] is True
+
+
+def test_recipe_builds_the_architecture_asked_for(tmp_path):
+    config = quickstart_config(tmp_path, task_arch="llama")
+    assert json.loads((tmp_path / "run" / "model" / "config.json").read_text())["model_type"] == "llama"
+    assert config.option.max_new_tokens == 1
+
+
+def test_a_resumed_run_keeps_its_model(tmp_path):
+    quickstart_config(tmp_path)
+    weights = tmp_path / "run" / "model" / "model.safetensors"
+    before = weights.read_bytes()
+    config = quickstart_config(tmp_path, seed=7)  # a rebuild with another seed would change the weights
+    assert config.option.model == str(tmp_path / "run" / "model")
+    assert weights.read_bytes() == before
+
+
+def test_recipe_keeps_what_the_user_set(tmp_path):
+    own_model = quickstart_config(tmp_path / "first").option.model
+    config = quickstart_config(tmp_path, model=own_model, max_new_tokens=9)
+    assert config.option.model == own_model
+    assert config.option.max_new_tokens == 9
+    assert config.option.lr == 1e-6, "an own model gets the kernel's generic lr, not the tiny model's"
+    assert not (tmp_path / "run" / "model").exists()
+    assert quickstart_config(tmp_path / "lr", lr=1e-3).option.lr == 1e-3
+
+
+def test_recipe_does_nothing_when_another_source_is_chosen(tmp_path):
+    config = make_config(plugin, run_dir=tmp_path / "run", datasource="jsonl")
+    assert config.option.model is None
+    assert not (tmp_path / "run").exists()
+
+
+def test_recipe_rejects_tasks_too_long_for_the_tiny_model(tmp_path):
+    with pytest.raises(UsageError, match=r"reverse\(length=40\) needs 83 positions"):
+        quickstart_config(tmp_path, task="reverse", task_length=40)
+    with pytest.raises(UsageError, match="--task-eval-size"):
+        quickstart_config(tmp_path, task="digitsum", task_length=1)
+
+
+def test_recipe_samples_carry_the_tiny_models_token_ids(tmp_path):
+    config = quickstart_config(tmp_path, n_samples_per_prompt=2)
+    sample = build("datasource", "tasks", plugin, config=config).get_groups(1)[0].samples[0]
+    tokenizer = load_tokenizer(config.option.model)
+    assert sample.tokens == tokenizer(sample.prompt)["input_ids"]
+    assert tokenizer.decode(char_token_ids(sample.label), skip_special_tokens=True) == sample.label
+
+
+@pytest.mark.parametrize("name", TASK_NAMES)
+def test_direct_char_encoding_equals_the_char_tokenizer(name):
+    tokenizer = char_tokenizer()
+    task = make_task(name, length=4, digits=3)
+    for item in (0, 7, task.domain_size // 2, task.domain_size - 1):
+        prompt, label = task.example(item)
+        assert char_token_ids(prompt) == tokenizer(prompt)["input_ids"]
+        assert char_token_ids(label) == tokenizer(label)["input_ids"]

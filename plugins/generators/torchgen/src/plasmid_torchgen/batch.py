@@ -1,0 +1,139 @@
+"""The requests being decoded together, and the state they share between decoding steps.
+
+A :class:`DecodeBatch` is left-padded: row ``i`` of the KV cache and of the attention mask
+ends with the same column for every row, and each row's pending input token has its own
+position (``next_positions``), so rows of different lengths decode in one forward pass. Rows
+leave when they finish; another batch's rows join by left-padding (see :mod:`.kv_cache`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import torch
+
+from plasmid.types import GenerationOutput, SamplingParams, Status
+from plasmid_torchgen import kv_cache
+from plasmid_torchgen.sampling import SamplingBatch
+
+
+@dataclass(eq=False)
+class Request:
+    """One ``generate`` call: its prompt and parameters in, its response accumulating.
+
+    ``future`` belongs to the event loop that called ``generate``; the engine resolves it there.
+    ``token_ids``/``logprobs`` grow on the engine's worker thread, one entry per decoding step.
+    """
+
+    prompt_ids: list[int]
+    params: SamplingParams
+    future: asyncio.Future
+    generator: torch.Generator | None = None
+    stop_token_ids: frozenset[int] = frozenset()
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    status: Status = Status.PENDING
+
+    @classmethod
+    def create(cls, prompt_ids: list[int], params: SamplingParams, future: asyncio.Future) -> Request:
+        generator = None if params.seed is None else torch.Generator().manual_seed(params.seed)
+        return cls(list(prompt_ids), params, future, generator, frozenset(params.stop_token_ids))
+
+    @property
+    def abandoned(self) -> bool:
+        """The caller stopped waiting (its task was cancelled): nothing to decode it for."""
+        return self.future.done()
+
+    def finish(self) -> None:
+        """Set the final status of a response that ended (a stop token, or ``max_new_tokens``)."""
+        self.status = Status.COMPLETED if self.token_ids[-1] in self.stop_token_ids else Status.TRUNCATED
+
+    def output(self, weight_version: int) -> GenerationOutput:
+        return GenerationOutput(list(self.token_ids), list(self.logprobs), self.status, weight_version)
+
+
+class DecodeBatch:
+    """Rows that decode together.
+
+    :ivar requests: one per row, in row order.
+    :ivar cache: the rows' KV cache (``columns`` cached positions).
+    :ivar attention_mask: ``[rows, columns]`` int64, 1 on cached real tokens, 0 on left padding.
+    :ivar next_tokens: ``[rows, 1]`` int64, each row's sampled token not yet fed to the model.
+    :ivar next_positions: ``[rows, 1]`` int64, the position ids of ``next_tokens``.
+    :ivar sampling: the rows' sampling settings.
+    """
+
+    def __init__(self, requests: list[Request], cache: kv_cache.DynamicCache, attention_mask: torch.Tensor,
+                 next_tokens: torch.Tensor, next_positions: torch.Tensor) -> None:
+        self.requests = requests
+        self.cache = cache
+        self.attention_mask = attention_mask
+        self.next_tokens = next_tokens
+        self.next_positions = next_positions
+        self.sampling = SamplingBatch([r.params for r in requests], [r.generator for r in requests])
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    @property
+    def can_join(self) -> bool:
+        """Whether other rows can be joined into this batch (see :func:`kv_cache.supports_surgery`)."""
+        return kv_cache.supports_surgery(self.cache)
+
+    def record(self, tokens: torch.Tensor, logprobs: torch.Tensor) -> list[Request]:
+        """Append each row's sampled token (``[rows]``); drop and return the rows that finished."""
+        finished_rows = []
+        # The hot loop of the engine (rows x steps): plain list work, no per-row method calls.
+        for row, (request, token_id, logprob) in enumerate(zip(self.requests, tokens.tolist(), logprobs.tolist())):
+            request.token_ids.append(token_id)
+            request.logprobs.append(logprob)
+            if token_id in request.stop_token_ids or len(request.token_ids) >= request.params.max_new_tokens:
+                finished_rows.append(row)
+        self.next_tokens = tokens.unsqueeze(1)
+        finished = [self.requests[row] for row in finished_rows]
+        for request in finished:
+            request.finish()
+        if finished:
+            gone = set(finished_rows)
+            self.retain([row for row in range(len(self)) if row not in gone])
+        return finished
+
+    def drop_abandoned(self) -> None:
+        """Remove rows whose caller stopped waiting."""
+        if any(request.abandoned for request in self.requests):
+            self.retain([row for row, request in enumerate(self.requests) if not request.abandoned])
+
+    def retain(self, rows: list[int]) -> None:
+        """Keep only ``rows`` (indices, ascending); cut columns that became padding everywhere."""
+        if len(rows) == len(self):
+            return
+        self.requests = [self.requests[row] for row in rows]
+        if not rows:
+            return
+        index = torch.tensor(rows, dtype=torch.int64)
+        kv_cache.select_rows(self.cache, index)
+        self.attention_mask = self.attention_mask[index]
+        self.next_tokens = self.next_tokens[index]
+        self.next_positions = self.next_positions[index]
+        self.sampling = SamplingBatch([r.params for r in self.requests], [r.generator for r in self.requests])
+        if self.can_join:
+            padding_everywhere = int(self.attention_mask.any(0).int().argmax())
+            if padding_everywhere:
+                kv_cache.drop_leading_columns(self.cache, padding_everywhere)
+                self.attention_mask = self.attention_mask[:, padding_everywhere:]
+
+    def join(self, other: DecodeBatch) -> None:
+        """Append ``other``'s rows (``other`` is consumed). Requires :attr:`can_join`."""
+        first_pad, second_pad = kv_cache.padding_to_join(self.cache, other.cache)
+        kv_cache.join_rows(self.cache, other.cache)
+        self.attention_mask = torch.cat([_pad_left(self.attention_mask, first_pad),
+                                         _pad_left(other.attention_mask, second_pad)])
+        self.next_tokens = torch.cat([self.next_tokens, other.next_tokens])
+        self.next_positions = torch.cat([self.next_positions, other.next_positions])
+        self.requests = self.requests + other.requests
+        self.sampling = SamplingBatch([r.params for r in self.requests], [r.generator for r in self.requests])
+
+
+def _pad_left(mask: torch.Tensor, columns: int) -> torch.Tensor:
+    return torch.nn.functional.pad(mask, (columns, 0)) if columns else mask

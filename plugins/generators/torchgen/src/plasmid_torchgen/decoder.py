@@ -1,0 +1,113 @@
+"""The forward passes of the engine: prefill, one decoding step, and scoring.
+
+Everything here runs on the engine's single worker thread (see :mod:`.engine`), under
+``torch.inference_mode``; nothing here knows about asyncio beyond carrying requests.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from typing import Any
+
+import torch
+
+from plasmid.ops import logprobs_from_logits
+from plasmid_torchgen import kv_cache
+from plasmid_torchgen.batch import DecodeBatch, Request
+from plasmid_torchgen.sampling import sample_tokens
+from plasmid_torchgen.stats import EngineStats
+
+
+class Decoder:
+    """Runs a Hugging Face causal LM over :class:`DecodeBatch` es.
+
+    :param model: a causal LM in eval mode (its ``forward`` takes ``input_ids``, a 2-D
+        ``attention_mask``, ``position_ids`` and a KV cache).
+    :param shared_generator: noise of sampled rows without a seed.
+    :param stats: counters updated as forward passes run.
+    """
+
+    def __init__(self, model: Any, shared_generator: torch.Generator, stats: EngineStats) -> None:
+        self.model = model
+        self.shared_generator = shared_generator
+        self.stats = stats
+        self.pad_token_id = 0
+        parameters = inspect.signature(model.forward).parameters
+        # transformers renamed ``past_key_values`` to ``cache``; pass whichever this version takes.
+        self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
+        self._last_logits_only = {"logits_to_keep": 1} if "logits_to_keep" in parameters else {}
+
+    def step(self, batch: DecodeBatch | None, admitted: list[Request],
+             drop_abandoned: bool = False) -> tuple[DecodeBatch | None, list[Request]]:
+        """One decoding step of ``batch``, then the prefill of ``admitted`` joined into it.
+
+        ``drop_abandoned``: first remove rows whose caller stopped waiting (the engine says
+        when some did, so that the common step does not look at every row).
+
+        :returns: the batch still decoding (``None`` when empty) and the requests that finished.
+        """
+        started = time.perf_counter()
+        finished: list[Request] = []
+        with torch.inference_mode():
+            if batch is not None:
+                if drop_abandoned:
+                    batch.drop_abandoned()
+                batch, done = self.decode(batch)
+                finished += done
+            if admitted:
+                newcomers, done = self.prefill(admitted)
+                finished += done
+                if batch is None:
+                    batch = newcomers
+                elif newcomers is not None:
+                    batch.join(newcomers)
+        self.stats.busy_seconds += time.perf_counter() - started
+        return batch, finished
+
+    def prefill(self, requests: list[Request]) -> tuple[DecodeBatch | None, list[Request]]:
+        """Run the prompts (left-padded to the longest) and sample each first token."""
+        width = max(len(r.prompt_ids) for r in requests)
+        input_ids = torch.tensor([[self.pad_token_id] * (width - len(r.prompt_ids)) + r.prompt_ids for r in requests])
+        attention_mask = torch.tensor([[0] * (width - len(r.prompt_ids)) + [1] * len(r.prompt_ids) for r in requests])
+        positions = (attention_mask.cumsum(1) - 1).clamp(min=0)
+        cache = kv_cache.new_cache(self.model.config)
+        logits = self._forward(input_ids, attention_mask, positions, cache)
+        batch = DecodeBatch(requests, cache, attention_mask, next_tokens=input_ids[:, -1:],
+                            next_positions=attention_mask.sum(1, keepdim=True))
+        self.stats.batches += 1
+        self.stats.prompt_tokens += int(attention_mask.sum())
+        return self._sample(batch, logits)
+
+    def decode(self, batch: DecodeBatch) -> tuple[DecodeBatch | None, list[Request]]:
+        """Feed each row's pending token and sample the next one."""
+        if not len(batch):
+            return None, []
+        attention_mask = torch.cat([batch.attention_mask, torch.ones((len(batch), 1), dtype=torch.int64)], 1)
+        logits = self._forward(batch.next_tokens, attention_mask, batch.next_positions, batch.cache)
+        batch.attention_mask = attention_mask
+        batch.next_positions = batch.next_positions + 1
+        self.stats.decode_steps += 1
+        return self._sample(batch, logits)
+
+    def score(self, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
+        """Log-probs of ``token_ids[prompt_length:]`` from one forward pass without a cache."""
+        with torch.inference_mode():
+            input_ids = torch.tensor([token_ids])
+            logits = self.model(input_ids=input_ids, use_cache=False).logits[0, prompt_length - 1:-1]
+            return logprobs_from_logits(logits, input_ids[0, prompt_length:], temperature).tolist()
+
+    def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor,
+                 cache: kv_cache.DynamicCache) -> torch.Tensor:
+        """``[rows, vocab]`` logits of the last input column; appends the inputs to ``cache``."""
+        output = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
+                            use_cache=True, **{self._cache_argument: cache}, **self._last_logits_only)
+        self.stats.forward_rows += len(input_ids)
+        self.stats.max_batch_size = max(self.stats.max_batch_size, len(input_ids))
+        return output.logits[:, -1]
+
+    def _sample(self, batch: DecodeBatch, logits: torch.Tensor) -> tuple[DecodeBatch | None, list[Request]]:
+        tokens, logprobs = sample_tokens(logits, batch.sampling, self.shared_generator)
+        self.stats.generated_tokens += len(batch)
+        finished = batch.record(tokens, logprobs)
+        return (batch if len(batch) else None), finished

@@ -1,0 +1,279 @@
+"""``TorchEngine``: the embedded rollout engine (a :class:`plasmid.protocols.RolloutEngine`).
+
+How a request flows: ``generate`` puts it in a waiting queue and awaits its future. One batcher
+task per event loop (started by the first ``generate``) repeats *steps*: it admits every waiting
+request (up to ``--torchgen-max-batch-size`` rows in all), and on the engine's single worker
+thread runs one decoding step of the running batch followed by the prefill of the admitted
+requests, which then join the running batch (continuous batching: a request waits at most one
+step, never for the batch to drain). Requests that finished in the step are answered at once.
+
+Concurrency: every torch call (decoding, scoring, weight copies and reads) runs on that one
+worker thread, so a weight update never overlaps a decoding step, and the event loop stays free
+for other coroutines (rewards, the driver) while the model computes. An ``asyncio.Lock`` held
+for each step orders steps with ``abort_all`` and ``update_weights``, which therefore wait at
+most one step. Weights updated while requests are in flight apply from the next step; those
+requests keep the KV cache computed so far and report the version current when they finish.
+
+The engine serves one event loop at a time; when called from a new loop (each ``asyncio.run``
+makes one) it starts over there, dropping requests of the old loop, which can no longer be
+answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import torch
+
+from plasmid.errors import ProviderError, UsageError
+from plasmid.hf import load_causal_lm
+from plasmid.types import GenerationOutput, SamplingParams, Status
+from plasmid_torchgen.batch import DecodeBatch, Request
+from plasmid_torchgen.decoder import Decoder
+from plasmid_torchgen.stats import EngineStats
+from plasmid_torchgen.weights import WeightTable
+
+NamedTensor = tuple[str, Any]
+
+
+class TorchEngine:
+    """Samples from a local Hugging Face causal LM, in float32 on the CPU.
+
+    Built by the kernel as ``TorchEngine(config)``; reads ``--model`` (the model directory),
+    ``--seed`` (the generator of requests without a seed) and ``--torchgen-max-batch-size``.
+    """
+
+    def __init__(self, config: Any) -> None:
+        model_path = config.getoption("model")
+        if not model_path:
+            raise UsageError("engine 'torchgen' (plugin plasmid-torchgen) needs --model DIR: a local Hugging Face "
+                             "causal-LM directory (the quickstart datasource sets one)")
+        self.model_path = str(model_path)
+        self.model = load_causal_lm(self.model_path, dtype="float32")
+        self.model.requires_grad_(False)
+        self.vocab_size: int = self.model.get_input_embeddings().num_embeddings
+        self.max_batch_size = int(config.getoption("torchgen_max_batch_size", 1024))
+        self._stats = EngineStats()
+        shared_generator = torch.Generator().manual_seed(int(config.getoption("seed", 0) or 0))
+        self._decoder = Decoder(self.model, shared_generator, self._stats)
+        self._weights = WeightTable(self.model, self.model_path)
+        self._weight_version = 0
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torchgen")
+        self._closed = False
+        # Per-event-loop state, (re)made by _bind().
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = asyncio.Lock()
+        self._wakeup = asyncio.Event()
+        self._waiting: deque[Request] = deque()
+        self._batch: DecodeBatch | None = None
+        self._batcher: asyncio.Task | None = None
+        self._abandoned = False
+
+    # ----------------------------------------------------------------------------------------
+    # RolloutEngine
+    # ----------------------------------------------------------------------------------------
+
+    @property
+    def weight_version(self) -> int:
+        return self._weight_version
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerationOutput:
+        """Sample one response; concurrent calls are decoded together (see the module docs).
+
+        :raises ValueError: an empty prompt or a token id outside the vocabulary.
+        :raises ProviderError: the forward pass failed (every request in that step gets it).
+        """
+        self._check_open("generate")
+        self._check_tokens(prompt_ids, "prompt_ids")
+        if not prompt_ids:
+            raise ValueError("torchgen generate: prompt_ids is empty; a response needs at least one prompt token "
+                             "(tokenizers of plasmid models prepend <bos>)")
+        loop = self._bind()
+        request = Request.create(prompt_ids, params, loop.create_future())
+        self._waiting.append(request)
+        self._wakeup.set()
+        if self._batcher is None or self._batcher.done():
+            self._batcher = loop.create_task(self._serve(), name="torchgen-batcher")
+        try:
+            return await request.future
+        except asyncio.CancelledError:
+            self._abandoned = True  # the batcher drops the row before its next step
+            raise
+
+    async def score(self, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
+        """Log-probs of ``token_ids[prompt_length:]`` at ``temperature`` (0 counts as 1, as in
+        :func:`plasmid.ops.logprobs_from_logits`), from one forward pass without a cache; equal
+        to what ``generate`` reported for those tokens up to float rounding (~1e-6)."""
+        self._check_open("score")
+        self._check_tokens(token_ids, "token_ids")
+        if not 1 <= prompt_length <= len(token_ids):
+            raise ValueError(f"torchgen score: prompt_length must be in [1, {len(token_ids)}] (the number of "
+                             f"tokens), got {prompt_length}")
+        if prompt_length == len(token_ids):
+            return []
+        loop = self._bind()
+        return await loop.run_in_executor(self._worker, self._decoder.score, list(token_ids), prompt_length,
+                                          temperature)
+
+    async def abort_all(self) -> int:
+        """Answer every waiting and running request now with ``Status.ABORTED`` and the tokens
+        it has so far (none for waiting ones); waits for the current step (one forward pass)."""
+        self._bind()
+        async with self._lock:
+            requests = [*self._waiting, *(self._batch.requests if self._batch else [])]
+            self._waiting.clear()
+            self._batch = None
+            aborted = 0
+            for request in requests:
+                if request.future.done():
+                    continue
+                request.status = Status.ABORTED
+                request.future.set_result(request.output(self._weight_version))
+                aborted += 1
+            self._stats.requests += aborted
+            self._stats.aborted += aborted
+        return aborted
+
+    async def update_weights(self, named_tensors: Iterable[NamedTensor], weight_version: int) -> None:
+        """Copy ``(Hugging Face name, torch tensor or numpy array)`` pairs into the served model in
+        place (a subset is fine: one bucket) and set ``weight_version``.
+
+        With tied embeddings, ``lm_head.weight`` and ``model.embed_tokens.weight`` are one tensor;
+        either name updates it. Names and shapes are all checked before anything is written.
+
+        :raises ValueError: a name the model does not have (the message names it), or a shape
+            that differs from the served tensor's.
+        """
+        self._check_open("update_weights")
+        loop = self._bind()
+        async with self._lock:
+            await loop.run_in_executor(self._worker, self._weights.load, named_tensors)
+            self._weight_version = weight_version
+
+    async def get_weights(self, names: Sequence[str]) -> dict[str, Any]:
+        """Copies of the named served tensors as float32 numpy arrays (for bit-for-bit checks)."""
+        self._check_open("get_weights")
+        loop = self._bind()
+        return await loop.run_in_executor(self._worker, self._weights.read, list(names))
+
+    async def flush_cache(self) -> None:
+        """Nothing to flush: there is no prefix cache. A KV cache lives only as long as the
+        requests that computed it, so no cached prefix outlives a weight update."""
+
+    async def release_memory(self) -> None:
+        """Nothing to release: the engine runs on the CPU, in the host memory the trainer also
+        uses; moving the weights elsewhere and back would only add copies."""
+
+    async def resume_memory(self) -> None:
+        """Nothing to resume (see :meth:`release_memory`)."""
+
+    async def shutdown(self) -> None:
+        """Abort every request, stop the batcher and the worker thread; later calls raise."""
+        if self._closed:
+            return
+        self._closed = True
+        await self.abort_all()
+        if self._batcher is not None:
+            self._batcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._batcher
+            self._batcher = None
+        self._worker.shutdown(wait=False, cancel_futures=True)
+
+    # ----------------------------------------------------------------------------------------
+    # Metrics
+    # ----------------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, float]:
+        """Cumulative counters since the engine was built (see
+        :class:`plasmid_torchgen.stats.EngineStats`): ``requests``, ``aborted``,
+        ``prompt_tokens``, ``generated_tokens``, ``batches`` (prefill passes), ``decode_steps``,
+        ``forward_rows``, ``max_batch_size``, ``busy_seconds``, and the derived
+        ``mean_batch_size`` (rows per forward pass) and ``tokens_per_second`` (generated tokens
+        per busy second). Diff two readings for one rollout step."""
+        return self._stats.as_dict()
+
+    # ----------------------------------------------------------------------------------------
+    # The batcher
+    # ----------------------------------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        """Step the running batch, admitting waiting requests, until cancelled (``shutdown``)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            if self._batch is None and not self._waiting:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                await asyncio.sleep(0)  # requests submitted in the same tick join this batch
+            async with self._lock:
+                admitted = self._admit()
+                if self._batch is None and not admitted:
+                    continue
+                in_step = [*(self._batch.requests if self._batch else []), *admitted]
+                drop_abandoned, self._abandoned = self._abandoned, False
+                try:
+                    self._batch, finished = await loop.run_in_executor(self._worker, self._decoder.step,
+                                                                       self._batch, admitted, drop_abandoned)
+                except Exception as error:  # noqa: BLE001 - answered to every caller in the step
+                    self._batch = None
+                    self._fail(in_step, error)
+                    continue
+                self._answer(finished)
+
+    def _admit(self) -> list[Request]:
+        """Take waiting requests (dropping abandoned ones) while the batch has room."""
+        if self._batch is not None and not self._batch.can_join:
+            return []
+        room = self.max_batch_size - (len(self._batch) if self._batch else 0)
+        admitted: list[Request] = []
+        while self._waiting and len(admitted) < room:
+            request = self._waiting.popleft()
+            if not request.abandoned:
+                admitted.append(request)
+        return admitted
+
+    def _answer(self, finished: list[Request]) -> None:
+        self._stats.requests += len(finished)
+        for request in finished:
+            if not request.future.done():
+                request.future.set_result(request.output(self._weight_version))
+
+    def _fail(self, requests: list[Request], error: Exception) -> None:
+        for request in requests:
+            if not request.future.done():
+                failure = ProviderError(f"engine 'torchgen' failed decoding with the model at {self.model_path}: "
+                                        f"{type(error).__name__}: {error}", provider="torchgen",
+                                        plugin="plasmid-torchgen")
+                failure.__cause__ = error
+                request.future.set_exception(failure)
+
+    # ----------------------------------------------------------------------------------------
+    # Helpers
+    # ----------------------------------------------------------------------------------------
+
+    def _bind(self) -> asyncio.AbstractEventLoop:
+        """The running event loop; on a new one, fresh per-loop state (see the module docs)."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._loop = loop
+            self._lock = asyncio.Lock()
+            self._wakeup = asyncio.Event()
+            self._waiting = deque()
+            self._batch = None
+            self._batcher = None
+        return loop
+
+    def _check_open(self, method: str) -> None:
+        if self._closed:
+            raise RuntimeError(f"torchgen {method}: the engine was shut down; build a new one")
+
+    def _check_tokens(self, token_ids: Sequence[int], argument: str) -> None:
+        if token_ids and (min(token_ids) < 0 or max(token_ids) >= self.vocab_size):
+            bad = next(t for t in token_ids if not 0 <= t < self.vocab_size)
+            raise ValueError(f"torchgen: {argument} holds token id {bad}, outside the vocabulary of the model at "
+                             f"{self.model_path} (ids 0..{self.vocab_size - 1}); was it tokenized for another model?")

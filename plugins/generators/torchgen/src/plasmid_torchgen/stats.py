@@ -1,0 +1,44 @@
+"""Counters of what the engine did since it was built (read with ``TorchEngine.stats()``)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass
+class EngineStats:
+    """Cumulative counters; a rollout driver diffs two readings to get one step's numbers.
+
+    Written by the engine's worker thread and event loop, read from anywhere (plain numbers).
+
+    :ivar requests: requests answered, whatever their status.
+    :ivar aborted: of those, answered ``ABORTED``.
+    :ivar prompt_tokens: prompt tokens prefilled (padding excluded).
+    :ivar generated_tokens: response tokens sampled.
+    :ivar batches: prefill passes: groups of requests admitted together (one per wave of
+        concurrent ``generate`` calls; a group joins the running batch, if any).
+    :ivar decode_steps: forward passes that extended every running row by one token.
+    :ivar forward_rows: rows summed over all forward passes (prefills and decode steps).
+    :ivar max_batch_size: most rows in one forward pass.
+    :ivar busy_seconds: wall-clock seconds spent in forward passes and sampling.
+    """
+
+    requests: int = 0
+    aborted: int = 0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    batches: int = 0
+    decode_steps: int = 0
+    forward_rows: int = 0
+    max_batch_size: int = 0
+    busy_seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        """The counters plus derived rates: ``mean_batch_size`` (rows per forward pass) and
+        ``tokens_per_second`` (generated tokens per busy second)."""
+        forwards = self.batches + self.decode_steps
+        return {
+            **asdict(self),
+            "mean_batch_size": self.forward_rows / forwards if forwards else 0.0,
+            "tokens_per_second": self.generated_tokens / self.busy_seconds if self.busy_seconds else 0.0,
+        }

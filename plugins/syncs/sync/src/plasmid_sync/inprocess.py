@@ -1,0 +1,44 @@
+"""``inprocess``: trainer and engines share a process; tensors are handed over, not serialised."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from plasmid.types import SyncReport
+
+
+def tensor_bytes(tensor: Any) -> int:
+    """Bytes of a ``torch.Tensor``'s or ``numpy.ndarray``'s data."""
+    if hasattr(tensor, "element_size"):
+        return int(tensor.numel() * tensor.element_size())
+    return int(tensor.nbytes)
+
+
+class InProcessSync:
+    """The ``inprocess`` weight sync; built by the kernel as ``InProcessSync(config)``.
+
+    For each bucket of ``trainer.export_weights(--update-weight-buffer-size)`` it awaits
+    ``update_weights`` on every engine concurrently, then flushes every engine's cache. Buckets are
+    made one at a time, so the extra memory is about one bucket, not a copy of the model.
+
+    Every bucket is sent with the new ``weight_version`` (engines set it on each update), so
+    a response that finishes while the buckets are still arriving reports the new version:
+    the caller should not generate during a sync when it needs exact versions.
+    """
+
+    def __init__(self, config: Any) -> None:
+        self.bucket_bytes: int = config.option.update_weight_buffer_size
+
+    async def sync(self, trainer: Any, engines: Sequence[Any], weight_version: int) -> SyncReport:
+        started = time.perf_counter()
+        moved, buckets = 0, 0
+        for bucket in trainer.export_weights(self.bucket_bytes):
+            await asyncio.gather(*(engine.update_weights(bucket, weight_version) for engine in engines))
+            moved += sum(tensor_bytes(tensor) for _, tensor in bucket)
+            buckets += 1
+        await asyncio.gather(*(engine.flush_cache() for engine in engines))
+        return SyncReport(bytes=moved, seconds=time.perf_counter() - started, weight_version=weight_version,
+                          buckets=buckets)

@@ -1,0 +1,122 @@
+"""Samples to padded tensors, and a model's log-probs of the response tokens.
+
+Sequences are right-padded, so every real token keeps the position it had when the engine
+generated it (positions ``0 .. len - 1``) and the log-probs equal the engine's to float rounding.
+Response tensors are ``[B, T]`` with ``T`` the longest response; position ``t`` of sample ``i``
+is its ``t``-th response token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from plasmid import ops
+from plasmid.types import Sample
+
+
+@dataclass
+class PaddedBatch:
+    """Token ids and response masks of ``B`` samples.
+
+    :ivar input_ids: ``[B, L]`` int64 prompt + response ids, right-padded with the pad id.
+    :ivar attention_mask: ``[B, L]`` int64, 1 on real tokens.
+    :ivar prompt_lengths: ``[B]`` int64.
+    :ivar response_lengths: ``[B]`` int64.
+    :ivar response_mask: ``[B, T]`` float32 each sample's ``loss_mask`` (all ones when unset),
+        0 beyond its response.
+    :ivar in_response: ``[B, T]`` bool, ``t < response_length``.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    prompt_lengths: torch.Tensor
+    response_lengths: torch.Tensor
+    response_mask: torch.Tensor
+    in_response: torch.Tensor
+
+    @property
+    def size(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def rows(self, index: torch.Tensor) -> PaddedBatch:
+        """The samples ``index`` (``[b]`` int64), with padding columns none of them uses trimmed;
+        the response width ``T`` is kept so that results line up with the whole batch."""
+        lengths = self.prompt_lengths[index] + self.response_lengths[index]
+        width = int(lengths.max())
+        return PaddedBatch(self.input_ids[index, :width], self.attention_mask[index, :width],
+                           self.prompt_lengths[index], self.response_lengths[index],
+                           self.response_mask[index], self.in_response[index])
+
+
+def pad_samples(samples: Sequence[Sample], pad_id: int) -> PaddedBatch:
+    """Pad ``samples`` into a :class:`PaddedBatch`; errors name the offending sample."""
+    for position, sample in enumerate(samples):
+        _check_sample(position, sample)
+    batch_size = len(samples)
+    longest = max(len(s.tokens) for s in samples)
+    width = max(s.response_length for s in samples)
+    input_ids = torch.full((batch_size, longest), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((batch_size, longest), dtype=torch.long)
+    response_mask = torch.zeros((batch_size, width), dtype=torch.float32)
+    for row, sample in enumerate(samples):
+        input_ids[row, : len(sample.tokens)] = torch.tensor(sample.tokens, dtype=torch.long)
+        attention_mask[row, : len(sample.tokens)] = 1
+        loss_mask = sample.loss_mask if sample.loss_mask is not None else [1] * sample.response_length
+        response_mask[row, : sample.response_length] = torch.tensor(loss_mask, dtype=torch.float32)
+    prompt_lengths = torch.tensor([s.prompt_length for s in samples], dtype=torch.long)
+    response_lengths = torch.tensor([s.response_length for s in samples], dtype=torch.long)
+    in_response = torch.arange(width).unsqueeze(0) < response_lengths.unsqueeze(1)
+    return PaddedBatch(input_ids, attention_mask, prompt_lengths, response_lengths, response_mask, in_response)
+
+
+def per_token_tensor(values: Sequence[Sequence[float]], width: int) -> torch.Tensor:
+    """Right-pad per-response-token lists (one per sample) with zeros into ``[B, width]`` float32."""
+    out = torch.zeros((len(values), width), dtype=torch.float32)
+    for row, row_values in enumerate(values):
+        out[row, : len(row_values)] = torch.tensor(list(row_values), dtype=torch.float32)
+    return out
+
+
+def response_logprobs(model: Any, batch: PaddedBatch, temperature: float, *,
+                      with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``model``'s log-probs (and entropy) of each response token at ``temperature``.
+
+    Runs under the caller's grad mode. Only the logits that predict response tokens are
+    normalised (``plasmid.ops``, as the engines do).
+
+    :returns: ``([B, T] float32 log-probs, [B, T] float32 entropy or None)``, zero beyond
+        each response.
+    """
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits   # [B, L, V]
+    length, width = batch.input_ids.shape[1], batch.in_response.shape[1]
+    # the logit at position p predicts the token at p + 1: response token t sits at prompt + t
+    predicting = (batch.prompt_lengths.unsqueeze(1) - 1 + torch.arange(width)).clamp(max=length - 2)
+    picked = logits.gather(1, predicting.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))      # [B, T, V]
+    targets = batch.input_ids.gather(1, predicting + 1)                                      # [B, T]
+    logprobs = ops.logprobs_from_logits(picked, targets, temperature)
+    zero = torch.zeros((), dtype=logprobs.dtype)
+    logprobs = torch.where(batch.in_response, logprobs, zero)
+    entropy = None
+    if with_entropy:
+        entropy = torch.where(batch.in_response, ops.entropy_from_logits(picked, temperature), zero)
+    return logprobs, entropy
+
+
+def _check_sample(position: int, sample: Sample) -> None:
+    where = f"sample {position} (index {sample.index}, group {sample.group_index})"
+    if sample.response_length < 1:
+        raise ValueError(f"{where} has no response tokens (response_length={sample.response_length}); "
+                         f"drop it before training")
+    if sample.prompt_length < 1:
+        raise ValueError(f"{where} has no prompt token before its response (tokens={len(sample.tokens)}, "
+                         f"response_length={sample.response_length}): the first response token needs a prefix")
+    if sample.loss_mask is not None and len(sample.loss_mask) != sample.response_length:
+        raise ValueError(f"{where}: loss_mask has {len(sample.loss_mask)} entries for "
+                         f"{sample.response_length} response tokens")
+    if sample.rollout_logprobs is not None and len(sample.rollout_logprobs) != sample.response_length:
+        raise ValueError(f"{where}: rollout_logprobs has {len(sample.rollout_logprobs)} entries for "
+                         f"{sample.response_length} response tokens")

@@ -1,0 +1,58 @@
+"""The learning-rate schedule: linear warmup, then constant, linear or cosine decay to ``--min-lr``.
+
+Counted in optimizer updates: a run makes ``--num-rollouts`` x :func:`updates_per_rollout` of them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+SCHEDULES = ("constant", "linear", "cosine")
+
+
+def learning_rate(update: int, *, lr: float, schedule: str, warmup_steps: int, total_steps: int,
+                  min_lr: float = 0.0) -> float:
+    """The learning rate of optimizer update ``update`` (0-based).
+
+    - warmup (``update < warmup_steps``): ``lr * (update + 1) / warmup_steps``, reaching ``lr``
+      at the last warmup update;
+    - then, with ``progress`` going from 0 to 1 over the remaining ``total_steps - warmup_steps``
+      updates: ``constant`` keeps ``lr``; ``linear`` goes ``lr -> min_lr``;
+      ``cosine`` is ``min_lr + (lr - min_lr) * (1 + cos(pi * progress)) / 2``. Past
+      ``total_steps`` it stays at ``min_lr`` (``lr`` for ``constant``).
+    """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"--lr-schedule {schedule!r}: choose one of {SCHEDULES}")
+    if update < warmup_steps:
+        return lr * (update + 1) / warmup_steps
+    if schedule == "constant":
+        return lr
+    progress = min(1.0, (update - warmup_steps) / max(1, total_steps - warmup_steps))
+    if schedule == "linear":
+        return min_lr + (lr - min_lr) * (1.0 - progress)
+    return min_lr + (lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def updates_per_rollout(option: Any) -> int:
+    """Optimizer updates per RL step: one per ``--global-batch-size`` samples of the step's
+    ``--prompts-per-step`` x ``--n-samples-per-prompt`` (one when the global batch size is unset)."""
+    if not option.global_batch_size:
+        return 1
+    samples = option.prompts_per_step * option.n_samples_per_prompt
+    return max(1, math.ceil(samples / option.global_batch_size))
+
+
+def lr_multiplier(option: Any) -> Callable[[int], float]:
+    """``update -> learning_rate(update) / --lr`` for ``torch.optim.lr_scheduler.LambdaLR``."""
+    base = option.lr
+    total = option.num_rollouts * updates_per_rollout(option)
+
+    def multiplier(update: int) -> float:
+        if base == 0:
+            return 0.0
+        return learning_rate(update, lr=base, schedule=option.lr_schedule, warmup_steps=option.lr_warmup_steps,
+                             total_steps=total, min_lr=option.min_lr) / base
+
+    return multiplier

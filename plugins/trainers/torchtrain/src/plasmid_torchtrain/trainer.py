@@ -1,0 +1,270 @@
+"""The torch trainer: a Hugging Face causal LM trained in float32 on CPU with the run's loss.
+
+Options read: ``--model`` (the policy, and the frozen reference when the loss needs one),
+``--temperature`` (log-probs are taken at the sampling temperature, as the engine reports them),
+the "training" group (``--lr``, ``--lr-schedule``, ``--lr-warmup-steps``, ``--min-lr``,
+``--weight-decay``, ``--adam-beta1/2``, ``--clip-grad``, ``--global-batch-size``,
+``--micro-batch-size``) and ``--num-rollouts`` (length of the LR schedule).
+
+The model stays in eval mode: dropout is off, so log-probs are deterministic and comparable
+with the engine's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import math
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from plasmid.errors import UsageError
+from plasmid.hf import load_causal_lm
+from plasmid.types import LossBatch, RolloutBatch, Sample
+from plasmid_torchtrain import batching, checkpoint, schedule, weights
+
+
+class TorchTrainer:
+    """The ``torchtrain`` trainer; built by the kernel as ``TorchTrainer(config, loss)``.
+
+    Implements :class:`plasmid.protocols.Trainer`. The async methods run their computation in
+    a worker thread, so an event loop shared with engines keeps serving while it trains.
+    """
+
+    def __init__(self, config: Any, loss: Any) -> None:
+        option = config.option
+        if not option.model:
+            raise UsageError("torchtrain: --model is not set; give a local Hugging Face model directory")
+        if getattr(loss, "needs_critic", False):
+            raise UsageError(f"torchtrain has no critic model but the loss {type(loss).__name__} needs one "
+                             f"(needs_critic); choose another --loss or --trainer")
+        self.config = config
+        self.loss = loss
+        self.model_dir = Path(option.model)
+        self.temperature: float = option.temperature
+        self.micro_batch_size: int = option.micro_batch_size
+        self.global_batch_size: int | None = option.global_batch_size
+        self.clip_grad: float = option.clip_grad
+        self.model = load_causal_lm(str(self.model_dir), "float32")
+        self.model.requires_grad_(True)
+        self.ref_model = None
+        if loss.needs_ref:
+            self.ref_model = copy.deepcopy(self.model).requires_grad_(False)
+        pad_id = self.model.config.pad_token_id
+        self.pad_id: int = pad_id if pad_id is not None else 0
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=option.lr,
+                                           betas=(option.adam_beta1, option.adam_beta2),
+                                           weight_decay=option.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule.lr_multiplier(option))
+        #: train_step calls completed (RL steps trained on).
+        self.steps = 0
+        #: optimizer updates made.
+        self.updates = 0
+
+    # ---------------------------------------------------------------------------------------------
+    # Trainer protocol
+    # ---------------------------------------------------------------------------------------------
+
+    async def logprobs(self, samples: list[Sample], temperature: float) -> list[list[float]]:
+        """Log-probs of each sample's response tokens (``[response_length]`` each) under the
+        current policy at ``temperature``; masked tokens included."""
+        return await asyncio.to_thread(self.compute_logprobs, samples, temperature)
+
+    async def train_step(self, batch: RolloutBatch) -> dict[str, float]:
+        """One RL step on ``batch``: old/ref log-probs, advantages, then one optimizer update per
+        ``--global-batch-size`` samples (default: one for the whole batch), each accumulated over
+        micro-batches of ``--micro-batch-size`` samples. Metrics are ``train/...`` floats."""
+        return await asyncio.to_thread(self.run_train_step, batch)
+
+    def export_weights(self, bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+        """The policy's weights in Hugging Face names (each tensor once; a tied ``lm_head`` is
+        not repeated), in buckets of at most ``bucket_bytes`` bytes of copied CPU tensors."""
+        return weights.buckets(weights.hf_named_tensors(self.model), bucket_bytes)
+
+    async def save(self, path: str) -> None:
+        """Write checkpoint directory ``path`` (layout in :mod:`plasmid_torchtrain.checkpoint`)."""
+        await asyncio.to_thread(self.save_checkpoint, path)
+
+    async def load(self, path: str) -> None:
+        """Restore weights, optimizer, scheduler, RNG and counters from checkpoint ``path``, so
+        that training continues exactly as if it had not stopped."""
+        await asyncio.to_thread(self.load_checkpoint, path)
+
+    async def offload(self) -> None:
+        """Nothing to do: the model lives in CPU memory, which engines do not compete for."""
+
+    async def onload(self) -> None:
+        """Nothing to do (see :meth:`offload`)."""
+
+    # ---------------------------------------------------------------------------------------------
+    # synchronous implementations
+    # ---------------------------------------------------------------------------------------------
+
+    def compute_logprobs(self, samples: list[Sample], temperature: float) -> list[list[float]]:
+        if not samples:
+            return []
+        padded = batching.pad_samples(samples, self.pad_id)
+        values = self._no_grad_logprobs(self.model, padded, temperature)
+        return [values[row, : sample.response_length].tolist() for row, sample in enumerate(samples)]
+
+    def run_train_step(self, batch: RolloutBatch) -> dict[str, float]:
+        started = time.perf_counter()
+        samples = batch.samples
+        if not samples:
+            return {"train/samples": 0.0, "train/tokens": 0.0, "train/updates": 0.0,
+                    "train/seconds": time.perf_counter() - started}
+        padded = batching.pad_samples(samples, self.pad_id)
+        loss_batch, trainer_old = self._loss_batch(samples, padded)
+        loss_batch.advantages, loss_batch.returns = self.loss.advantages(loss_batch)
+
+        per_update: list[dict[str, float]] = []
+        for chunk in _chunks(len(samples), self.global_batch_size or len(samples)):
+            per_update.append(self._update(loss_batch, padded, chunk))
+        self.steps += 1
+
+        metrics = {f"train/{name}": sum(values) / len(values) for name, values in _transpose(per_update).items()}
+        metrics["train/lr"] = per_update[-1]["lr"]
+        metrics["train/skipped_updates"] = sum(update["skipped_updates"] for update in per_update)
+        mask = loss_batch.response_mask
+        trained = mask > 0
+        advantages = loss_batch.advantages[trained]
+        metrics["train/advantage_mean"] = float(advantages.mean()) if advantages.numel() else 0.0
+        metrics["train/advantage_std"] = float(advantages.std(unbiased=False)) if advantages.numel() else 0.0
+        if trainer_old is not None:
+            diff = _rollout_logprob_abs_diff(samples, trainer_old, mask)
+            if diff is not None:
+                metrics["train/rollout_logprob_abs_diff"] = diff
+        metrics["train/samples"] = float(len(samples))
+        metrics["train/tokens"] = float(mask.sum())
+        metrics["train/updates"] = float(len(per_update))
+        metrics["train/seconds"] = time.perf_counter() - started
+        return metrics
+
+    def save_checkpoint(self, path: str) -> None:
+        state = {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": checkpoint.rng_state(),
+            "steps": self.steps,
+            "updates": self.updates,
+        }
+        checkpoint.write(path, model=self.model, tokenizer_dir=self.model_dir, state=state)
+
+    def load_checkpoint(self, path: str) -> None:
+        saved = checkpoint.read_weights(path)
+        expected = dict(weights.hf_named_tensors(self.model))
+        missing, unexpected = sorted(set(expected) - set(saved)), sorted(set(saved) - set(expected))
+        if missing or unexpected:
+            raise ValueError(f"checkpoint {path} does not match --model {self.model_dir}: "
+                             f"missing {missing[:5]}, unexpected {unexpected[:5]}")
+        with torch.no_grad():
+            for name, tensor in expected.items():
+                tensor.copy_(saved[name])
+        state = checkpoint.read_state(path)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        checkpoint.set_rng_state(state["rng"])
+        self.steps = state["steps"]
+        self.updates = state["updates"]
+
+    # ---------------------------------------------------------------------------------------------
+
+    def _no_grad_logprobs(self, model: Any, padded: batching.PaddedBatch, temperature: float) -> torch.Tensor:
+        """``[B, T]`` log-probs without gradient, in micro-batches."""
+        parts = []
+        with torch.no_grad():
+            for rows in _chunks(padded.size, self.micro_batch_size):
+                values, _ = batching.response_logprobs(model, padded.rows(rows), temperature)
+                parts.append(values)
+        return torch.cat(parts)
+
+    def _loss_batch(self, samples: list[Sample], padded: batching.PaddedBatch) -> tuple[LossBatch, Any]:
+        """The step's :class:`LossBatch`, and the trainer's old log-probs (``None`` when the loss
+        does not need them and the rollout's are used instead)."""
+        width = padded.response_mask.shape[1]
+        for position, sample in enumerate(samples):
+            if sample.reward is None or not math.isfinite(sample.reward):
+                raise ValueError(f"sample {position} (index {sample.index}, group {sample.group_index}) has reward "
+                                 f"{sample.reward!r}: every sample must be scored with a finite reward before training")
+        have_rollout = all(s.rollout_logprobs is not None for s in samples)
+        rollout = batching.per_token_tensor([s.rollout_logprobs for s in samples], width) if have_rollout else None
+        trainer_old = None
+        if self.loss.needs_old_logprobs or rollout is None:
+            trainer_old = self._no_grad_logprobs(self.model, padded, self.temperature)
+        ref = None
+        if self.ref_model is not None:
+            ref = self._no_grad_logprobs(self.ref_model, padded, self.temperature)
+        batch = LossBatch(
+            rewards=torch.tensor([s.reward for s in samples], dtype=torch.float32),
+            group_index=torch.tensor([s.group_index for s in samples], dtype=torch.long),
+            response_mask=padded.response_mask,
+            old_logprobs=trainer_old if trainer_old is not None else rollout,
+            ref_logprobs=ref,
+            rollout_logprobs=rollout,
+            total_tokens=int(padded.response_mask.sum()),
+            total_samples=len(samples),
+        )
+        return batch, trainer_old
+
+    def _update(self, loss_batch: LossBatch, padded: batching.PaddedBatch, chunk: torch.Tensor) -> dict[str, float]:
+        """One optimizer update on the samples ``chunk``, normalised by the chunk's totals."""
+        step_batch = replace(loss_batch.select(chunk), total_tokens=int(loss_batch.response_mask[chunk].sum()),
+                             total_samples=len(chunk))
+        step_rows = padded.rows(chunk)
+        self.optimizer.zero_grad(set_to_none=True)
+        totals: dict[str, float] = defaultdict(float)
+        for micro in _chunks(len(chunk), self.micro_batch_size):
+            logprobs, entropy = batching.response_logprobs(self.model, step_rows.rows(micro), self.temperature,
+                                                           with_entropy=True)
+            value, loss_metrics = self.loss.policy_loss(step_batch.select(micro), logprobs, entropy)
+            value.backward()
+            totals["loss"] += float(value.detach())
+            for name, metric in loss_metrics.items():
+                totals[name] += float(metric)
+        parameters = [p for p in self.model.parameters() if p.requires_grad]
+        max_norm = self.clip_grad if self.clip_grad and self.clip_grad > 0 else math.inf
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, max_norm))
+        lr = self.optimizer.param_groups[0]["lr"]
+        skipped = not math.isfinite(grad_norm)
+        if skipped:   # a non-finite gradient would poison the weights: drop this update
+            self.optimizer.zero_grad(set_to_none=True)
+        else:
+            self.optimizer.step()
+        self.scheduler.step()
+        self.updates += 1
+        return {**totals, "grad_norm": grad_norm, "lr": lr, "skipped_updates": float(skipped)}
+
+
+def _chunks(size: int, chunk_size: int) -> Iterator[torch.Tensor]:
+    """Consecutive index ranges ``[0, chunk_size), [chunk_size, 2 chunk_size), ...`` of ``range(size)``."""
+    for start in range(0, size, max(1, chunk_size)):
+        yield torch.arange(start, min(size, start + chunk_size))
+
+
+def _transpose(rows: list[dict[str, float]]) -> dict[str, list[float]]:
+    columns: dict[str, list[float]] = defaultdict(list)
+    for row in rows:
+        for name, value in row.items():
+            columns[name].append(value)
+    return columns
+
+
+def _rollout_logprob_abs_diff(samples: list[Sample], trainer_old: torch.Tensor, mask: torch.Tensor) -> float | None:
+    """Mean over trained tokens of ``|trainer log-prob - engine log-prob|``; samples without
+    rollout log-probs are skipped (``None`` when no sample has them)."""
+    total, count = 0.0, 0.0
+    for row, sample in enumerate(samples):
+        if sample.rollout_logprobs is None:
+            continue
+        length = sample.response_length
+        engine = torch.tensor(sample.rollout_logprobs, dtype=torch.float32)
+        row_mask = mask[row, :length]
+        total += float(((trainer_old[row, :length] - engine).abs() * row_mask).sum())
+        count += float(row_mask.sum())
+    return total / count if count else None

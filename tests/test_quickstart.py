@@ -1,0 +1,75 @@
+"""The embedded default end to end: it learns, its log-probs agree, it resumes exactly."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+from conftest import SHORT_RUN, read_metrics, run_plasmid
+
+DETERMINISTIC_KEYS = ("rollout/reward_mean", "rollout/response_length_mean", "train/loss", "train/grad_norm",
+                      "eval/accuracy")
+
+
+@pytest.mark.slow
+def test_quickstart_reward_rises_and_logprobs_match(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = run_plasmid("train", "--num-rollouts", "150", "--eval-interval", "75", "--save-interval", "0",
+                       "--run-dir", str(run_dir), timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    metrics = read_metrics(run_dir)
+    assert len(metrics) == 150
+    rewards = [m["rollout/reward_mean"] for m in metrics]
+    first, last = statistics.mean(rewards[:10]), statistics.mean(rewards[-10:])
+    assert first < 0.25, f"the untrained model should be near chance (0.1), got {first:.2f}"
+    assert last > first + 0.2, f"reward did not rise: first 10 steps {first:.2f}, last 10 steps {last:.2f}"
+    diffs = [m["train/train_rollout_logprob_abs_diff"] for m in metrics]
+    assert max(diffs) <= 1e-4, f"engine and trainer log-probs disagree after sync: max {max(diffs):.2e}"
+    assert (run_dir / "reward_curve.png").stat().st_size > 1000
+    assert (run_dir / "config.json").is_file() and (run_dir / "plugins.lock.json").is_file()
+
+
+KILL_AT_STEP = '''
+import os
+from plasmid import hookimpl
+
+
+@hookimpl
+def plasmid_step_end(step, run_dir, metrics):
+    if step == {step}:
+        os._exit(17)  # a hard kill: no cleanup, no final checkpoint
+'''
+
+
+def test_killed_and_resumed_run_matches_an_uninterrupted_one(tmp_path):
+    options = [*SHORT_RUN, "--num-rollouts", "6", "--save-interval", "3", "--eval-interval", "2"]
+    straight = tmp_path / "straight"
+    proc = run_plasmid("train", *options, "--run-dir", str(straight))
+    assert proc.returncode == 0, proc.stderr
+
+    killer = tmp_path / "killer.py"
+    killer.write_text(KILL_AT_STEP.format(step=4))
+    interrupted = tmp_path / "interrupted"
+    proc = run_plasmid("train", *options, "--run-dir", str(interrupted), "--plugins", str(killer))
+    assert proc.returncode == 17, proc.stderr
+    assert len(read_metrics(interrupted)) == 5  # steps 0..4 logged; the last checkpoint is after step 2
+    proc = run_plasmid("train", *options, "--run-dir", str(interrupted), "--resume")
+    assert proc.returncode == 0, proc.stderr
+
+    expected, resumed = read_metrics(straight), read_metrics(interrupted)
+    assert [m["step"] for m in resumed] == list(range(6))
+    for want, got in zip(expected, resumed):
+        for key in DETERMINISTIC_KEYS:
+            if key in want:
+                assert got[key] == pytest.approx(want[key], rel=1e-5, abs=1e-6), (want["step"], key)
+
+
+def test_any_local_model_directory_trains_llama_style(tmp_path):
+    from plasmid.tiny import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "llama", arch="llama", seed=3)
+    run_dir = tmp_path / "run"
+    proc = run_plasmid("train", "--model", str(model), *SHORT_RUN, "--run-dir", str(run_dir))
+    assert proc.returncode == 0, proc.stderr
+    assert "LlamaForCausalLM" in (run_dir / "checkpoints" / "step_000001" / "trainer" / "model" / "config.json").read_text()
+    assert max(m["train/train_rollout_logprob_abs_diff"] for m in read_metrics(run_dir)) <= 1e-4
