@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from plasmid.config import Config
 from plasmid.context import RolloutContext
 from plasmid.errors import ProviderError
 from plasmid.hf import load_tokenizer
 from plasmid.protocols import DataSource, Loss, RolloutDriver, RolloutEngine, Trainer, WeightSync
-from plasmid.registry import Provider
+from plasmid.registry import Provider, Registry
 from plasmid.rewards import RewardComponent, RewardSet
 from plasmid.startup import Startup
 from plasmid.types import SamplingParams
@@ -60,20 +61,18 @@ def instantiate(provider: Provider, *args: Any) -> Any:
         ) from exc
 
 
-def build_session(startup: Startup) -> Session:
-    """Build every chosen provider (one engine in the local runtime)."""
-    config, registry = startup.config, startup.registry
+def build_rollout_context(config: Config, registry: Registry) -> RolloutContext:
+    """Build the rollout side: data source, one engine (local runtime), generate function,
+    rewards and filters, with the training sampling parameters."""
     option = config.option
     tokenizer = load_tokenizer(str(option.model))
 
-    def chosen(family: str, name: str, *args: Any) -> Any:
-        return instantiate(registry.get(family, name), config, *args)
+    def chosen(family: str, name: str) -> Any:
+        return instantiate(registry.get(family, name), config)
 
     rewards = RewardSet(
-        components=[
-            RewardComponent(name, weight, chosen("reward", name), registry.get("reward", name).plugin.label)
-            for name, weight in option.reward_weights
-        ],
+        components=[RewardComponent(name, weight, chosen("reward", name), registry.get("reward", name).plugin.label)
+                    for name, weight in option.reward_weights],
         reward_key=option.reward_key,
         timeout=option.reward_timeout,
         errors=option.reward_errors,
@@ -81,8 +80,7 @@ def build_session(startup: Startup) -> Session:
     stop = (tokenizer.eos_token_id,) if tokenizer.eos_token_id is not None else ()
     sampling = SamplingParams(temperature=option.temperature, top_p=option.top_p, top_k=option.top_k,
                               max_new_tokens=option.max_new_tokens, stop_token_ids=stop)
-    loss = chosen("loss", option.loss)
-    ctx = RolloutContext(
+    return RolloutContext(
         config=config,
         engines=[chosen("engine", option.engine)],
         data_source=chosen("datasource", option.datasource),
@@ -92,11 +90,18 @@ def build_session(startup: Startup) -> Session:
         filters=[(name, chosen("filter", name)) for name in option.filter],
         sampling=sampling,
     )
+
+
+def build_session(startup: Startup) -> Session:
+    """Build every chosen provider (one engine in the local runtime)."""
+    config, registry = startup.config, startup.registry
+    option = config.option
+    loss = instantiate(registry.get("loss", option.loss), config)
     return Session(
         startup=startup,
-        ctx=ctx,
-        driver=chosen("rollout", option.rollout),
-        trainer=chosen("trainer", option.trainer, loss),
-        weight_sync=chosen("weight_sync", option.weight_sync),
+        ctx=build_rollout_context(config, registry),
+        driver=instantiate(registry.get("rollout", option.rollout), config),
+        trainer=instantiate(registry.get("trainer", option.trainer), config, loss),
+        weight_sync=instantiate(registry.get("weight_sync", option.weight_sync), config),
         loss=loss,
     )

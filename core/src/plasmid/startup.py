@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from plasmid.config import Config, OptionParser
+from plasmid.errors import PluginError
 from plasmid.options import default_run_dir
 from plasmid.plugins import PluginManager, Selection, installed_entry_points
 from plasmid.registry import Registry
@@ -72,14 +73,28 @@ def start(argv: list[str], prog: str = "plasmid train") -> Startup:
     return Startup(config, manager, registry)
 
 
-def resolve_choices(config: Config, registry: Registry) -> None:
+def resolve_choices(config: Config, registry: Registry, *, strict: bool = True) -> None:
     """Write the chosen provider name of every family into ``config.option`` (errors name the
-    candidates); rewards default to the single or default reward when ``--reward`` is unset."""
+    candidates); rewards default to the single or default reward when ``--reward`` is unset.
+
+    ``strict=False`` (tests building partial setups) leaves a family unset when it cannot be
+    resolved instead of raising.
+    """
     option = config.option
+
+    def choose(family: str, name: str | None) -> str | None:
+        try:
+            return registry.choose(family, name).name
+        except PluginError:
+            if strict:
+                raise
+            return name
+
     for family, attr in SINGLE_FAMILIES.items():
-        setattr(option, attr, registry.choose(family, getattr(option, attr)).name)
+        setattr(option, attr, choose(family, getattr(option, attr)))
     if not option.reward:
-        option.reward = [registry.choose("reward", None).name]
+        default_reward = choose("reward", None)
+        option.reward = [default_reward] if default_reward else []
     for text in option.reward:
         registry.get("reward", text.partition(":")[0])
     for name in option.filter:

@@ -22,6 +22,7 @@ from typing import Any
 from plasmid.config import Config, OptionParser
 from plasmid.plugins import PluginInfo, PluginManager
 from plasmid.registry import Registry
+from plasmid.startup import resolve_choices
 
 _CONTRACTS = {
     "RewardContract": "reward",
@@ -55,8 +56,9 @@ def make_manager(*plugins: Any) -> PluginManager:
 
 def make_config(*plugins: Any, run_dir: str | Path | None = None, configure: bool = True, **options: Any) -> Config:
     """A :class:`Config` with every option of the kernel and ``plugins`` at its default,
-    overridden by ``options`` (Python names: ``lr=1e-3``); configure hooks run unless
-    ``configure=False``. For tests and notebooks."""
+    overridden by ``options`` (Python names: ``lr=1e-3``). Unless ``configure=False``, provider
+    choices are resolved as ``plasmid train`` does (families that cannot be resolved from
+    ``plugins`` stay unset) and the configure hooks run. For tests and notebooks."""
     manager = make_manager(*plugins)
     parser = OptionParser()
     manager.addoption(parser)
@@ -67,6 +69,7 @@ def make_config(*plugins: Any, run_dir: str | Path | None = None, configure: boo
         setattr(namespace, key, value)
     config = Config(option=namespace, plugin_lock=manager.lock(), run_dir=Path(run_dir or "runs/test"))
     if configure:
+        resolve_choices(config, Registry.collect(manager), strict=False)
         manager.configure(config)
     return config
 

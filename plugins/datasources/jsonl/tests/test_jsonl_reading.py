@@ -105,8 +105,10 @@ def test_missing_unreadable_and_empty_files_name_the_path(jsonl_config, tmp_path
     empty = write_jsonl("empty.jsonl", [])
     with pytest.raises(UsageError, match=rf"--prompt-data {empty}: the file has no rows"):
         jsonl_source(jsonl_config(prompt_data=empty))
+    csv = tmp_path / "rows.csv"
+    csv.write_text("prompt,label\n1+1=,2\n")
     with pytest.raises(UsageError, match=r"unsupported file type '\.csv'; use one of \.jsonl, \.parquet"):
-        jsonl_source(jsonl_config(prompt_data=str(tmp_path / "rows.csv"), datasource=None))
+        jsonl_source(jsonl_config(prompt_data=str(csv), datasource=None))
 
 
 def test_choosing_jsonl_without_prompt_data_is_a_usage_error(jsonl_config):

@@ -79,7 +79,7 @@ def test_reported_tokens_count_only_trained_tokens(make_trainer):
 def test_rollout_logprob_diff_is_zero_for_the_trainers_own_logprobs(make_trainer):
     trainer = make_trainer()
     batch = with_rollout_logprobs(trainer, make_rollout_batch(VOCAB), temperature=1.0)
-    assert testing.run(trainer.train_step(batch))["train/rollout_logprob_abs_diff"] < 1e-5
+    assert testing.run(trainer.train_step(batch))["train/train_rollout_logprob_abs_diff"] < 1e-5
 
 
 def test_rollout_logprob_diff_measures_the_engine_mismatch_on_trained_tokens(make_trainer):
@@ -90,7 +90,7 @@ def test_rollout_logprob_diff_measures_the_engine_mismatch_on_trained_tokens(mak
                                    for value, keep in zip(sample.rollout_logprobs, sample.loss_mask, strict=True)]
     batch.samples[0].rollout_logprobs = None                          # skipped
     metrics = testing.run(trainer.train_step(batch))
-    assert metrics["train/rollout_logprob_abs_diff"] == pytest.approx(0.5, abs=1e-5)
+    assert metrics["train/train_rollout_logprob_abs_diff"] == pytest.approx(0.5, abs=1e-5)
 
 
 def test_micro_batches_accumulate_to_the_full_batch_update(make_trainer):

@@ -60,7 +60,8 @@ class GeneratorContract:
     # ------------------------------------------------------------------------------------------
 
     @pytest.fixture(scope="class")
-    def model_dir(self, tmp_path_factory):
+    @classmethod
+    def model_dir(cls, tmp_path_factory):
         """A tiny Qwen2-architecture model (vocabulary 16) whose context fits a long generation."""
         return build_tiny_model(tmp_path_factory.mktemp("generator-contract") / "model", seed=0,
                                 max_positions=4096)

@@ -86,7 +86,7 @@ def sample_tokens(logits: torch.Tensor, sampling: SamplingBatch,
 
 def _kept_tokens(scaled: torch.Tensor, sampling: SamplingBatch) -> torch.Tensor:
     """``[rows, vocab]`` bool: the tokens that survive each row's top-k and top-p."""
-    ordered, order = scaled.sort(-1, descending=True, stable=True)
+    ordered, order = scaled.sort(dim=-1, descending=True, stable=True)
     probs = ordered.softmax(-1)
     mass_before = probs.cumsum(-1) - probs
     rank = torch.arange(scaled.shape[-1]).unsqueeze(0)

@@ -139,7 +139,7 @@ class TorchTrainer:
         if trainer_old is not None:
             diff = _rollout_logprob_abs_diff(samples, trainer_old, mask)
             if diff is not None:
-                metrics["train/rollout_logprob_abs_diff"] = diff
+                metrics["train/train_rollout_logprob_abs_diff"] = diff
         metrics["train/samples"] = float(len(samples))
         metrics["train/tokens"] = float(mask.sum())
         metrics["train/updates"] = float(len(per_update))
