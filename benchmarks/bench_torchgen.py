@@ -24,9 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import plasmid_torchgen.plugin as torchgen_plugin
 import torch
 
-import plasmid_torchgen.plugin as torchgen_plugin
 from plasmid.hf import load_causal_lm, load_tokenizer
 from plasmid.testing import build, make_config
 from plasmid.tiny import PAD_ID, build_tiny_model

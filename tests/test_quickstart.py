@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from conftest import SHORT_RUN, read_metrics, run_plasmid
+from plasmid_e2e import SHORT_RUN, read_metrics, run_plasmid
 
 DETERMINISTIC_KEYS = ("rollout/reward_mean", "rollout/response_length_mean", "train/loss", "train/grad_norm",
                       "eval/accuracy")
@@ -58,7 +58,7 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_one(tmp_path):
 
     expected, resumed = read_metrics(straight), read_metrics(interrupted)
     assert [m["step"] for m in resumed] == list(range(6))
-    for want, got in zip(expected, resumed):
+    for want, got in zip(expected, resumed, strict=True):
         for key in DETERMINISTIC_KEYS:
             if key in want:
                 assert got[key] == pytest.approx(want[key], rel=1e-5, abs=1e-6), (want["step"], key)
@@ -71,5 +71,6 @@ def test_any_local_model_directory_trains_llama_style(tmp_path):
     run_dir = tmp_path / "run"
     proc = run_plasmid("train", "--model", str(model), *SHORT_RUN, "--run-dir", str(run_dir))
     assert proc.returncode == 0, proc.stderr
-    assert "LlamaForCausalLM" in (run_dir / "checkpoints" / "step_000001" / "trainer" / "model" / "config.json").read_text()
+    checkpoint = run_dir / "checkpoints" / "step_000001" / "trainer" / "model"
+    assert "LlamaForCausalLM" in (checkpoint / "config.json").read_text()
     assert max(m["train/train_rollout_logprob_abs_diff"] for m in read_metrics(run_dir)) <= 1e-4

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import FIXTURES, SHORT_RUN, pip, read_metrics, run_plasmid
+from plasmid_e2e import FIXTURES, SHORT_RUN, pip, read_metrics, run_plasmid
 
 EMBEDDED = "tasks,torchgen,rollout,torchtrain,grpo,sync"
 

@@ -7,8 +7,8 @@ import pytest
 
 from plasmid import hookimpl
 from plasmid.errors import PluginError
-from plasmid.testing import make_manager, make_registry
 from plasmid.registry import Registry
+from plasmid.testing import make_manager, make_registry
 
 
 def plugin(name, **hooks):

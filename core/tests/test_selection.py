@@ -46,3 +46,28 @@ def test_flag_wins_over_environment():
     assert Selection.from_env_or_flag("grpo", INSTALLED, env).include == ["grpo"]
     assert Selection.from_env_or_flag(None, INSTALLED, env).include == ["xyz"]
     assert Selection.from_env_or_flag(None, INSTALLED, {"PLASMID_PLUGINS": ""}).include == []
+
+
+def test_an_entry_point_seen_twice_is_loaded_once(monkeypatch):
+    import importlib.metadata as metadata
+
+    from plasmid import plugins
+
+    twin = metadata.EntryPoint("twin", "json", "plasmid")
+    monkeypatch.setattr(plugins.metadata, "entry_points", lambda group: [twin, twin])
+    assert list(plugins.installed_entry_points()) == ["twin"]
+
+
+def test_two_distributions_claiming_one_plugin_name_is_an_error(monkeypatch):
+    import importlib.metadata as metadata
+
+    import pytest
+
+    from plasmid import plugins
+    from plasmid.errors import PluginError
+
+    first = metadata.EntryPoint("same", "json", "plasmid")
+    second = metadata.EntryPoint("same", "csv", "plasmid")
+    monkeypatch.setattr(plugins.metadata, "entry_points", lambda group: [first, second])
+    with pytest.raises(PluginError, match="two installed distributions provide the plasmid plugin 'same'"):
+        plugins.installed_entry_points()

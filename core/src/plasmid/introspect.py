@@ -15,7 +15,14 @@ from typing import Any
 
 from plasmid.config import OptionParser
 from plasmid.errors import PluginError
-from plasmid.plugins import PluginInfo, PluginManager, Selection, did_you_mean, installed_entry_points, kernel_incompatibility
+from plasmid.plugins import (
+    PluginInfo,
+    PluginManager,
+    Selection,
+    did_you_mean,
+    installed_entry_points,
+    kernel_incompatibility,
+)
 from plasmid.registry import Registry
 
 

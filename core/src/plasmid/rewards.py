@@ -53,7 +53,7 @@ class RewardSet:
         per_component = await asyncio.gather(*(self._component_values(c, samples) for c in self.components))
         for position, sample in enumerate(samples):
             total = 0.0
-            for component, values in zip(self.components, per_component):
+            for component, values in zip(self.components, per_component, strict=True):
                 value = values[position]
                 sample.reward_components[component.name] = value
                 total += component.weight * value

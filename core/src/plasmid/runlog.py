@@ -82,7 +82,7 @@ class RunLog:
         figure, axes = plt.subplots(figsize=(7, 4))
         axes.plot(steps, rewards, label="train reward (mean)", linewidth=1)
         if evals:
-            axes.plot(*zip(*evals), "o-", label="eval accuracy (greedy)", markersize=3)
+            axes.plot(*zip(*evals, strict=True), "o-", label="eval accuracy (greedy)", markersize=3)
         axes.set_xlabel("step")
         axes.grid(alpha=0.3)
         axes.legend(loc="lower right")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-class Status(str, enum.Enum):
+class Status(enum.StrEnum):
     """Where a sample is in its life. ``TRUNCATED`` means it hit ``max_new_tokens``."""
 
     PENDING = "pending"

@@ -1,8 +1,8 @@
 """torchgen meets the rollout-engine contract of the kernel (plasmid.testing.GeneratorContract)."""
 
+import plasmid_torchgen.plugin
 import torch
 
-import plasmid_torchgen.plugin
 from plasmid.testing import GeneratorContract
 
 torch.set_num_threads(1)

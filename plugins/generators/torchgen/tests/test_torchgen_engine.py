@@ -5,10 +5,10 @@ import asyncio
 import math
 
 import numpy as np
+import plasmid_torchgen.plugin
 import pytest
 import torch
 
-import plasmid_torchgen.plugin
 from plasmid.errors import ProviderError, UsageError
 from plasmid.testing import build, make_config, make_registry, run
 from plasmid.tiny import BOS_ID, build_tiny_model
@@ -122,6 +122,8 @@ def test_request_arriving_mid_generation_joins_the_running_batch(engine):
     stats = engine.stats()
     assert short.token_ids == short_alone.token_ids
     assert long.token_ids == long_alone.token_ids
+    np.testing.assert_allclose(short.logprobs, short_alone.logprobs, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(long.logprobs, long_alone.logprobs, rtol=0, atol=1e-5)
     assert stats["batches"] - before["batches"] == 2
     assert stats["max_batch_size"] == 2
 

@@ -2,9 +2,9 @@
 
 import numpy as np
 import torch
+from plasmid_torchgen.sampling import SamplingBatch, sample_tokens
 
 from plasmid.types import SamplingParams
-from plasmid_torchgen.sampling import SamplingBatch, sample_tokens
 
 torch.set_num_threads(1)
 

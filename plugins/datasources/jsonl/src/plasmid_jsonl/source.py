@@ -10,10 +10,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from plasmid.config import Config
-from plasmid.errors import UsageError
-from plasmid.types import Group
-from plasmid.errors import DataExhausted
+from plasmid.errors import DataExhausted, UsageError
 from plasmid.groups import group_from_state, group_to_state, make_group
+from plasmid.types import Group
 from plasmid_jsonl.prompts import PromptEncoder
 from plasmid_jsonl.reader import Keys, Record, read_records
 

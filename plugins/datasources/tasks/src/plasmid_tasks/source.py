@@ -8,9 +8,9 @@ from typing import Any
 
 from plasmid.config import Config
 from plasmid.errors import UsageError
+from plasmid.groups import group_from_state, group_to_state, make_group
 from plasmid.types import Group
 from plasmid_tasks.encoding import PromptEncoder
-from plasmid.groups import group_from_state, group_to_state, make_group
 from plasmid_tasks.split import TaskSplit
 from plasmid_tasks.tasks import Task, make_task
 

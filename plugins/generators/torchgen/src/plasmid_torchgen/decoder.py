@@ -25,13 +25,13 @@ class Decoder:
     :param model: a causal LM in eval mode (its ``forward`` takes ``input_ids``, a 2-D
         ``attention_mask``, ``position_ids`` and a KV cache).
     :param shared_generator: noise of sampled rows without a seed.
-    :param stats: counters updated as forward passes run.
     """
 
-    def __init__(self, model: Any, shared_generator: torch.Generator, stats: EngineStats) -> None:
+    def __init__(self, model: Any, shared_generator: torch.Generator) -> None:
         self.model = model
         self.shared_generator = shared_generator
-        self.stats = stats
+        #: the counts of the step in progress (returned by :meth:`step`).
+        self.stats = EngineStats()
         self.pad_token_id = 0
         parameters = inspect.signature(model.forward).parameters
         # transformers renamed ``past_key_values`` to ``cache``; pass whichever this version takes.
@@ -39,15 +39,17 @@ class Decoder:
         self._last_logits_only = {"logits_to_keep": 1} if "logits_to_keep" in parameters else {}
 
     def step(self, batch: DecodeBatch | None, admitted: list[Request],
-             drop_abandoned: bool = False) -> tuple[DecodeBatch | None, list[Request]]:
+             drop_abandoned: bool = False) -> tuple[DecodeBatch | None, list[Request], EngineStats]:
         """One decoding step of ``batch``, then the prefill of ``admitted`` joined into it.
 
         ``drop_abandoned``: first remove rows whose caller stopped waiting (the engine says
         when some did, so that the common step does not look at every row).
 
-        :returns: the batch still decoding (``None`` when empty) and the requests that finished.
+        :returns: the batch still decoding (``None`` when empty), the requests that finished, and
+            what the step did (for the engine's counters).
         """
         started = time.perf_counter()
+        self.stats = EngineStats()
         finished: list[Request] = []
         with torch.inference_mode():
             if batch is not None:
@@ -63,7 +65,7 @@ class Decoder:
                 elif newcomers is not None:
                     batch.join(newcomers)
         self.stats.busy_seconds += time.perf_counter() - started
-        return batch, finished
+        return batch, finished, self.stats
 
     def prefill(self, requests: list[Request]) -> tuple[DecodeBatch | None, list[Request]]:
         """Run the prompts (left-padded to the longest) and sample each first token."""

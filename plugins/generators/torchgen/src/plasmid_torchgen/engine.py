@@ -60,7 +60,7 @@ class TorchEngine:
         self.max_batch_size = int(config.getoption("torchgen_max_batch_size", 1024))
         self._stats = EngineStats()
         shared_generator = torch.Generator().manual_seed(int(config.getoption("seed", 0) or 0))
-        self._decoder = Decoder(self.model, shared_generator, self._stats)
+        self._decoder = Decoder(self.model, shared_generator)
         self._weights = WeightTable(self.model, self.model_path)
         self._weight_version = 0
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torchgen")
@@ -217,12 +217,13 @@ class TorchEngine:
                 in_step = [*(self._batch.requests if self._batch else []), *admitted]
                 drop_abandoned, self._abandoned = self._abandoned, False
                 try:
-                    self._batch, finished = await loop.run_in_executor(self._worker, self._decoder.step,
-                                                                       self._batch, admitted, drop_abandoned)
+                    self._batch, finished, counts = await loop.run_in_executor(
+                        self._worker, self._decoder.step, self._batch, admitted, drop_abandoned)
                 except Exception as error:  # noqa: BLE001 - answered to every caller in the step
                     self._batch = None
                     self._fail(in_step, error)
                     continue
+                self._stats.add(counts)
                 self._answer(finished)
 
     def _admit(self) -> list[Request]:

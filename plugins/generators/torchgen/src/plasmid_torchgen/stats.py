@@ -9,7 +9,8 @@ from dataclasses import asdict, dataclass
 class EngineStats:
     """Cumulative counters; a rollout driver diffs two readings to get one step's numbers.
 
-    Written by the engine's worker thread and event loop, read from anywhere (plain numbers).
+    The engine's totals are written only on its event loop (the worker thread counts each
+    step apart and the loop adds the step's counts in), so a reading is always consistent.
 
     :ivar requests: requests answered, whatever their status.
     :ivar aborted: of those, answered ``ABORTED``.
@@ -32,6 +33,12 @@ class EngineStats:
     forward_rows: int = 0
     max_batch_size: int = 0
     busy_seconds: float = 0.0
+
+    def add(self, step: EngineStats) -> None:
+        """Add the counts of one step (``max_batch_size``: the larger)."""
+        for name, value in vars(step).items():
+            current = getattr(self, name)
+            setattr(self, name, max(current, value) if name == "max_batch_size" else current + value)
 
     def as_dict(self) -> dict[str, float]:
         """The counters plus derived rates: ``mean_batch_size`` (rows per forward pass) and

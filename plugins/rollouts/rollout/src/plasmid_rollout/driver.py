@@ -112,6 +112,8 @@ class AsyncRolloutDriver:
             return 0
         for engine in ctx.engines:
             await engine.abort_all()
+        for task in running:  # also those not inside an engine call (a slow generate function)
+            task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
         returned = [Group([reset_to_prompt(s) for s in group.samples], group.index) for group in running.values()]
         ctx.data_source.add_groups(sorted(returned, key=lambda g: g.index))
@@ -140,6 +142,9 @@ class AsyncRolloutDriver:
             "rollout/truncated_frac": sum(s.status == Status.TRUNCATED for s in samples) / len(samples),
             "rollout/tokens_per_second": sum(lengths) / max(seconds, 1e-9),
         })
+        primary = next(iter(samples[0].reward_components), None)
+        if primary is not None:
+            metrics["rollout/accuracy"] = sum(s.reward_components[primary] >= 1.0 for s in samples) / len(samples)
         for name in samples[0].reward_components:
             values = [s.reward_components.get(name, 0.0) for s in samples]
             metrics[f"rollout/reward/{name}"] = sum(values) / len(values)
