@@ -53,7 +53,8 @@ async def time_engine(engine, prompts: list[list[int]], params: SamplingParams) 
     return time.perf_counter() - started, sum(len(o.token_ids) for o in outputs)
 
 
-def time_hf_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, new_tokens: int) -> tuple[float, int]:
+def time_hf_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                     new_tokens: int) -> tuple[float, int]:
     started = time.perf_counter()
     with torch.inference_mode():
         output = model.generate(input_ids=input_ids, attention_mask=attention_mask, do_sample=True,

@@ -37,6 +37,7 @@ EVERY_HOOK = plugin(
     plasmid_losses=registers("plasmid_losses", (("l", "x:y"), {})),
     plasmid_trainers=registers("plasmid_trainers", (("t", "x:y"), {})),
     plasmid_weight_syncs=registers("plasmid_weight_syncs", (("w", "x:y"), {})),
+    plasmid_runtimes=registers("plasmid_runtimes", (("rt", "x:y"), {})),
 )
 
 
@@ -47,6 +48,7 @@ def test_every_registration_hook_feeds_its_family():
     for family, name in expected.items():
         assert registry.names(family) == [name], family
     assert registry.names("generate") == ["g", "single-turn"]
+    assert registry.names("runtime") == ["local", "rt"]
     assert registry.get("reward", "rw").plugin.name == "every_family"
 
 

@@ -154,6 +154,16 @@ def plasmid_weight_syncs(register: Callable[..., None]) -> None:
     """
 
 
+@hookspec
+def plasmid_runtimes(register: Callable[..., None]) -> None:
+    """Register runtimes (``--runtime``): where providers are built and run (one process, a
+    Ray cluster, ...). The kernel's own ``local`` runtime builds everything in this process.
+
+    :param register: ``register(name, factory, *, default=False)``; ``factory(config)``
+        returns a :class:`plasmid.protocols.Runtime`.
+    """
+
+
 # -------------------------------------------------------------------------------------------------
 # Observer hooks: every implementation is called; return values are ignored. Keep them cheap.
 # -------------------------------------------------------------------------------------------------

@@ -30,6 +30,8 @@ from plasmid.types import (
 if TYPE_CHECKING:
     from plasmid.config import Config
     from plasmid.context import RolloutContext
+    from plasmid.session import Session
+    from plasmid.startup import Startup
 
 #: A named tensor in Hugging Face naming (``model.layers.0.self_attn.q_proj.weight``).
 #: The tensor is a ``torch.Tensor`` or a ``numpy.ndarray``.
@@ -158,6 +160,13 @@ class Loss(Protocol):
     """An RL algorithm: advantages from rewards, then a differentiable loss.
 
     Called by the trainer, in the trainer's process, on torch tensors (see :class:`LossBatch`).
+    Per step the trainer fills ``old_logprobs`` (and ``ref_logprobs`` when ``needs_ref``,
+    ``values`` when ``needs_critic``), calls :meth:`advantages` once on the whole batch, then
+    :meth:`policy_loss` on each micro-batch and sums the gradients.
+
+    A loss with ``needs_critic`` also implements :class:`CriticLoss`'s ``value_loss``; the
+    trainer then owns a critic, passes its values before the update as ``LossBatch.values`` and
+    trains it on ``value_loss`` every step.
     """
 
     needs_ref: bool
@@ -174,6 +183,20 @@ class Loss(Protocol):
         ``batch`` is a micro-batch slice; normalise by ``batch.total_tokens`` /
         ``batch.total_samples`` so that summed micro-batch losses equal the full batch's.
         ``entropy`` is ``[B, T]`` (may be ``None`` when the loss does not use it).
+        """
+        ...
+
+
+@runtime_checkable
+class CriticLoss(Loss, Protocol):
+    """A :class:`Loss` that trains a critic (``needs_critic`` is true): PPO and the like."""
+
+    def value_loss(self, batch: LossBatch, values: Any) -> tuple[Any, dict[str, float]]:
+        """A scalar loss with gradients through the critic's ``values`` (``[B, T]``) and its metrics.
+
+        ``batch`` is a micro-batch slice with ``values`` (the critic's values before the update)
+        and ``returns`` (the targets, from :meth:`Loss.advantages`) filled in; normalise like
+        :meth:`Loss.policy_loss`, so that summed micro-batch losses equal the full batch's.
         """
         ...
 
@@ -212,6 +235,19 @@ class WeightSync(Protocol):
     async def sync(self, trainer: Trainer, engines: Sequence[RolloutEngine], weight_version: int) -> SyncReport: ...
 
 
+class Runtime(Protocol):
+    """Where a run's providers live: builds them (in this process, in Ray actors, ...) and
+    tears them down. The loop talks only to what :meth:`start` returns."""
+
+    async def start(self, startup: Startup) -> Session:
+        """Build every chosen provider (engines, trainer, driver, sync) and return the session."""
+        ...
+
+    async def shutdown(self) -> None:
+        """Stop what :meth:`start` started (servers, actors, process groups)."""
+        ...
+
+
 class Factory(Protocol):
     """What a registration hook registers: called once as ``factory(config)`` (trainers:
     ``factory(config, loss)``) to build the provider."""
@@ -220,6 +256,7 @@ class Factory(Protocol):
 
 
 __all__ = [
+    "CriticLoss",
     "DataSource",
     "Factory",
     "Filter",
@@ -230,6 +267,7 @@ __all__ = [
     "RewardFn",
     "RolloutDriver",
     "RolloutEngine",
+    "Runtime",
     "Trainer",
     "WeightSync",
     "GenerationOutput",

@@ -24,6 +24,7 @@ HOOK_FAMILIES: dict[str, tuple[str, ...]] = {
     "plasmid_losses": ("loss",),
     "plasmid_trainers": ("trainer",),
     "plasmid_weight_syncs": ("weight_sync",),
+    "plasmid_runtimes": ("runtime",),
 }
 
 #: family -> the command-line flag that chooses it.
@@ -37,6 +38,7 @@ FAMILY_FLAGS: dict[str, str] = {
     "loss": "--loss",
     "trainer": "--trainer",
     "weight_sync": "--weight-sync",
+    "runtime": "--runtime",
 }
 
 

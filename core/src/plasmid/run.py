@@ -8,7 +8,7 @@ from pathlib import Path
 
 from plasmid import loop
 from plasmid.runlog import RunLog
-from plasmid.session import build_session
+from plasmid.session import instantiate
 from plasmid.startup import Startup, start
 
 
@@ -38,7 +38,8 @@ async def run_training(argv: list[str]) -> dict[str, float]:
     print(describe_plugins(startup), file=sys.stderr)
     print(f"run directory: {config.run_dir}", file=sys.stderr)
     write_header(config.run_dir, startup)
-    session = build_session(startup)
+    runtime = instantiate(startup.registry.get("runtime", config.option.runtime), config)
+    session = await runtime.start(startup)
     log = RunLog(config.run_dir, config.option.num_rollouts, plot_every=max(1, config.option.eval_interval or 10))
     try:
         metrics = await loop.train(session, log)

@@ -1,4 +1,4 @@
-"""Building the providers of a configured run, once, in this process (``--runtime local``)."""
+"""Building the providers of a configured run, once, in this process; the ``local`` runtime."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from plasmid.config import Config
 from plasmid.context import RolloutContext
-from plasmid.errors import ProviderError
+from plasmid.errors import ProviderError, UsageError
 from plasmid.hf import load_tokenizer
 from plasmid.protocols import DataSource, Loss, RolloutDriver, RolloutEngine, Trainer, WeightSync
 from plasmid.registry import Provider, Registry
@@ -26,6 +26,7 @@ class Session:
     trainer: Trainer
     weight_sync: WeightSync
     loss: Loss
+    runtime: Any = None
 
     @property
     def config(self):
@@ -40,8 +41,11 @@ class Session:
         return self.ctx.data_source
 
     async def shutdown(self) -> None:
+        """Shut the engines down, then the runtime that placed them."""
         for engine in self.ctx.engines:
             await engine.shutdown()
+        if self.runtime is not None:
+            await self.runtime.shutdown()
 
 
 def instantiate(provider: Provider, *args: Any) -> Any:
@@ -62,8 +66,8 @@ def instantiate(provider: Provider, *args: Any) -> Any:
 
 
 def build_rollout_context(config: Config, registry: Registry) -> RolloutContext:
-    """Build the rollout side: data source, one engine (local runtime), generate function,
-    rewards and filters, with the training sampling parameters."""
+    """Build the rollout side in this process: data source, ``--engines`` engines, generate
+    function, rewards and filters, with the training sampling parameters."""
     option = config.option
     tokenizer = load_tokenizer(str(option.model))
 
@@ -82,7 +86,7 @@ def build_rollout_context(config: Config, registry: Registry) -> RolloutContext:
                               max_new_tokens=option.max_new_tokens, stop_token_ids=stop)
     return RolloutContext(
         config=config,
-        engines=[chosen("engine", option.engine)],
+        engines=[chosen("engine", option.engine) for _ in range(option.engines)],
         data_source=chosen("datasource", option.datasource),
         tokenizer=tokenizer,
         generate=chosen("generate", option.generate),
@@ -93,7 +97,7 @@ def build_rollout_context(config: Config, registry: Registry) -> RolloutContext:
 
 
 def build_session(startup: Startup) -> Session:
-    """Build every chosen provider (one engine in the local runtime)."""
+    """Build every chosen provider in this process."""
     config, registry = startup.config, startup.registry
     option = config.option
     loss = instantiate(registry.get("loss", option.loss), config)
@@ -105,3 +109,20 @@ def build_session(startup: Startup) -> Session:
         weight_sync=instantiate(registry.get("weight_sync", option.weight_sync), config),
         loss=loss,
     )
+
+
+class LocalRuntime:
+    """Runtime ``local``: every provider in this process, one trainer, ``--engines`` engines."""
+
+    def __init__(self, config: Config) -> None:
+        if config.option.trainer_workers != 1:
+            raise UsageError(f"--trainer-workers {config.option.trainer_workers} needs a multi-process runtime; "
+                             f"the local runtime runs one trainer (try --runtime ray)")
+
+    async def start(self, startup: Startup) -> Session:
+        session = build_session(startup)
+        session.runtime = self
+        return session
+
+    async def shutdown(self) -> None:
+        """Nothing beyond the engines, which the session shuts down."""

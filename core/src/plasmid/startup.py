@@ -28,6 +28,7 @@ SINGLE_FAMILIES = {
     "trainer": "trainer",
     "weight_sync": "weight_sync",
     "loss": "loss",
+    "runtime": "runtime",
 }
 
 

@@ -58,6 +58,13 @@ def generate_each_alone(engine, requests):
     return [run(engine.generate(prompt, params)) for prompt, params in requests]
 
 
+async def decode_steps(engine, count):
+    """Return once the engine has run ``count`` more decoding steps (whatever the machine's speed)."""
+    target = engine.stats()["decode_steps"] + count
+    while engine.stats()["decode_steps"] < target:
+        await asyncio.sleep(0.002)
+
+
 # ---------------------------------------------------------------------------------------------
 # Registration and configuration
 # ---------------------------------------------------------------------------------------------
@@ -113,7 +120,7 @@ def test_request_arriving_mid_generation_joins_the_running_batch(engine):
 
     async def scenario():
         long_request = asyncio.ensure_future(engine.generate(PROMPTS[1], long_params))
-        await asyncio.sleep(0.05)
+        await decode_steps(engine, 20)
         short = await engine.generate(PROMPTS[2], GREEDY)
         assert not long_request.done(), "the short request waited for the long one to finish"
         return short, await long_request
@@ -232,7 +239,7 @@ def test_abort_all_answers_waiting_requests_too(make_engine, model_dir):
     async def scenario():
         running = asyncio.ensure_future(engine.generate(PROMPTS[0], params))
         waiting = asyncio.ensure_future(engine.generate(PROMPTS[1], params))
-        await asyncio.sleep(0.2)
+        await decode_steps(engine, 5)
         return await engine.abort_all(), await running, await waiting
 
     aborted, running, waiting = run(scenario())
@@ -246,9 +253,9 @@ def test_abort_all_answers_waiting_requests_too(make_engine, model_dir):
 def test_cancelled_caller_leaves_the_batch(engine):
     params = SamplingParams(max_new_tokens=3000)
 
-    async def rows_per_step_over(seconds):
+    async def rows_per_forward_pass(during):
         before = engine.stats()
-        await asyncio.sleep(seconds)
+        await during
         after = engine.stats()
         forwards = (after["decode_steps"] + after["batches"]) - (before["decode_steps"] + before["batches"])
         return (after["forward_rows"] - before["forward_rows"]) / forwards
@@ -256,10 +263,11 @@ def test_cancelled_caller_leaves_the_batch(engine):
     async def scenario():
         kept = asyncio.ensure_future(engine.generate(PROMPTS[0], params))
         cancelled = asyncio.ensure_future(engine.generate(PROMPTS[1], params))
-        two_rows = await rows_per_step_over(0.15)
+        two_rows = await rows_per_forward_pass(decode_steps(engine, 20))
         cancelled.cancel()
-        await asyncio.sleep(0.05)
-        one_row = await rows_per_step_over(0.15)
+        # A one-token request is answered by a step that starts after the cancellation is known.
+        await engine.generate(PROMPTS[2], SamplingParams(max_new_tokens=1))
+        one_row = await rows_per_forward_pass(decode_steps(engine, 20))
         await engine.abort_all()
         await kept
         return two_rows, one_row

@@ -104,3 +104,47 @@ def test_the_launch_budget_bounds_a_step(tmp_path, over_sampling):
                                over_sampling=over_sampling, rollout_max_launch_factor=1)
     batch = asyncio.run(driver.run(ctx, 0))
     assert batch.metrics["rollout/groups_launched"] <= int(3 * over_sampling + 0.999)
+
+
+class LongOddGroups:
+    """A generate function (a real provider kind) that lets odd groups run long: no stop token,
+    a large budget, so they are still decoding when the even groups fill the batch."""
+
+    def __init__(self, config):
+        from plasmid.builtin import SingleTurn
+
+        self.inner = SingleTurn(config)
+
+    async def __call__(self, ctx, sample, params):
+        if sample.group_index % 2:
+            from dataclasses import replace
+
+            params = replace(params, stop_token_ids=(), max_new_tokens=40)
+        return await self.inner(ctx, sample, params)
+
+
+class LongPlugin:
+    @hookimpl
+    def plasmid_generators(self, register):
+        register("long-odd", LongOddGroups, kind="generate")
+
+
+def test_partial_rollout_keeps_aborted_tokens_and_continues_them(tmp_path):
+    ctx, driver = make_context(tmp_path, LongPlugin(), generate="long-odd", over_sampling=2.0, partial_rollout=True,
+                               mask_offpolicy_in_partial_rollout=True)
+    batch = asyncio.run(driver.run(ctx, 0))
+    assert all(g.index % 2 == 0 for g in batch.groups)
+    returned = ctx.data_source.get_groups(4)
+    partial = [s for g in returned for s in g.samples if s.status == Status.ABORTED]
+    assert partial, "no aborted sample kept its tokens"
+    assert all(0 < s.response_length < 40 and len(s.rollout_logprobs) == s.response_length for s in partial)
+    sample = partial[0]
+    before = list(sample.tokens)
+    from plasmid.types import SamplingParams
+
+    continued = asyncio.run(ctx.generate(ctx, sample, SamplingParams(max_new_tokens=40)))
+    assert continued.tokens[: len(before)] == before, "continuing changed the tokens already generated"
+    assert continued.response_length == 40 and continued.status == Status.TRUNCATED
+    old = len(before) - continued.prompt_length
+    assert continued.loss_mask == [0] * old + [1] * (40 - old)
+    assert len(continued.rollout_logprobs) == 40

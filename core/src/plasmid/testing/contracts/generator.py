@@ -101,7 +101,7 @@ class GeneratorContract:
         assert 1 <= len(output.token_ids) <= params.max_new_tokens
         assert len(output.logprobs) == len(output.token_ids), "one log-prob per generated token"
         assert all(0 <= t < vocab_size for t in output.token_ids)
-        assert all(math.isfinite(lp) and lp <= 0 for lp in output.logprobs)
+        assert all(math.isfinite(lp) and lp <= self.logprob_atol for lp in output.logprobs), "log-probs are <= 0"
         assert output.status in (Status.COMPLETED, Status.TRUNCATED)
         if output.status is Status.COMPLETED:
             assert output.token_ids[-1] in params.stop_token_ids, "COMPLETED means it ended on a stop token"

@@ -22,8 +22,9 @@ from plasmid_torchgen.sampling import SamplingBatch
 class Request:
     """One ``generate`` call: its prompt and parameters in, its response accumulating.
 
-    ``future`` belongs to the event loop that called ``generate``; the engine resolves it there.
-    ``token_ids``/``logprobs`` grow on the engine's worker thread, one entry per decoding step.
+    ``future`` belongs to the event loop that called ``generate``; the engine resolves it there
+    (the worker thread only reads whether it is done). ``token_ids``/``logprobs`` grow on the
+    engine's worker thread, one entry per decoding step.
     """
 
     prompt_ids: list[int]
@@ -85,7 +86,8 @@ class DecodeBatch:
         """Append each row's sampled token (``[rows]``); drop and return the rows that finished."""
         finished_rows = []
         # The hot loop of the engine (rows x steps): plain list work, no per-row method calls.
-        for row, (request, token_id, logprob) in enumerate(zip(self.requests, tokens.tolist(), logprobs.tolist())):
+        rows = zip(self.requests, tokens.tolist(), logprobs.tolist(), strict=True)
+        for row, (request, token_id, logprob) in enumerate(rows):
             request.token_ids.append(token_id)
             request.logprobs.append(logprob)
             if token_id in request.stop_token_ids or len(request.token_ids) >= request.params.max_new_tokens:
@@ -117,7 +119,7 @@ class DecodeBatch:
         self.next_tokens = self.next_tokens[index]
         self.next_positions = self.next_positions[index]
         self.sampling = SamplingBatch([r.params for r in self.requests], [r.generator for r in self.requests])
-        if self.can_join:
+        if kv_cache.supports_surgery(self.cache):
             padding_everywhere = int(self.attention_mask.any(0).int().argmax())
             if padding_everywhere:
                 kv_cache.drop_leading_columns(self.cache, padding_everywhere)

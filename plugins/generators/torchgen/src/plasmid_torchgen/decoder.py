@@ -32,7 +32,7 @@ class Decoder:
         self.shared_generator = shared_generator
         #: the counts of the step in progress (returned by :meth:`step`).
         self.stats = EngineStats()
-        self.pad_token_id = 0
+        self.pad_token_id = 0  # any id: padded columns are masked out
         parameters = inspect.signature(model.forward).parameters
         # transformers renamed ``past_key_values`` to ``cache``; pass whichever this version takes.
         self._cache_argument = "cache" if "cache" in parameters else "past_key_values"

@@ -99,6 +99,7 @@ class TorchEngine:
         self._wakeup.set()
         if self._batcher is None or self._batcher.done():
             self._batcher = loop.create_task(self._serve(), name="torchgen-batcher")
+            self._batcher.add_done_callback(self._batcher_stopped)
         try:
             return await request.future
         except asyncio.CancelledError:
@@ -225,6 +226,14 @@ class TorchEngine:
                     continue
                 self._stats.add(counts)
                 self._answer(finished)
+
+    def _batcher_stopped(self, batcher: asyncio.Task) -> None:
+        """If the batcher died of a bug, fail its requests instead of leaving them waiting forever."""
+        if batcher is not self._batcher or batcher.cancelled() or batcher.exception() is None:
+            return
+        self._fail([*self._waiting, *(self._batch.requests if self._batch else [])], batcher.exception())
+        self._waiting.clear()
+        self._batch = None
 
     def _admit(self) -> list[Request]:
         """Take waiting requests (dropping abandoned ones) while the batch has room."""

@@ -8,8 +8,9 @@ One step, for a target of ``P = --prompts-per-step`` groups:
    awaited (concurrently with the generation of other groups), then the filters judge it;
 2. whenever the groups still running cannot fill the batch, start more (over-sampled the same
    way), up to ``--rollout-max-launch-factor`` times the initial number in one step;
-3. once ``P`` groups are kept, abort what is still running and return those groups, reset to
-   their prompts, to the data source (they are sampled again in a later step).
+3. once ``P`` groups are kept, abort what is still running and return those groups to the data
+   source: reset to their prompts, or with ``--partial-rollout`` keeping the tokens generated so
+   far, which the generate function continues in a later step.
 
 Each sample's sampling seed is derived from ``--seed`` and its index, so a step is reproducible
 whatever the batching or the number of engines.
@@ -25,6 +26,9 @@ from dataclasses import replace
 
 from plasmid.context import RolloutContext
 from plasmid.types import Group, RolloutBatch, Sample, SamplingParams, Status, Verdict
+
+#: How long aborted generation may take to return before its task is cancelled (seconds).
+ABORT_GRACE_SECONDS = 2.0
 
 
 def sample_seed(seed: int, index: int) -> int:
@@ -107,15 +111,28 @@ class AsyncRolloutDriver:
         return Verdict(True)
 
     async def _abort(self, ctx: RolloutContext, running: dict[asyncio.Task, Group]) -> int:
-        """Abort in-flight generation and give the unfinished groups back to the data source."""
+        """Abort in-flight generation and give the unfinished groups back to the data source.
+
+        Engines finish their requests as aborted; a task still busy after ``ABORT_GRACE_SECONDS``
+        (a slow generate function) is cancelled. With ``--partial-rollout`` the samples of a
+        group whose generation returned keep their tokens (they are continued later); otherwise
+        every sample goes back as a bare prompt.
+        """
         if not running:
             return 0
         for engine in ctx.engines:
             await engine.abort_all()
-        for task in running:  # also those not inside an engine call (a slow generate function)
+        finished, stragglers = await asyncio.wait(running, timeout=ABORT_GRACE_SECONDS)
+        for task in stragglers:
             task.cancel()
-        await asyncio.gather(*running, return_exceptions=True)
-        returned = [Group([reset_to_prompt(s) for s in group.samples], group.index) for group in running.values()]
+        await asyncio.gather(*stragglers, return_exceptions=True)
+        keep_partial = ctx.config.option.partial_rollout
+        returned = []
+        for task, group in running.items():
+            returned_ok = task in finished and task.exception() is None
+            samples = task.result().samples if returned_ok else group.samples
+            returned.append(Group([s if keep_partial and returned_ok else reset_to_prompt(s) for s in samples],
+                                  group.index))
         ctx.data_source.add_groups(sorted(returned, key=lambda g: g.index))
         return len(returned)
 

@@ -1,0 +1,308 @@
+"""Running untrusted Python in a confined subprocess, from asyncio, without blocking the loop.
+
+Each :meth:`Sandbox.run` gets a fresh temporary directory (its only writable place, also its
+``HOME`` and ``TMPDIR``), a scrubbed environment (``PATH``, locale, one-thread settings: nothing
+of the parent's, so no secret leaks), and runs ``launcher.py`` then the guest interpreter in a
+new session. Isolation, in layers (see :mod:`plasmid_code.launcher` and :mod:`plasmid_code.guest`):
+
+- network and mount namespaces (root, or unprivileged user namespaces): no network at all; the
+  sandbox directory is mounted over ``/tmp`` and the other world-writable directories;
+- when the parent runs as root: a dedicated uid per concurrency slot (``uid_base + slot``, which
+  must not belong to a user), so that ``RLIMIT_NPROC`` holds (root ignores it) and the guest can
+  write only to its directory; after each run every process of that uid is killed;
+- ``resource`` limits: CPU seconds, address space, file size, open files, processes;
+- a wall-clock timeout, after which the whole process group is killed (``os.killpg``), and a cap
+  on the bytes read from stdout (more is a failure, and the group is killed);
+- an audit-hook guard inside the guest (sockets, processes, ``ctypes``, writes outside).
+
+Without root and without user namespaces only the rlimits, the timeout and the guard remain, and
+a guest can read what the parent's user can (``/proc/<pid>/environ`` of the parent is refused by
+the guard only). Run rewards as root, or where user namespaces are allowed, for the full sandbox.
+
+The guest interpreter must be executable by the sandbox uid: the first run probes the candidates
+(``python=`` if given, else this interpreter, then ``/usr/bin/python3``, ``/usr/local/bin/python3``)
+and keeps the first that starts; none starting is a :class:`SandboxError` that says what to pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+LAUNCHER = Path(__file__).with_name("launcher.py")
+GUEST = Path(__file__).with_name("guest.py")
+GUEST_NAME = "_plasmid_guest.py"
+SETUP_FAILED = 121
+PYTHON_CANDIDATES = ("/usr/bin/python3", "/usr/local/bin/python3")
+#: The guest's whole environment (plus HOME, TMPDIR and PLASMID_SANDBOX_* set by the launcher).
+GUEST_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "PYTHONIOENCODING": "utf-8",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself could not run (not the guest's fault): setup failed, no usable Python."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-run limits. ``wall_seconds`` is real time; the others are rlimits of each process."""
+
+    wall_seconds: float = 5.0
+    cpu_seconds: int = 5
+    memory_bytes: int = 512 * 1024**2
+    processes: int = 16
+    file_bytes: int = 16 * 1024**2
+    open_files: int = 64
+    output_bytes: int = 1024**2
+
+
+@dataclass
+class RunResult:
+    """What one sandboxed run did.
+
+    :ivar stdout: what the guest wrote to stdout (at most ``output_bytes``).
+    :ivar returncode: the exit status (negative: killed by that signal), None if we killed it.
+    :ivar timed_out: it ran past ``wall_seconds`` and its process group was killed.
+    :ivar output_exceeded: it wrote more than ``output_bytes`` and was killed.
+    :ivar layers: the isolation layers in force (``netns``, ``mountns``, ``private-tmp``, ``uid``).
+    """
+
+    stdout: bytes
+    returncode: int | None
+    timed_out: bool = False
+    output_exceeded: bool = False
+    seconds: float = 0.0
+    layers: tuple[str, ...] = ()
+
+    @property
+    def finished_cleanly(self) -> bool:
+        return self.returncode == 0 and not self.timed_out and not self.output_exceeded
+
+
+@dataclass
+class _LoopState:
+    """Per-event-loop state: a queue of free slots (the concurrency limit) and the probe lock."""
+
+    slots: asyncio.Queue
+    probe_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class Sandbox:
+    """Runs guest commands under :class:`Limits`; at most ``concurrency`` at once per event loop.
+
+    :param python: the guest interpreter (default: probed, see the module docstring).
+    :param uid_base: first uid of the per-slot sandbox users (used only when running as root).
+    :param isolate: try network and mount namespaces.
+    :param guard: install the guest's audit-hook guard (tests turn it off to test the OS layers).
+    """
+
+    def __init__(self, limits: Limits | None = None, *, concurrency: int = 2, python: str | None = None,
+                 uid_base: int = 61000, isolate: bool = True, guard: bool = True) -> None:
+        self.limits = limits or Limits()
+        self.concurrency = max(1, concurrency)
+        self.python = python
+        self.isolate = isolate
+        self.guard = guard
+        self.as_root = os.geteuid() == 0
+        self.uid_base = uid_base
+        if self.as_root:
+            check_free_uids(uid_base, self.concurrency)
+        self._states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    # ---------------------------------------------------------------------------- public
+    async def run(self, mode_args: list[str], files: dict[str, str], stdin: bytes = b"",
+                  limits: Limits | None = None) -> RunResult:
+        """Write ``files`` into a fresh sandbox directory and run the guest script there as
+        ``python -I _plasmid_guest.py *mode_args`` (see :mod:`plasmid_code.guest`), feeding ``stdin``."""
+        state = self._state()
+        await self._ensure_python(state)
+        slot = await state.slots.get()
+        try:
+            return await self._run_in_slot(slot, mode_args, files, stdin, limits or self.limits)
+        finally:
+            state.slots.put_nowait(slot)
+
+    # ---------------------------------------------------------------------------- internals
+    def _state(self) -> _LoopState:
+        loop = asyncio.get_running_loop()
+        state = self._states.get(loop)
+        if state is None:
+            slots: asyncio.Queue = asyncio.Queue()
+            for slot in range(self.concurrency):
+                slots.put_nowait(slot)
+            state = self._states[loop] = _LoopState(slots)
+        return state
+
+    async def _ensure_python(self, state: _LoopState) -> None:
+        async with state.probe_lock:
+            if self.python is not None and getattr(self, "_probed", None) == self.python:
+                return
+            candidates = [self.python] if self.python else [sys.executable, *PYTHON_CANDIDATES]
+            problems = []
+            for candidate in dict.fromkeys(candidates):
+                if not candidate or not os.path.exists(candidate):
+                    continue
+                self.python = candidate
+                probe = Limits(wall_seconds=30.0, cpu_seconds=30)
+                try:
+                    result = await self._run_in_slot(0, ["stdio", "probe.py"], {"probe.py": "print('ok')"}, b"", probe)
+                except SandboxError as exc:
+                    problems.append(f"{candidate}: {exc}")
+                    continue
+                if result.stdout.strip() == b"ok":
+                    self._probed = candidate
+                    return
+                problems.append(f"{candidate}: exited {result.returncode}")
+            self.python = None
+            raise SandboxError(
+                "no Python interpreter could run in the sandbox (" + "; ".join(problems) + "). The sandbox user "
+                "must be able to execute it: pass --code-python PATH (e.g. /usr/bin/python3), outside any private "
+                "home directory")
+
+    async def _run_in_slot(self, slot: int, mode_args: list[str], files: dict[str, str], stdin: bytes,
+                           limits: Limits) -> RunResult:
+        uid = self.uid_base + slot if self.as_root else None
+        directory = Path(tempfile.mkdtemp(prefix="plasmid-code-"))
+        status_read, status_write = os.pipe()
+        process = None
+        started = time.perf_counter()
+        try:
+            (directory / GUEST_NAME).write_bytes(GUEST.read_bytes())
+            for name, text in files.items():
+                (directory / name).write_text(text)
+            if uid is not None:
+                for path in [directory, *directory.iterdir()]:
+                    os.chown(path, uid, uid)
+            directory.chmod(0o700)
+            spec = {
+                "status_fd": status_write,
+                "isolate": self.isolate,
+                "uid": uid,
+                "gid": uid,
+                "limits": {k: v for k, v in asdict(limits).items() if k not in ("wall_seconds", "output_bytes")},
+                "env": {**GUEST_ENV, "PLASMID_SANDBOX_GUARD": "1" if self.guard else "0"},
+                "argv": [self.python, "-I", GUEST_NAME, *mode_args],
+            }
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(spec),
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                cwd=directory, env=dict(GUEST_ENV), start_new_session=True, pass_fds=(status_write,))
+            os.close(status_write)
+            status_write = -1
+            stdout, timed_out, exceeded = await self._communicate(process, stdin, limits)
+            returncode = None if (timed_out or exceeded) else process.returncode
+            status = _read_all(status_read)
+            if not status.startswith("ok") or "\nerror" in status:
+                if status or returncode == SETUP_FAILED:
+                    raise SandboxError(f"the sandbox could not start the guest: {status.strip() or 'no status'}")
+            layers = tuple(status.split("\n")[0][3:].split(",")) if status.startswith("ok ") else ()
+            return RunResult(stdout, returncode, timed_out, exceeded, time.perf_counter() - started,
+                             tuple(layer for layer in layers if layer))
+        finally:
+            if status_write >= 0:
+                os.close(status_write)
+            os.close(status_read)
+            if process is not None:
+                await self._kill_everything(process, uid)
+            shutil.rmtree(directory, ignore_errors=True)
+
+    async def _communicate(self, process: asyncio.subprocess.Process, stdin: bytes,
+                           limits: Limits) -> tuple[bytes, bool, bool]:
+        """Feed stdin, read stdout up to the cap, wait for exit; ``(stdout, timed_out, exceeded)``."""
+        assert process.stdin is not None and process.stdout is not None
+        chunks: list[bytes] = []
+        size = 0
+
+        async def feed() -> None:
+            try:
+                process.stdin.write(stdin)
+                await process.stdin.drain()
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            finally:
+                process.stdin.close()
+
+        async def read() -> bool:
+            nonlocal size
+            while chunk := await process.stdout.read(65536):
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > limits.output_bytes:
+                    return True
+            await process.wait()
+            return False
+
+        feeder = asyncio.ensure_future(feed())
+        timed_out = exceeded = False
+        try:
+            exceeded = await asyncio.wait_for(read(), limits.wall_seconds)
+        except TimeoutError:
+            timed_out = True
+        finally:
+            feeder.cancel()
+        stdout = b"".join(chunks)[: limits.output_bytes]
+        return stdout, timed_out, exceeded
+
+    async def _kill_everything(self, process: asyncio.subprocess.Process, uid: int | None) -> None:
+        """Kill the run's process group and, for a sandbox uid, every process of that uid."""
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if process.returncode is None:
+            await process.wait()
+        if uid is not None:
+            reaper = await asyncio.create_subprocess_exec(
+                sys.executable, "-I", "-S", str(LAUNCHER), "--reap", str(uid),
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(GUEST_ENV))
+            await reaper.wait()
+
+
+def _read_all(fd: int) -> str:
+    """Everything written to the pipe ``fd`` (all writers are closed by now)."""
+    os.set_blocking(fd, False)
+    data = b""
+    try:
+        while chunk := os.read(fd, 65536):
+            data += chunk
+    except BlockingIOError:
+        pass
+    return data.decode(errors="replace")
+
+
+def check_free_uids(uid_base: int, count: int) -> None:
+    """Fail unless uids ``uid_base .. uid_base + count - 1`` belong to no user (their processes
+    are killed after each run, and they must own no file)."""
+    for uid in range(uid_base, uid_base + count):
+        try:
+            user = pwd.getpwuid(uid)
+        except KeyError:
+            continue
+        raise SandboxError(
+            f"sandbox uid {uid} belongs to user {user.pw_name!r}; the sandbox kills every process of its uids. "
+            f"Choose a free range with --code-sandbox-uid (needs {count} free uids from there)")
+
+
+def new_nonce() -> str:
+    """An unguessable marker for the asserts harness."""
+    return secrets.token_hex(16)
