@@ -91,7 +91,9 @@ def drop_stale(batch: RolloutBatch, version: int, max_staleness: int | None) -> 
     """Measure how many weight versions behind ``version`` the samples were generated, and drop
     the groups beyond ``max_staleness`` (in place); returns the staleness metrics."""
     ages = [version - s.weight_version for s in batch.samples if s.weight_version is not None]
-    metrics = {"rollout/staleness_mean": sum(ages) / len(ages), "rollout/staleness_max": float(max(ages))} if ages else {}
+    metrics = {}
+    if ages:
+        metrics = {"rollout/staleness_mean": sum(ages) / len(ages), "rollout/staleness_max": float(max(ages))}
     if max_staleness is not None:
         fresh = [g for g in batch.groups
                  if all(s.weight_version is None or version - s.weight_version <= max_staleness for s in g.samples)]

@@ -17,6 +17,13 @@ What it checks, on a small random batch with masked holes (padding and tool toke
   and so do their gradients: the trainer accumulates micro-batches and sums their metrics;
 - at the first update (``logprobs == old_logprobs``) the gradient step raises the log-probs of
   tokens with positive advantage and lowers those with negative advantage, on balance.
+
+When the loss ``needs_critic`` (the other checks are skipped otherwise):
+
+- it is a :class:`~plasmid.protocols.CriticLoss`; ``returns`` are ``[B, T]``, finite, 0 where masked;
+- ``value_loss`` is a finite scalar with finite gradients w.r.t. the values, which masked
+  values change neither; micro-batch value losses, gradients and metrics sum to the full batch's;
+- a gradient step on the value loss moves the values towards the returns.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import pytest
 import torch
 
 from plasmid import testing
-from plasmid.protocols import Loss
+from plasmid.protocols import CriticLoss, Loss
 from plasmid.types import LossBatch
 
 
@@ -164,3 +171,71 @@ class LossContract:
         # a small step along -grad changes the log-probs by -lr * grad; their advantage-weighted
         # sum must go up
         assert float((-grad * batch.advantages * batch.response_mask).sum()) > 0
+
+    # ---------------------------------------------------------------------------------------------
+    # critic losses
+    # ---------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def current_values(batch: LossBatch, seed: int = 3, spread: float = 0.5) -> torch.Tensor:
+        """Critic values a little away from the old ones, as a leaf tensor with gradient."""
+        generator = torch.Generator().manual_seed(seed)
+        noise = (torch.rand(batch.values.shape, generator=generator) * 2 - 1) * spread
+        return (batch.values + noise).requires_grad_(True)
+
+    def value_loss_and_grad(self, loss: Any, batch: LossBatch,
+                            values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+        values = values.detach().requires_grad_(True)
+        value, metrics = loss.value_loss(batch, values)
+        (grad,) = torch.autograd.grad(value, values, allow_unused=True)
+        if grad is None:
+            grad = torch.zeros_like(values)
+        return value.detach(), grad, metrics
+
+    @staticmethod
+    def require_critic(loss: Any) -> None:
+        if not loss.needs_critic:
+            pytest.skip("the loss needs no critic")
+
+    def test_a_critic_loss_has_value_loss_and_masked_returns(self, loss: Any, batch: LossBatch) -> None:
+        self.require_critic(loss)
+        assert isinstance(loss, CriticLoss), "a loss with needs_critic must implement value_loss(batch, values)"
+        assert batch.returns is not None, "advantages() of a critic loss must return the critic's targets"
+        assert tuple(batch.returns.shape) == tuple(batch.response_mask.shape)
+        assert torch.isfinite(batch.returns).all()
+        assert torch.all(batch.returns[batch.response_mask == 0] == 0)
+
+    def test_value_loss_is_finite_and_ignores_masked_values(self, loss: Any, batch: LossBatch) -> None:
+        self.require_critic(loss)
+        values = self.current_values(batch)
+        value, grad, metrics = self.value_loss_and_grad(loss, batch, values)
+        assert value.dim() == 0 and torch.isfinite(value)
+        assert torch.isfinite(grad).all() and grad.abs().sum() > 0
+        assert all(isinstance(v, float) and math.isfinite(v) for v in metrics.values()), metrics
+        masked = batch.response_mask == 0
+        scrambled = values.detach().clone()
+        scrambled[masked] = torch.linspace(-30.0, 30.0, int(masked.sum()))
+        value_scrambled, grad_scrambled, _ = self.value_loss_and_grad(loss, batch, scrambled)
+        assert torch.allclose(value, value_scrambled, atol=1e-6, rtol=1e-6)
+        assert torch.allclose(grad, grad_scrambled, atol=1e-7, rtol=1e-6)
+        assert torch.all(grad_scrambled[masked] == 0)
+
+    def test_micro_batch_value_losses_sum_to_the_full_batch(self, loss: Any, batch: LossBatch) -> None:
+        self.require_critic(loss)
+        values = self.current_values(batch)
+        value, grad, metrics = self.value_loss_and_grad(loss, batch, values)
+        split = batch.response_mask.shape[0] // 3
+        first, second = torch.arange(0, split), torch.arange(split, batch.response_mask.shape[0])
+        value_1, grad_1, metrics_1 = self.value_loss_and_grad(loss, batch.select(first), values[first])
+        value_2, grad_2, metrics_2 = self.value_loss_and_grad(loss, batch.select(second), values[second])
+        assert torch.allclose(value_1 + value_2, value, atol=1e-6, rtol=1e-5)
+        assert torch.allclose(torch.cat([grad_1, grad_2]), grad, atol=1e-7, rtol=1e-5)
+        assert set(metrics_1) == set(metrics) == set(metrics_2)
+        for name in metrics:
+            assert math.isclose(metrics_1[name] + metrics_2[name], metrics[name], rel_tol=1e-5, abs_tol=1e-6), name
+
+    def test_value_gradient_step_moves_values_towards_returns(self, loss: Any, batch: LossBatch) -> None:
+        self.require_critic(loss)
+        _, grad, _ = self.value_loss_and_grad(loss, batch, batch.values.clone())
+        # a small step along -grad changes the values by -lr * grad; they must approach the returns
+        assert float((-grad * (batch.returns - batch.values) * batch.response_mask).sum()) > 0

@@ -73,7 +73,9 @@ def enter_namespaces(sandbox: str) -> list[str]:
         _write("/proc/self/gid_map", f"{gid} {gid} 1")
         layers = ["userns", "netns", "mountns"]
     _check(_libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
-    source = sandbox.encode()
+    # By descriptor: once one directory is covered, the sandbox's path may no longer resolve.
+    handle = os.open(sandbox, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    source = f"/proc/self/fd/{handle}".encode()
     for directory in WORLD_WRITABLE:
         if os.path.isdir(directory) and not os.path.islink(directory):
             _check(_libc.mount(source, directory.encode(), None, MS_BIND, None), f"bind {directory}")

@@ -211,11 +211,12 @@ class Sandbox:
             status_write = -1
             stdout, timed_out, exceeded = await self._communicate(process, stdin, limits)
             returncode = None if (timed_out or exceeded) else process.returncode
-            status = _read_all(status_read)
-            if not status.startswith("ok") or "\nerror" in status:
-                if status or returncode == SETUP_FAILED:
-                    raise SandboxError(f"the sandbox could not start the guest: {status.strip() or 'no status'}")
-            layers = tuple(status.split("\n")[0][3:].split(",")) if status.startswith("ok ") else ()
+            lines = _read_all(status_read).splitlines()
+            errors = [line[len("error "):] for line in lines if line.startswith("error")]
+            if errors or (not lines and not timed_out):
+                problem = "; ".join(errors) or f"the launcher exited with {process.returncode} and no status"
+                raise SandboxError(f"the sandbox could not start the guest: {problem}")
+            layers = lines[0][len("ok "):].split(",") if lines else []
             return RunResult(stdout, returncode, timed_out, exceeded, time.perf_counter() - started,
                              tuple(layer for layer in layers if layer))
         finally:
