@@ -206,3 +206,189 @@ def test_masked_nan_does_not_reach_the_aggregate_or_its_gradient(mode):
 def test_unknown_aggregation_names_the_option():
     with pytest.raises(ValueError, match="--loss-agg"):
         agg("mean-of-everything")
+
+
+# ------------------------------------------------------------------------------------------------
+# leave-one-out, whitening, lengths and overlong shaping
+# ------------------------------------------------------------------------------------------------
+
+
+def test_leave_one_out_advantage_subtracts_the_mean_of_the_other_samples():
+    # group 0 = [1, 0, 0, 1]: a 1 is compared with mean(0, 0, 1) = 1/3, a 0 with mean(1, 0, 1) = 2/3
+    # group 1 = [2, 5]: 2 - 5 and 5 - 2;   group 2 = [7]: alone, advantage 0
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 2.0, 5.0, 7.0])
+    group_index = torch.tensor([0, 0, 0, 0, 1, 1, 2])
+    advantages = algorithms.leave_one_out_advantages(rewards, group_index)
+    assert close(advantages, [2 / 3, -2 / 3, -2 / 3, 2 / 3, -3.0, 3.0, 0.0])
+
+
+def test_whiten_uses_the_trained_tokens_of_the_whole_batch():
+    # trained values 1, 2, 3: mean 2, unbiased variance 1; masked positions (9) are ignored and zeroed
+    values = torch.tensor([[1.0, 2.0, 9.0], [3.0, 9.0, 9.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    scale = 1 / math.sqrt(1 + algorithms.WHITEN_EPS)
+    assert close(algorithms.whiten(values, mask), [[-scale, 0.0, 0.0], [scale, 0.0, 0.0]])
+
+
+def test_response_length_is_one_past_the_last_trained_token():
+    mask = torch.tensor([[1.0, 1.0, 0.0, 0.0], [1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    assert algorithms.response_lengths(mask).tolist() == [2, 3, 0]
+
+
+def test_overlong_penalty_grows_linearly_inside_the_buffer():
+    # limit 10, buffer 4: no penalty up to 6 tokens, then -(l - 6) / 4 * factor, -factor at 10
+    lengths = torch.tensor([6, 7, 10, 3])
+    penalty = algorithms.overlong_penalty(lengths, max_length=10, buffer_length=4, penalty_factor=0.5)
+    assert close(penalty, [0.0, -0.125, -0.5, 0.0])
+    with pytest.raises(ValueError, match="--overlong-buffer-len"):
+        algorithms.overlong_penalty(lengths, max_length=10, buffer_length=11)
+
+
+# ------------------------------------------------------------------------------------------------
+# token-level rewards, discounted returns, GAE
+# ------------------------------------------------------------------------------------------------
+
+
+def test_token_rewards_put_the_reward_on_the_last_trained_token_and_kl_on_every_one():
+    rewards = torch.tensor([1.0, 2.0])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 1.0]])
+    kl = torch.tensor([[0.1, 0.2, 9.0], [0.3, 9.0, 0.5]])
+    token_rewards = algorithms.token_level_rewards(rewards, mask, kl=kl, kl_coef=0.5)
+    assert close(token_rewards, [[-0.05, 1 - 0.1, 0.0], [-0.15, 0.0, 2 - 0.25]])
+
+
+def test_discounted_returns_skip_masked_tokens():
+    # gamma 0.5, rewards 1, 2, 4: G = [1 + 0.5 * 4, 2 + 0.5 * 4, 4] = [3, 4, 4]
+    assert close(algorithms.discounted_returns(torch.tensor([[1.0, 2.0, 4.0]]), torch.ones(1, 3), 0.5),
+                 [[3.0, 4.0, 4.0]])
+    # a masked middle token is not a step: G_0 = 1 + 0.5 * G_2
+    returns = algorithms.discounted_returns(torch.tensor([[1.0, 99.0, 4.0]]), torch.tensor([[1.0, 0.0, 1.0]]), 0.5)
+    assert close(returns, [[3.0, 0.0, 4.0]])
+
+
+def test_gae_closed_form():
+    # gamma 0.9, lambda 0.5, reward 1 on the last token, values 0.5, 0.6, 0.7:
+    #   delta_2 = 1 - 0.7 = 0.3                 A_2 = 0.3
+    #   delta_1 = 0.9 * 0.7 - 0.6 = 0.03        A_1 = 0.03 + 0.45 * 0.3 = 0.165
+    #   delta_0 = 0.9 * 0.6 - 0.5 = 0.04        A_0 = 0.04 + 0.45 * 0.165 = 0.11425
+    rewards, values = torch.tensor([[0.0, 0.0, 1.0]]), torch.tensor([[0.5, 0.6, 0.7]])
+    advantages, returns = algorithms.gae(rewards, values, torch.ones(1, 3), gamma=0.9, lambd=0.5)
+    assert close(advantages, [[0.11425, 0.165, 0.3]])
+    assert close(returns, [[0.61425, 0.765, 1.0]])
+
+
+def test_gae_with_gamma_and_lambda_one_is_return_minus_value():
+    rewards, values = torch.tensor([[0.0, 0.0, 1.0]]), torch.tensor([[0.5, 0.6, 0.7]])
+    advantages, returns = algorithms.gae(rewards, values, torch.ones(1, 3), gamma=1.0, lambd=1.0)
+    assert close(advantages, [[0.5, 0.4, 0.3]])
+    assert close(returns, [[1.0, 1.0, 1.0]])
+
+
+def test_gae_skips_masked_tokens():
+    # the masked middle token (value 99) is not a step: delta_0 = 0.9 * 0.7 - 0.5 = 0.13, A_0 = 0.13 + 0.45 * 0.3
+    rewards, values = torch.tensor([[0.0, 5.0, 1.0]]), torch.tensor([[0.5, 99.0, 0.7]])
+    advantages, returns = algorithms.gae(rewards, values, torch.tensor([[1.0, 0.0, 1.0]]), gamma=0.9, lambd=0.5)
+    assert close(advantages, [[0.265, 0.0, 0.3]])
+    assert close(returns, [[0.765, 0.0, 1.0]])
+
+
+# ------------------------------------------------------------------------------------------------
+# GSPO's sequence ratio, CISPO
+# ------------------------------------------------------------------------------------------------
+
+
+def test_sequence_level_ratio_is_the_geometric_mean_of_the_token_ratios():
+    # token ratios 4 and 1 (third token masked): s = exp((ln 4 + 0) / 2) = 2 on every trained token
+    old = torch.zeros(1, 3)
+    logprobs = torch.tensor([[math.log(4.0), 0.0, 7.0]], requires_grad=True)
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    effective = algorithms.sequence_level_logprobs(logprobs, old, mask)
+    assert close((effective - old).exp(), [[2.0, 2.0, 1.0]], tol=1e-5)
+    # A = -1: unclipped loss -A * s = 2 per token; its per-sequence mean has the gradient of
+    # -A * s itself: d s / d logprob_t = s / |y| = 1 on each trained token, 0 on the masked one
+    terms = algorithms.ppo_clip_loss(effective, old, -torch.ones(1, 3), eps_clip=0.2)
+    ((terms.loss * mask).sum() / 2).backward()
+    assert close(logprobs.grad, [[1.0, 1.0, 0.0]], tol=1e-5)
+    assert close(terms.clipped * mask, [[0.0, 0.0, 0.0]])
+
+
+def test_sequence_level_ratio_is_clipped_for_the_whole_sequence():
+    old = torch.zeros(1, 2)
+    logprobs = torch.tensor([[math.log(4.0), 0.0]], requires_grad=True)   # s = 2
+    effective = algorithms.sequence_level_logprobs(logprobs, old, torch.ones(1, 2))
+    terms = algorithms.ppo_clip_loss(effective, old, torch.ones(1, 2), eps_clip=0.2)
+    assert close(terms.loss, [[-1.2, -1.2]], tol=1e-5) and close(terms.clipped, [[1.0, 1.0]])
+    terms.loss.sum().backward()
+    assert close(logprobs.grad, [[0.0, 0.0]])
+
+
+def test_cispo_weights_the_log_prob_gradient_by_the_clipped_ratio():
+    # ratios 1.5, 0.5, 1.0 (old = 0), eps 0.2: weights 1.2, 0.8, 1.0; advantages 1, 1, -1
+    logprobs, old = ratios_to_logprobs([[1.5, 0.5, 1.0]])
+    terms = algorithms.cispo_loss(logprobs, old, torch.tensor([[1.0, 1.0, -1.0]]), eps_clip=0.2)
+    assert close(terms.loss, [[-1.2 * math.log(1.5), -0.8 * math.log(0.5), 0.0]], tol=1e-6)
+    assert close(terms.clipped, [[1.0, 1.0, 0.0]])
+    terms.loss.sum().backward()
+    assert close(logprobs.grad, [[-1.2, -0.8, 1.0]], tol=1e-6)   # -w * A: clipped tokens keep a gradient
+
+
+# ------------------------------------------------------------------------------------------------
+# rollout correction (TIS, IcePop)
+# ------------------------------------------------------------------------------------------------
+
+
+def test_truncated_importance_weights_are_clamped_into_the_band():
+    # old - rollout = ln 3, ln 1/4, 0: ratios 3, 0.25, 1 in the band [0.5, 2]
+    rollout = torch.zeros(1, 3)
+    old = torch.log(torch.tensor([[3.0, 0.25, 1.0]]))
+    correction = algorithms.rollout_correction(old, rollout, low=0.5, high=2.0, mode="truncate")
+    assert close(correction.weights, [[2.0, 0.5, 1.0]], tol=1e-6)
+    assert close(correction.outside, [[1.0, 1.0, 0.0]])
+    assert close(correction.ratio, [[3.0, 0.25, 1.0]], tol=1e-6)
+
+
+def test_icepop_drops_tokens_outside_the_band_and_keeps_the_ratio_inside():
+    rollout = torch.zeros(1, 3)
+    old = torch.log(torch.tensor([[3.0, 0.25, 1.5]]))
+    correction = algorithms.rollout_correction(old, rollout, low=0.5, high=2.0, mode="mask")
+    assert close(correction.weights, [[0.0, 0.0, 1.5]], tol=1e-6)
+    assert close(correction.outside, [[1.0, 1.0, 0.0]])
+
+
+def test_rollout_correction_band_must_be_ordered():
+    with pytest.raises(ValueError, match="--tis-clip"):
+        algorithms.rollout_correction(torch.zeros(1), torch.zeros(1), low=2.0, high=1.0)
+
+
+# ------------------------------------------------------------------------------------------------
+# critic
+# ------------------------------------------------------------------------------------------------
+
+
+def test_clipped_value_loss_closed_form():
+    # old values 0, clip 0.2:
+    #   V=0.5, R=1:  (0.5-1)^2 = 0.25 < (0.2-1)^2 = 0.64  -> 0.32, clipped (no gradient)
+    #   V=-0.1, R=1: inside the clip, (-1.1)^2 = 1.21      -> 0.605, gradient V - R = -1.1
+    #   V=0.3, R=-1: (1.3)^2 = 1.69 > (0.2+1)^2 = 1.44     -> 0.845, gradient 1.3
+    values = torch.tensor([[0.5, -0.1, 0.3]], requires_grad=True)
+    terms = algorithms.clipped_value_loss(values, torch.zeros(1, 3), torch.tensor([[1.0, 1.0, -1.0]]), value_clip=0.2)
+    assert close(terms.loss, [[0.32, 0.605, 0.845]], tol=1e-6)
+    assert close(terms.clipped, [[1.0, 0.0, 0.0]])
+    terms.loss.sum().backward()
+    assert close(values.grad, [[0.0, -1.1, 1.3]], tol=1e-6)
+
+
+def test_unclipped_value_loss_is_half_the_squared_error():
+    terms = algorithms.clipped_value_loss(torch.tensor([2.0]), torch.tensor([0.0]), torch.tensor([-1.0]),
+                                          value_clip=None)
+    assert close(terms.loss, [4.5])
+
+
+def test_explained_variance():
+    returns, mask = torch.tensor([[1.0, 2.0, 3.0, 4.0, 99.0]]), torch.tensor([[1.0, 1.0, 1.0, 1.0, 0.0]])
+    assert algorithms.explained_variance(returns, returns, mask) == pytest.approx(1.0)
+    assert algorithms.explained_variance(torch.full((1, 5), 2.5), returns, mask) == pytest.approx(0.0)
+    # residuals -1, 1, -1, 1: variance 1 against Var[R] = 1.25
+    values = torch.tensor([[2.0, 1.0, 4.0, 3.0, 0.0]])
+    assert algorithms.explained_variance(values, returns, mask) == pytest.approx(0.2)
+    assert algorithms.explained_variance(values, torch.ones(1, 5), mask) == 0.0

@@ -109,6 +109,9 @@ class RolloutEngine(Protocol):
 
     async def shutdown(self) -> None: ...
 
+    # Optional: ``stats() -> dict[str, float]``, cumulative counters (requests, generated_tokens,
+    # batches, busy_seconds, ...) that drivers and benchmarks may diff between two readings.
+
 
 class GenerateFn(Protocol):
     """Turns one prompt sample into one or more finished samples (multi-turn lives here).

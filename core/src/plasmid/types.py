@@ -28,6 +28,8 @@ class SamplingParams:
     """How an engine samples one response.
 
     ``top_k <= 0`` and ``top_p >= 1`` disable those filters; ``temperature == 0`` is greedy.
+    With both, a token is kept when it is among the ``top_k`` likeliest *and* the probability
+    mass of the tokens likelier than it is below ``top_p`` (SGLang's rule).
     ``stop_token_ids`` end a response (the stop token is kept in the response).
     """
 
@@ -53,7 +55,8 @@ class GenerationOutput:
 
     :ivar token_ids: the generated response tokens (``[response_length]``).
     :ivar logprobs: log-probability of each generated token under the engine's sampling
-        distribution at ``temperature`` (before top-p/top-k truncation), natural log.
+        distribution at ``temperature`` (before top-p/top-k truncation), natural log; greedy
+        requests (temperature 0) report log-probs at temperature 1.
     :ivar status: ``COMPLETED`` (stop token), ``TRUNCATED`` (length) or ``ABORTED``.
     :ivar weight_version: the engine's weight version when the request finished.
     """

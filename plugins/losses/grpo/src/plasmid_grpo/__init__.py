@@ -1,6 +1,8 @@
-"""plasmid-grpo: Group Relative Policy Optimization as a plasmid loss (``--loss grpo``).
+"""plasmid-grpo: the GRPO family of losses (``--loss grpo | dr-grpo | dapo | gspo | cispo | rloo``).
 
 Advantages are each response's reward relative to the other responses to the same prompt;
-the loss is PPO's clipped surrogate, plus optional KL (as a loss term or a reward penalty) and
-entropy terms. :class:`plasmid_grpo.loss.GRPOLoss` is built to be subclassed by GRPO variants.
+the loss is PPO's clipped surrogate (or a variant of it), plus optional KL (as a loss term or a
+reward penalty), entropy and rollout-correction terms. :class:`plasmid_grpo.policy.PolicyGradientLoss`
+is the shared base (also of plasmid-ppo and plasmid-reinforce-pp), :class:`plasmid_grpo.loss.GRPOLoss`
+is GRPO, and :mod:`plasmid_grpo.variants` holds the variants, each a small subclass.
 """

@@ -1,4 +1,4 @@
-"""Hook implementations of plasmid-grpo (torch is imported only when the loss is chosen)."""
+"""Hook implementations of plasmid-grpo (torch is imported only when a loss is chosen)."""
 
 from __future__ import annotations
 
@@ -8,3 +8,8 @@ from plasmid import hookimpl
 @hookimpl
 def plasmid_losses(register):
     register("grpo", "plasmid_grpo.loss:GRPOLoss", default=True)
+    register("dr-grpo", "plasmid_grpo.variants:DrGRPOLoss")
+    register("dapo", "plasmid_grpo.variants:DAPOLoss")
+    register("gspo", "plasmid_grpo.variants:GSPOLoss")
+    register("cispo", "plasmid_grpo.variants:CISPOLoss")
+    register("rloo", "plasmid_grpo.variants:RLOOLoss")

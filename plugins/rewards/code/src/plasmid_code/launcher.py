@@ -1,27 +1,30 @@
-"""The sandbox's first stage: a tiny stdlib-only script that confines itself, then execs the guest.
+"""The sandbox's supervisor: a stdlib-only script that confines a guest process, times it, and
+leaves no process of it behind.
 
-Run by :mod:`plasmid_code.sandbox` as ``python -I -S launcher.py SPEC_JSON`` in a new session
-(its own process group), with a scrubbed environment and the sandbox directory as cwd. It runs
-single-threaded, so nothing here races with other threads (unlike a ``preexec_fn``). In order:
+Run by :mod:`plasmid_code.sandbox` as ``python -I -S launcher.py SPEC_JSON`` in a new session,
+with a scrubbed environment and the sandbox directory as cwd. It is single-threaded, so the
+fork below is safe (unlike a ``preexec_fn`` in a threaded trainer). In order:
 
 1. **Namespaces** (``spec["isolate"]``): ``unshare(CLONE_NEWNET | CLONE_NEWNS)``; when that is
    refused to a non-root user, ``CLONE_NEWUSER`` is added (the user maps to itself). A new
    network namespace has only a loopback device, down: no connection can be made, not even to
    127.0.0.1 of the host. In the new mount namespace the sandbox directory is bind-mounted over
    every world-writable directory (``/tmp``, ``/var/tmp``, ``/dev/shm``, ``/run/lock``), so the
-   sandbox is the only writable place a dropped-privilege guest has, and it works in ``/tmp``.
-2. **Resource limits** (``resource.setrlimit``): CPU seconds, address space, file size, open
-   files, no core dumps, and processes (``RLIMIT_NPROC``, per user: root ignores it, hence 3).
-3. **Privileges** (``spec["uid"]``, only when started as root): supplementary groups dropped,
-   then ``setgid``/``setuid`` to a sandbox uid that owns no file and runs nothing else, so
-   ``RLIMIT_NPROC`` bounds a fork bomb and the guest can write nowhere but the sandbox.
-4. ``execve`` of the guest command with ``spec["env"]``.
+   sandbox is the only place a dropped-privilege guest can write, and it works in ``/tmp``.
+2. It becomes a *child subreaper*: every orphan of the guest's process tree (a daemonised fork,
+   a ``setsid`` escapee) is re-parented to it rather than to init.
+3. It forks the guest, which sets its **resource limits** (CPU seconds, address space, file
+   size, open files, no core dumps, processes), **drops privileges** when started as root
+   (``spec["uid"]``: no supplementary groups, then ``setgid``/``setuid`` to a uid that owns no
+   file, so that ``RLIMIT_NPROC``, which root ignores, bounds a fork bomb), and execs
+   ``spec["argv"]`` with ``spec["env"]``.
+4. It waits for the guest for at most ``spec["wall_seconds"]`` (or until SIGTERM, which the
+   parent sends when the guest writes too much), then kills every process left in the tree and
+   reaps them all before it exits.
 
-It reports on the status descriptor ``spec["status_fd"]`` (closed by the exec): ``ok LAYERS``
-(the layers in force, e.g. ``netns,mountns,private-tmp,uid``), or, as the last line,
-``error MESSAGE`` followed by exit 121 (setup or exec failed).
-With ``--reap UID`` it instead kills every process of that uid (stragglers of a fork bomb that
-left the process group), as that uid, and exits.
+It reports on the status descriptor ``spec["status_fd"]``, one line per event: ``ok LAYERS``
+once the guest runs (e.g. ``netns,mountns,private-tmp,uid``), then one of ``exit N``,
+``signal N``, ``timeout`` or ``stopped``; or ``error MESSAGE`` when setup or exec failed (exit 121).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import json
 import os
 import resource
 import signal
-import sys
+import time
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -39,11 +42,23 @@ CLONE_NEWNET = 0x40000000
 MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 0x40000
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 #: Directories any user may write to on a usual Linux; the sandbox is mounted over each.
 WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 SETUP_FAILED = 121
+#: How long the supervisor keeps killing and reaping a stubborn process tree.
+CLEANUP_SECONDS = 5.0
 
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+class Deadline(Exception):
+    """The guest ran past its wall-clock time."""
+
+
+class Stopped(Exception):
+    """The parent asked the guest to stop (SIGTERM)."""
 
 
 def _check(result: int, what: str) -> None:
@@ -58,7 +73,7 @@ def _write(path: str, text: str) -> None:
 
 
 def enter_namespaces(sandbox: str) -> list[str]:
-    """New network and mount namespaces; the layers achieved (may be none)."""
+    """New network and mount namespaces; the layers achieved (none when refused)."""
     uid, gid = os.getuid(), os.getgid()
     try:
         _check(_libc.unshare(CLONE_NEWNET | CLONE_NEWNS), "unshare")
@@ -79,6 +94,7 @@ def enter_namespaces(sandbox: str) -> list[str]:
     for directory in WORLD_WRITABLE:
         if os.path.isdir(directory) and not os.path.islink(directory):
             _check(_libc.mount(source, directory.encode(), None, MS_BIND, None), f"bind {directory}")
+    os.close(handle)
     layers.append("private-tmp")
     return layers
 
@@ -103,49 +119,120 @@ def drop_privileges(uid: int, gid: int) -> None:
         raise OSError(f"could not drop privileges to uid {uid}")
 
 
+def start_guest(spec: dict, workdir: str, layers: list[str], status_fd: int) -> int:
+    """Fork and exec the guest; its pid. Raises ``OSError`` with the child's reason if exec failed."""
+    report_read, report_write = os.pipe()  # close-on-exec: EOF with no data means exec succeeded
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(report_read)
+            os.close(status_fd)  # the guest must not be able to write our status lines
+            set_limits(spec["limits"])
+            if spec.get("uid") is not None:
+                drop_privileges(spec["uid"], spec["gid"])
+            env = {**spec["env"], "HOME": workdir, "TMPDIR": workdir, "PLASMID_SANDBOX_LAYERS": ",".join(layers)}
+            os.execve(spec["argv"][0], spec["argv"], env)
+        except BaseException as exc:  # noqa: BLE001 - reported through the pipe
+            os.write(report_write, f"{type(exc).__name__}: {exc}".encode())
+        os._exit(SETUP_FAILED)
+    os.close(report_write)
+    reason = os.read(report_read, 4096).decode(errors="replace")
+    os.close(report_read)
+    if reason:
+        os.waitpid(pid, 0)
+        raise OSError(f"starting {spec['argv'][0]} as the guest failed: {reason}")
+    return pid
+
+
+def child_pids(parent: int) -> list[int]:
+    """Pids whose parent is ``parent``, from ``/proc/<pid>/stat``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 1 and int(fields[1]) == parent:
+            found.append(int(entry))
+    return found
+
+
+def kill_tree() -> None:
+    """Kill and reap every descendant; orphans come back to us (subreaper) until none is left."""
+    me = os.getpid()
+    give_up = time.monotonic() + CLEANUP_SECONDS
+    while time.monotonic() < give_up:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid:
+            continue
+        for child in child_pids(me):
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.002)
+
+
+def supervise(pid: int, wall_seconds: float) -> str:
+    """Wait for the guest; its outcome as a status line."""
+
+    def on_alarm(signum, frame):
+        raise Deadline
+
+    def on_term(signum, frame):
+        raise Stopped
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, wall_seconds)
+        _, status = os.waitpid(pid, 0)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    except Deadline:
+        return "timeout"
+    except Stopped:
+        return "stopped"
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    if os.WIFSIGNALED(status):
+        return f"signal {os.WTERMSIG(status)}"
+    return f"exit {os.waitstatus_to_exitcode(status)}"
+
+
 def launch(spec: dict) -> None:
     status_fd = spec["status_fd"]
-    os.set_inheritable(status_fd, False)
     layers: list[str] = []
     try:
+        _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0), "prctl(PDEATHSIG)")
+        _check(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "prctl(CHILD_SUBREAPER)")
         sandbox = os.getcwd()
         if spec["isolate"]:
             layers += enter_namespaces(sandbox)
         workdir = "/tmp" if "private-tmp" in layers else sandbox
         os.chdir(workdir)
-        set_limits(spec["limits"])
         if spec.get("uid") is not None:
-            drop_privileges(spec["uid"], spec["gid"])
             layers.append("uid")
-        env = {**spec["env"], "HOME": workdir, "TMPDIR": workdir, "PLASMID_SANDBOX_LAYERS": ",".join(layers)}
-        argv = spec["argv"]
-        if not os.access(argv[0], os.X_OK):
-            raise OSError(f"the sandbox user cannot execute {argv[0]}")
+        pid = start_guest(spec, workdir, layers, status_fd)
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises
-        os.write(status_fd, f"error {type(exc).__name__}: {exc}".encode())
+        os.write(status_fd, f"error {type(exc).__name__}: {exc}\n".encode())
+        kill_tree()
         os._exit(SETUP_FAILED)
     os.write(status_fd, f"ok {','.join(layers)}\n".encode())
-    try:
-        os.execve(argv[0], argv, env)
-    except OSError as exc:  # e.g. EAGAIN: the uid is at its process limit
-        os.write(status_fd, f"error exec {argv[0]}: {exc}".encode())
-        os._exit(SETUP_FAILED)
-
-
-def reap(uid: int) -> None:
-    """Kill every process of ``uid`` (a sandbox uid), from that uid: ``kill(-1)`` spares the caller."""
-    os.setgroups([])
-    os.setgid(uid)
-    os.setuid(uid)
-    for _ in range(100):
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            return
+    outcome = supervise(pid, spec["wall_seconds"])
+    kill_tree()
+    os.write(status_fd, f"{outcome}\n".encode())
+    os._exit(0)
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--reap":
-        reap(int(sys.argv[2]))
-    else:
-        launch(json.loads(sys.argv[1]))
+    import sys
+
+    launch(json.loads(sys.argv[1]))

@@ -44,8 +44,9 @@ from pathlib import Path
 LAUNCHER = Path(__file__).with_name("launcher.py")
 GUEST = Path(__file__).with_name("guest.py")
 GUEST_NAME = "_plasmid_guest.py"
-SETUP_FAILED = 121
 PYTHON_CANDIDATES = ("/usr/bin/python3", "/usr/local/bin/python3")
+#: Extra seconds the launcher gets, past the guest's wall-clock limit, to clean up and exit.
+LAUNCHER_GRACE_SECONDS = 5.0
 #: The guest's whole environment (plus HOME, TMPDIR and PLASMID_SANDBOX_* set by the launcher).
 GUEST_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -187,18 +188,13 @@ class Sandbox:
         process = None
         started = time.perf_counter()
         try:
-            (directory / GUEST_NAME).write_bytes(GUEST.read_bytes())
-            for name, text in files.items():
-                (directory / name).write_text(text)
-            if uid is not None:
-                for path in [directory, *directory.iterdir()]:
-                    os.chown(path, uid, uid)
-            directory.chmod(0o700)
+            self._prepare(directory, files, uid)
             spec = {
                 "status_fd": status_write,
                 "isolate": self.isolate,
                 "uid": uid,
                 "gid": uid,
+                "wall_seconds": limits.wall_seconds,
                 "limits": {k: v for k, v in asdict(limits).items() if k not in ("wall_seconds", "output_bytes")},
                 "env": {**GUEST_ENV, "PLASMID_SANDBOX_GUARD": "1" if self.guard else "0"},
                 "argv": [self.python, "-I", GUEST_NAME, *mode_args],
@@ -209,27 +205,48 @@ class Sandbox:
                 cwd=directory, env=dict(GUEST_ENV), start_new_session=True, pass_fds=(status_write,))
             os.close(status_write)
             status_write = -1
-            stdout, timed_out, exceeded = await self._communicate(process, stdin, limits)
-            returncode = None if (timed_out or exceeded) else process.returncode
-            lines = _read_all(status_read).splitlines()
-            errors = [line[len("error "):] for line in lines if line.startswith("error")]
-            if errors or (not lines and not timed_out):
-                problem = "; ".join(errors) or f"the launcher exited with {process.returncode} and no status"
-                raise SandboxError(f"the sandbox could not start the guest: {problem}")
-            layers = lines[0][len("ok "):].split(",") if lines else []
-            return RunResult(stdout, returncode, timed_out, exceeded, time.perf_counter() - started,
-                             tuple(layer for layer in layers if layer))
+            stdout, exceeded = await self._communicate(process, stdin, limits)
+            return self._result(_read_all(status_read).splitlines(), stdout, exceeded, started)
         finally:
             if status_write >= 0:
                 os.close(status_write)
             os.close(status_read)
-            if process is not None:
-                await self._kill_everything(process, uid)
+            if process is not None and process.returncode is None:
+                _kill_group(process.pid)
+                await process.wait()
             shutil.rmtree(directory, ignore_errors=True)
 
+    @staticmethod
+    def _prepare(directory: Path, files: dict[str, str], uid: int | None) -> None:
+        """The guest script and ``files`` in ``directory``, owned by the sandbox uid, private."""
+        (directory / GUEST_NAME).write_bytes(GUEST.read_bytes())
+        for name, text in files.items():
+            (directory / name).write_text(text)
+        if uid is not None:
+            for path in [directory, *directory.iterdir()]:
+                os.chown(path, uid, uid)
+        directory.chmod(0o700)
+
+    @staticmethod
+    def _result(status: list[str], stdout: bytes, exceeded: bool, started: float) -> RunResult:
+        """The run's outcome from the launcher's status lines (see :mod:`plasmid_code.launcher`)."""
+        errors = [line[len("error "):] for line in status if line.startswith("error")]
+        if errors or not status or not status[0].startswith("ok"):
+            problem = "; ".join(errors) or f"unexpected launcher status {status!r}"
+            raise SandboxError(f"the sandbox could not start the guest: {problem}")
+        layers = tuple(layer for layer in status[0][len("ok "):].split(",") if layer)
+        outcome = status[-1] if len(status) > 1 else "killed"
+        kind, _, number = outcome.partition(" ")
+        returncode = {"exit": int(number or 0), "signal": -int(number or 0)}.get(kind)
+        return RunResult(stdout, returncode, timed_out=kind in ("timeout", "killed"), output_exceeded=exceeded,
+                         seconds=time.perf_counter() - started, layers=layers)
+
     async def _communicate(self, process: asyncio.subprocess.Process, stdin: bytes,
-                           limits: Limits) -> tuple[bytes, bool, bool]:
-        """Feed stdin, read stdout up to the cap, wait for exit; ``(stdout, timed_out, exceeded)``."""
+                           limits: Limits) -> tuple[bytes, bool]:
+        """Feed stdin and read stdout up to the cap until the launcher exits; ``(stdout, exceeded)``.
+
+        The launcher enforces the wall-clock limit; past it plus a grace period (the launcher
+        is stuck), its whole process group is killed here."""
         assert process.stdin is not None and process.stdout is not None
         chunks: list[bytes] = []
         size = 0
@@ -249,34 +266,27 @@ class Sandbox:
                 chunks.append(chunk)
                 size += len(chunk)
                 if size > limits.output_bytes:
+                    process.send_signal(signal.SIGTERM)  # the launcher kills the guest's tree
                     return True
-            await process.wait()
             return False
 
         feeder = asyncio.ensure_future(feed())
-        timed_out = exceeded = False
+        exceeded = False
         try:
-            exceeded = await asyncio.wait_for(read(), limits.wall_seconds)
+            exceeded = await asyncio.wait_for(read(), limits.wall_seconds + LAUNCHER_GRACE_SECONDS)
+            await asyncio.wait_for(process.wait(), LAUNCHER_GRACE_SECONDS)
         except TimeoutError:
-            timed_out = True
+            _kill_group(process.pid)
         finally:
             feeder.cancel()
-        stdout = b"".join(chunks)[: limits.output_bytes]
-        return stdout, timed_out, exceeded
+        return b"".join(chunks)[: limits.output_bytes], exceeded
 
-    async def _kill_everything(self, process: asyncio.subprocess.Process, uid: int | None) -> None:
-        """Kill the run's process group and, for a sandbox uid, every process of that uid."""
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        if process.returncode is None:
-            await process.wait()
-        if uid is not None:
-            reaper = await asyncio.create_subprocess_exec(
-                sys.executable, "-I", "-S", str(LAUNCHER), "--reap", str(uid),
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(GUEST_ENV))
-            await reaper.wait()
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _read_all(fd: int) -> str:
