@@ -4,6 +4,9 @@ and its reward is the one a run uses."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from plasmid_e2e import FIXTURES, SHORT_RUN, pip, read_metrics, run_plasmid
@@ -35,6 +38,14 @@ def test_it_can_be_excluded_and_selected():
     assert _plugins("--plugins", "no:xyz")["xyz"]["status"] == "excluded"
     selected = _plugins("--plugins", "xyz,grpo")
     assert selected["xyz"]["status"] == "loaded" and selected["match"]["status"] == "excluded"
+
+
+def test_the_installed_package_passes_its_own_contract_tests():
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=importlib",
+                           str(FIXTURES / "rl-plugin-xyz" / "tests")], capture_output=True, text=True,
+                          cwd=FIXTURES / "rl-plugin-xyz", env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert " passed" in proc.stdout
 
 
 def test_its_reward_is_the_one_used(tmp_path):

@@ -68,7 +68,7 @@ async def train(session: Session, log: RunLog) -> dict[str, float]:
             version = rollout_id + 1
             report = await session.weight_sync.sync(trainer, session.engines, version)
             manager.weights_synced(rollout_id, report)
-            metrics.update({"time/sync_seconds": report.seconds, "sync/bytes": float(report.bytes)})
+            metrics.update({"time/sync_seconds": report.seconds, "sync/bytes": float(report.bytes), **report.metrics})
         metrics.update({"time/rollout_seconds": rolled - began, "time/train_seconds": trained - rolled,
                         "weight_version": float(version)})
 

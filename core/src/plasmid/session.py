@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,9 +66,13 @@ def instantiate(provider: Provider, *args: Any) -> Any:
         ) from exc
 
 
-def build_rollout_context(config: Config, registry: Registry) -> RolloutContext:
+def build_rollout_context(config: Config, registry: Registry,
+                          engines: Sequence[RolloutEngine] | None = None) -> RolloutContext:
     """Build the rollout side in this process: data source, ``--engines`` engines, generate
-    function, rewards and filters, with the training sampling parameters."""
+    function, rewards and filters, with the training sampling parameters.
+
+    ``engines``: engines built elsewhere (a runtime's proxies for engines in other processes)
+    to use instead of building ``--engines`` of them here."""
     option = config.option
     tokenizer = load_tokenizer(str(option.model))
 
@@ -86,7 +91,8 @@ def build_rollout_context(config: Config, registry: Registry) -> RolloutContext:
                               max_new_tokens=option.max_new_tokens, stop_token_ids=stop)
     return RolloutContext(
         config=config,
-        engines=[chosen("engine", option.engine) for _ in range(option.engines)],
+        engines=list(engines) if engines is not None else [chosen("engine", option.engine)
+                                                             for _ in range(option.engines)],
         data_source=chosen("datasource", option.datasource),
         tokenizer=tokenizer,
         generate=chosen("generate", option.generate),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,17 +60,30 @@ def load_plugins(plugins_flag: str | None, environ: dict[str, str] | None = None
     return manager
 
 
-def start(argv: list[str], prog: str = "plasmid train") -> Startup:
-    """Load plugins, parse ``argv``, resolve every provider choice and run the configure hooks."""
+def start(argv: list[str], prog: str = "plasmid train", *,
+          description: str = "Run RL post-training through the loaded plugins.",
+          add_options: Callable[[OptionParser], None] | None = None, rewards_only: bool = False) -> Startup:
+    """Load plugins, parse ``argv``, resolve every provider choice and run the configure hooks.
+
+    For commands other than ``train`` (``plasmid score``): ``add_options`` adds the command's
+    own options to the parser; ``rewards_only`` resolves only the rewards, leaving every other
+    family unset, so that configure hooks preparing a training run (a data source's recipe
+    building a model) do nothing.
+    """
     early = preparse(argv)
     manager = load_plugins(early.plugins)
     registry = Registry.collect(manager)
-    parser = OptionParser(prog=prog, description="Run RL post-training through the loaded plugins.")
+    parser = OptionParser(prog=prog, description=description)
     manager.addoption(parser)
+    if add_options is not None:
+        add_options(parser)
     option = parser.parse(argv)
     run_dir = Path(option.run_dir) if option.run_dir else default_run_dir()
     config = Config(option=option, plugin_lock=manager.lock(), run_dir=run_dir)
-    resolve_choices(config, registry)
+    if rewards_only:
+        resolve_rewards(config, registry)
+    else:
+        resolve_choices(config, registry)
     manager.configure(config)
     return Startup(config, manager, registry)
 
@@ -93,10 +107,21 @@ def resolve_choices(config: Config, registry: Registry, *, strict: bool = True) 
 
     for family, attr in SINGLE_FAMILIES.items():
         setattr(option, attr, choose(family, getattr(option, attr)))
-    if not option.reward:
-        default_reward = choose("reward", None)
-        option.reward = [default_reward] if default_reward else []
-    for text in option.reward:
-        registry.get("reward", text.partition(":")[0])
+    resolve_rewards(config, registry, strict=strict)
     for name in option.filter:
         registry.get("filter", name)
+
+
+def resolve_rewards(config: Config, registry: Registry, *, strict: bool = True) -> None:
+    """Default ``--reward`` to the single or default reward when unset, and check every named
+    reward exists (errors name the candidates)."""
+    option = config.option
+    if not option.reward:
+        try:
+            option.reward = [registry.choose("reward", None).name]
+        except PluginError:
+            if strict:
+                raise
+            option.reward = []
+    for text in option.reward:
+        registry.get("reward", text.partition(":")[0])

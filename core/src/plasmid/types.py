@@ -138,12 +138,17 @@ class Verdict:
 
 @dataclass
 class SyncReport:
-    """What one weight sync moved: ``bytes`` of tensor data in ``seconds`` of wall clock."""
+    """What one weight sync moved: ``bytes`` of tensor data in ``seconds`` of wall clock.
+
+    ``metrics``: anything else the sync measured (``sync/...`` names, e.g. a compressing sync's
+    ``sync/raw_bytes`` and ``sync/bytes_saved``); the loop logs them with the step's metrics.
+    """
 
     bytes: int
     seconds: float
     weight_version: int
     buckets: int = 0
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

@@ -23,6 +23,12 @@ engines'):
   :attr:`WeightSyncContract.logprob_tolerance`;
 - the report's ``bytes`` is the sum of the exported tensors' bytes, ``buckets`` the number of
   buckets of ``--update-weight-buffer-size`` bytes, and ``weight_version`` the version passed.
+  A sync that compresses (``compresses = True``) reports the bytes it wrote instead, and the
+  exported tensors' bytes as ``report.metrics["sync/raw_bytes"]``.
+
+Trainer and engines may be proxies for providers in other processes (a runtime's, such as the
+Ray runtime's actors): the contract only calls protocol methods on them. Override :meth:`close`
+to also end what :meth:`make_trainer` started.
 """
 
 from __future__ import annotations
@@ -65,6 +71,8 @@ class WeightSyncContract:
     #: bytes per bucket: small enough that the tiny model takes several buckets
     bucket_bytes: int = 40_000
     logprob_tolerance: float = 1e-4
+    #: the sync compresses: ``report.bytes`` counts what it wrote, ``sync/raw_bytes`` the tensors
+    compresses: bool = False
 
     def make_trainer(self, config: Any) -> Any:
         """A :class:`plasmid.protocols.Trainer` on ``config.option.model``."""
@@ -73,6 +81,15 @@ class WeightSyncContract:
     def make_engines(self, config: Any, count: int) -> list[Any]:
         """``count`` :class:`plasmid.protocols.RolloutEngine` on ``config.option.model``."""
         raise NotImplementedError(f"{type(self).__name__} must implement make_engines(config, count)")
+
+    def close(self, setup: SyncSetup) -> None:
+        """End what one test built; by default, shut every engine down."""
+
+        async def shutdown() -> None:
+            for engine in setup.engines:
+                await engine.shutdown()
+
+        testing.run(shutdown())
 
     @pytest.fixture(scope="class")
     @classmethod
@@ -85,14 +102,9 @@ class WeightSyncContract:
                    "update_weight_buffer_size": self.bucket_bytes, **self.config_options}
         config = testing.make_config(self.plugin, *self.extra_plugins, **options)
         sync = testing.build("weight_sync", self.provider, self.plugin, *self.extra_plugins, config=config)
-        engines = self.make_engines(config, self.engine_count)
-        yield SyncSetup(config, sync, self.make_trainer(config), engines)
-
-        async def shutdown() -> None:
-            for engine in engines:
-                await engine.shutdown()
-
-        testing.run(shutdown())
+        built = SyncSetup(config, sync, self.make_trainer(config), self.make_engines(config, self.engine_count))
+        yield built
+        self.close(built)
 
     @staticmethod
     def vocab_size(setup: SyncSetup) -> int:
@@ -157,7 +169,12 @@ class WeightSyncContract:
     def test_report_counts_bytes_buckets_and_version(self, setup: SyncSetup) -> None:
         report = testing.run(self.train_then_sync(setup, 7))
         buckets = list(setup.trainer.export_weights(self.bucket_bytes))
-        assert report.bytes == sum(tensor_nbytes(t) for bucket in buckets for _, t in bucket)
+        exported_bytes = sum(tensor_nbytes(t) for bucket in buckets for _, t in bucket)
+        if self.compresses:
+            assert report.metrics["sync/raw_bytes"] == exported_bytes
+            assert 0 < report.bytes
+        else:
+            assert report.bytes == exported_bytes
         assert report.buckets == len(buckets) > 1
         assert report.weight_version == 7
         assert math.isfinite(report.seconds) and report.seconds >= 0

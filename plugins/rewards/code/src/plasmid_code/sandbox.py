@@ -1,23 +1,27 @@
 """Running untrusted Python in a confined subprocess, from asyncio, without blocking the loop.
 
 Each :meth:`Sandbox.run` gets a fresh temporary directory (its only writable place, also its
-``HOME`` and ``TMPDIR``), a scrubbed environment (``PATH``, locale, one-thread settings: nothing
-of the parent's, so no secret leaks), and runs ``launcher.py`` then the guest interpreter in a
-new session. Isolation, in layers (see :mod:`plasmid_code.launcher` and :mod:`plasmid_code.guest`):
+``HOME`` and ``TMPDIR``) and a scrubbed environment (``PATH``, locale, one-thread settings:
+nothing of the parent's, so no secret leaks). It starts ``launcher.py`` (the supervisor) in a new
+session with ``asyncio.create_subprocess_exec``, so the event loop keeps running; the launcher
+runs the guest interpreter on ``guest.py``. Isolation comes in layers (see
+:mod:`plasmid_code.launcher` and :mod:`plasmid_code.guest`):
 
-- network and mount namespaces (root, or unprivileged user namespaces): no network at all; the
-  sandbox directory is mounted over ``/tmp`` and the other world-writable directories;
-- when the parent runs as root: a dedicated uid per concurrency slot (``uid_base + slot``, which
-  must not belong to a user), so that ``RLIMIT_NPROC`` holds (root ignores it) and the guest can
-  write only to its directory; after each run every process of that uid is killed;
-- ``resource`` limits: CPU seconds, address space, file size, open files, processes;
-- a wall-clock timeout, after which the whole process group is killed (``os.killpg``), and a cap
-  on the bytes read from stdout (more is a failure, and the group is killed);
+- network and mount namespaces (as root, or through an unprivileged user namespace): no network
+  at all, and the sandbox directory is mounted over ``/tmp`` and the other world-writable places;
+- when the parent runs as root, a dedicated uid per concurrency slot (``uid_base + slot``, which
+  must belong to no user): ``RLIMIT_NPROC`` then holds (root ignores it) and the guest can write
+  only to its directory and cannot read the trainer's ``/proc/<pid>/environ``;
+- ``resource`` limits of every guest process: CPU seconds, address space, file size, open files,
+  processes;
+- a wall-clock limit kept by the launcher, which then kills the guest's whole process tree (it is
+  the tree's subreaper, so even a ``setsid`` escapee is found) and reaps it; the output read from
+  stdout is capped (more is a failure, and the tree is killed). Should the launcher itself hang,
+  its process group is killed from here after a grace period;
 - an audit-hook guard inside the guest (sockets, processes, ``ctypes``, writes outside).
 
-Without root and without user namespaces only the rlimits, the timeout and the guard remain, and
-a guest can read what the parent's user can (``/proc/<pid>/environ`` of the parent is refused by
-the guard only). Run rewards as root, or where user namespaces are allowed, for the full sandbox.
+Without root and without user namespaces only the rlimits, the time limit and the guard remain.
+Run rewards as root, or where user namespaces are allowed, for the full sandbox.
 
 The guest interpreter must be executable by the sandbox uid: the first run probes the candidates
 (``python=`` if given, else this interpreter, then ``/usr/bin/python3``, ``/usr/local/bin/python3``)
@@ -211,9 +215,8 @@ class Sandbox:
             if status_write >= 0:
                 os.close(status_write)
             os.close(status_read)
-            if process is not None and process.returncode is None:
-                _kill_group(process.pid)
-                await process.wait()
+            if process is not None:
+                await _finish(process)
             shutil.rmtree(directory, ignore_errors=True)
 
     @staticmethod
@@ -280,6 +283,19 @@ class Sandbox:
         finally:
             feeder.cancel()
         return b"".join(chunks)[: limits.output_bytes], exceeded
+
+
+async def _finish(process: asyncio.subprocess.Process) -> None:
+    """Make sure the launcher is gone and its pipes are closed (so the transport closes too)."""
+    if process.returncode is None:
+        _kill_group(process.pid)
+        await process.wait()
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.close()
+    try:  # every writer is dead: this reaches EOF at once
+        await asyncio.wait_for(process.stdout.read(), LAUNCHER_GRACE_SECONDS)
+    except TimeoutError:
+        pass
 
 
 def _kill_group(pgid: int) -> None:

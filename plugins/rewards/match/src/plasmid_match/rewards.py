@@ -10,7 +10,8 @@ from collections import Counter
 from typing import Any
 
 from plasmid.types import Sample
-from plasmid_match.labels import acceptable_answers
+from plasmid_match.choice import extract_choice
+from plasmid_match.labels import MissingLabelError, acceptable_answers
 from plasmid_match.normalize import answer_tokens, normalize_answer
 
 
@@ -72,3 +73,45 @@ class TokenF1(MatchReward):
 
     def score(self, response: str, answer: str) -> float:
         return token_f1(response, answer)
+
+
+class ChoiceReward(MatchReward):
+    """1.0 when the option letter the response picks (:func:`~plasmid_match.choice.extract_choice`)
+    is the label's letter, else 0.0 (also when it picks none).
+
+    The label is a letter (``"B"``, ``"(b)"``, ``"B. Paris"``: read with the same rules), a
+    0-based option index (``1`` is ``B``), or a list of acceptable ones.
+    """
+
+    name = "choice"
+
+    def __init__(self, config: Any = None) -> None:
+        super().__init__(config)
+        letters = config.getoption("choice_letters", "ABCDE") if config is not None else "ABCDE"
+        self.letters = "".join(dict.fromkeys(str(letters).upper()))
+
+    def label_letters(self, sample: Sample) -> set[str]:
+        label = sample.label
+        answers = list(label) if isinstance(label, (list, tuple)) else [label]
+        letters = set()
+        for answer in answers:
+            if isinstance(answer, int) and not isinstance(answer, bool):
+                if not 0 <= answer < len(self.letters):
+                    raise ValueError(f"reward 'choice' (plasmid-match): sample {sample.index} has option index "
+                                     f"{answer}, outside --choice-letters {self.letters}")
+                letters.add(self.letters[answer])
+                continue
+            [text] = acceptable_answers(Sample(label=answer, index=sample.index), self.name)
+            short = text.strip()
+            letter = extract_choice(short.upper() if len(short) <= 3 else text, self.letters)  # "b", "(b)"
+            if letter is None:
+                raise MissingLabelError(
+                    f"reward 'choice' (plasmid-match): the label {text!r} of sample {sample.index} names no option "
+                    f"letter of {self.letters}; labels are a letter (\"B\"), an index (1), or set --choice-letters")
+            letters.add(letter)
+        return letters
+
+    async def __call__(self, sample: Sample) -> float:
+        expected = self.label_letters(sample)
+        picked = extract_choice(sample.response, self.letters)
+        return 1.0 if picked in expected else 0.0

@@ -5,9 +5,10 @@ Layout of ``<path>/``::
     model/               a complete Hugging Face model directory (safetensors weights, config,
                          generation config, and the tokenizer files of --model): loads with
                          AutoModelForCausalLM / AutoTokenizer.from_pretrained
-    trainer_state.pt     optimizer and LR-scheduler state, RNG states (torch, random, numpy),
-                         and the trainer's counters (torch.save; our own file, loaded with
-                         weights_only=False)
+    trainer_state.pt     optimizer and LR-scheduler state (the critic's too), RNG states
+                         (torch, random, numpy), and the trainer's counters (torch.save; our
+                         own file, loaded with weights_only=False)
+    critic.safetensors   the critic's weights (backbone and value head), when the loss has one
 
 The directory is written under ``<path>.tmp`` and renamed into place, so a reader never sees a
 half-written checkpoint.
@@ -52,9 +53,10 @@ def copy_tokenizer_files(source: Path, target: Path) -> list[str]:
     return copied
 
 
-def write(path: str | Path, *, model: Any, tokenizer_dir: Path, state: dict[str, Any]) -> Path:
-    """Write ``model`` (HF format, plus tokenizer files from ``tokenizer_dir``) and ``state``
-    to checkpoint directory ``path``, atomically; replaces an existing checkpoint there."""
+def write(path: str | Path, *, model: Any, tokenizer_dir: Path, state: dict[str, Any], critic: Any = None) -> Path:
+    """Write ``model`` (HF format, plus tokenizer files from ``tokenizer_dir``), ``state`` and
+    the ``critic`` (when given) to checkpoint directory ``path``, atomically; replaces an
+    existing checkpoint there."""
     target = Path(path)
     staging = target.with_name(target.name + ".tmp")
     if staging.exists():
@@ -63,6 +65,10 @@ def write(path: str | Path, *, model: Any, tokenizer_dir: Path, state: dict[str,
     model.save_pretrained(staging / MODEL_SUBDIR)
     copy_tokenizer_files(tokenizer_dir, staging / MODEL_SUBDIR)
     torch.save(state, staging / STATE_FILE)
+    if critic is not None:
+        from plasmid_torchtrain.critic import save_critic
+
+        save_critic(critic, staging)
     if target.exists():
         shutil.rmtree(target)
     staging.rename(target)

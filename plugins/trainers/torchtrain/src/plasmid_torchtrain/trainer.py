@@ -4,7 +4,8 @@ Options read: ``--model`` (the policy, and the frozen reference when the loss ne
 ``--temperature`` (log-probs are taken at the sampling temperature, as the engine reports them),
 the "training" group (``--lr``, ``--lr-schedule``, ``--lr-warmup-steps``, ``--min-lr``,
 ``--weight-decay``, ``--adam-beta1/2``, ``--clip-grad``, ``--global-batch-size``,
-``--micro-batch-size``) and ``--num-rollouts`` (length of the LR schedule).
+``--micro-batch-size``) and ``--num-rollouts`` (length of the LR schedule); with a loss that
+``needs_critic``, also ``--critic-lr`` and ``--critic-warmup-steps`` (:mod:`.critic`).
 
 The model stays in eval mode: dropout is off, so log-probs are deterministic and comparable
 with the engine's.
@@ -27,7 +28,7 @@ import torch
 from plasmid.errors import UsageError
 from plasmid.hf import load_causal_lm
 from plasmid.types import LossBatch, RolloutBatch, Sample
-from plasmid_torchtrain import batching, checkpoint, schedule, weights
+from plasmid_torchtrain import batching, checkpoint, critic, schedule, weights
 
 
 class TorchTrainer:
@@ -35,15 +36,22 @@ class TorchTrainer:
 
     Implements :class:`plasmid.protocols.Trainer`. The async methods run their computation in
     a worker thread, so an event loop shared with engines keeps serving while it trains.
+
+    When the loss ``needs_critic`` (a :class:`plasmid.protocols.CriticLoss`) the trainer also
+    owns a critic (:func:`plasmid_torchtrain.critic.load_value_model`) with its own AdamW
+    optimizer at ``--critic-lr`` and the same LR schedule shape. Each step it computes the
+    critic's values of the batch before any update (``LossBatch.values``), and in each optimizer
+    update trains the critic on ``loss.value_loss`` after the policy on ``loss.policy_loss``.
+    For the first ``--critic-warmup-steps`` steps only the critic is trained.
     """
 
     def __init__(self, config: Any, loss: Any) -> None:
         option = config.option
         if not option.model:
             raise UsageError("torchtrain: --model is not set; give a local Hugging Face model directory")
-        if getattr(loss, "needs_critic", False):
-            raise UsageError(f"torchtrain has no critic model but the loss {type(loss).__name__} needs one "
-                             f"(needs_critic); choose another --loss or --trainer")
+        if getattr(loss, "needs_critic", False) and not callable(getattr(loss, "value_loss", None)):
+            raise UsageError(f"the loss {type(loss).__name__} needs a critic (needs_critic) but has no "
+                             f"value_loss(batch, values) to train it with (see plasmid.protocols.CriticLoss)")
         self.config = config
         self.loss = loss
         self.model_dir = Path(option.model)
@@ -62,9 +70,19 @@ class TorchTrainer:
                                            betas=(option.adam_beta1, option.adam_beta2),
                                            weight_decay=option.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule.lr_multiplier(option))
+        self.critic: critic.ValueModel | None = None
+        self.critic_warmup_steps: int = getattr(option, "critic_warmup_steps", 0) or 0
+        if getattr(loss, "needs_critic", False):
+            self.critic = critic.load_value_model(self.model_dir)
+            critic_lr = getattr(option, "critic_lr", None) or option.lr
+            self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=critic_lr,
+                                                      betas=(option.adam_beta1, option.adam_beta2),
+                                                      weight_decay=option.weight_decay)
+            self.critic_scheduler = torch.optim.lr_scheduler.LambdaLR(self.critic_optimizer,
+                                                                      schedule.lr_multiplier(option))
         #: train_step calls completed (RL steps trained on).
         self.steps = 0
-        #: optimizer updates made.
+        #: optimizer updates of the policy made.
         self.updates = 0
 
     # ---------------------------------------------------------------------------------------------
@@ -75,6 +93,11 @@ class TorchTrainer:
         """Log-probs of each sample's response tokens (``[response_length]`` each) under the
         current policy at ``temperature``; masked tokens included."""
         return await asyncio.to_thread(self.compute_logprobs, samples, temperature)
+
+    async def values(self, samples: list[Sample]) -> list[list[float]]:
+        """The critic's value of each response token's state (``[response_length]`` each);
+        only when the loss needs a critic."""
+        return await asyncio.to_thread(self.compute_values, samples)
 
     async def train_step(self, batch: RolloutBatch) -> dict[str, float]:
         """One RL step on ``batch``: old/ref log-probs, advantages, then one optimizer update per
@@ -113,6 +136,16 @@ class TorchTrainer:
         values = self._no_grad_logprobs(self.model, padded, temperature)
         return [values[row, : sample.response_length].tolist() for row, sample in enumerate(samples)]
 
+    def compute_values(self, samples: list[Sample]) -> list[list[float]]:
+        if self.critic is None:
+            raise ValueError(f"the loss {type(self.loss).__name__} has no critic (needs_critic is false): "
+                             f"there are no values to compute")
+        if not samples:
+            return []
+        padded = batching.pad_samples(samples, self.pad_id)
+        values = self._no_grad_values(padded)
+        return [values[row, : sample.response_length].tolist() for row, sample in enumerate(samples)]
+
     def run_train_step(self, batch: RolloutBatch) -> dict[str, float]:
         started = time.perf_counter()
         samples = batch.samples
@@ -121,17 +154,35 @@ class TorchTrainer:
                     "train/seconds": time.perf_counter() - started}
         padded = batching.pad_samples(samples, self.pad_id)
         loss_batch, trainer_old = self._loss_batch(samples, padded)
+        if self.critic is not None:
+            loss_batch.values = self._no_grad_values(padded)
         loss_batch.advantages, loss_batch.returns = self.loss.advantages(loss_batch)
+        train_policy = self.steps >= self.critic_warmup_steps
 
         per_update: list[dict[str, float]] = []
         for chunk in _chunks(len(samples), self.global_batch_size or len(samples)):
-            per_update.append(self._update(loss_batch, padded, chunk))
+            step_batch = replace(loss_batch.select(chunk), total_tokens=int(loss_batch.response_mask[chunk].sum()),
+                                 total_samples=len(chunk))
+            step_rows = padded.rows(chunk)
+            update: dict[str, float] = {}
+            if train_policy:
+                update.update(self._update(step_batch, step_rows))
+            if self.critic is not None:
+                update.update(self._critic_update(step_batch, step_rows))
+            per_update.append(update)
         self.steps += 1
 
         metrics = {f"train/{name}": sum(values) / len(values) for name, values in _transpose(per_update).items()}
-        metrics["train/lr"] = per_update[-1]["lr"]
-        metrics["train/skipped_updates"] = sum(update["skipped_updates"] for update in per_update)
+        for name in ("lr", "critic_lr"):
+            if name in per_update[-1]:
+                metrics[f"train/{name}"] = per_update[-1][name]
+        for name in ("skipped_updates", "critic_skipped_updates"):
+            if name in per_update[-1]:
+                metrics[f"train/{name}"] = sum(update[name] for update in per_update)
         mask = loss_batch.response_mask
+        if self.critic is not None:
+            metrics.update(_critic_batch_metrics(loss_batch))
+            metrics["train/policy_updated"] = float(train_policy)
         trained = mask > 0
         advantages = loss_batch.advantages[trained]
         metrics["train/advantage_mean"] = float(advantages.mean()) if advantages.numel() else 0.0
@@ -142,7 +193,7 @@ class TorchTrainer:
                 metrics["train/train_rollout_logprob_abs_diff"] = diff
         metrics["train/samples"] = float(len(samples))
         metrics["train/tokens"] = float(mask.sum())
-        metrics["train/updates"] = float(len(per_update))
+        metrics["train/updates"] = float(len(per_update) if train_policy else 0)
         metrics["train/seconds"] = time.perf_counter() - started
         return metrics
 
@@ -154,7 +205,10 @@ class TorchTrainer:
             "steps": self.steps,
             "updates": self.updates,
         }
-        checkpoint.write(path, model=self.model, tokenizer_dir=self.model_dir, state=state)
+        if self.critic is not None:
+            state["critic_optimizer"] = self.critic_optimizer.state_dict()
+            state["critic_scheduler"] = self.critic_scheduler.state_dict()
+        checkpoint.write(path, model=self.model, tokenizer_dir=self.model_dir, state=state, critic=self.critic)
 
     def load_checkpoint(self, path: str) -> None:
         saved = checkpoint.read_weights(path)
@@ -169,6 +223,10 @@ class TorchTrainer:
         state = checkpoint.read_state(path)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        if self.critic is not None:
+            critic.load_critic_weights(self.critic, path)
+            self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+            self.critic_scheduler.load_state_dict(state["critic_scheduler"])
         checkpoint.set_rng_state(state["rng"])
         self.steps = state["steps"]
         self.updates = state["updates"]
@@ -182,6 +240,14 @@ class TorchTrainer:
             for rows in _chunks(padded.size, self.micro_batch_size):
                 values, _ = batching.response_logprobs(model, padded.rows(rows), temperature)
                 parts.append(values)
+        return torch.cat(parts)
+
+    def _no_grad_values(self, padded: batching.PaddedBatch) -> torch.Tensor:
+        """``[B, T]`` critic values without gradient, in micro-batches."""
+        parts = []
+        with torch.no_grad():
+            for rows in _chunks(padded.size, self.micro_batch_size):
+                parts.append(critic.response_values(self.critic, padded.rows(rows)))
         return torch.cat(parts)
 
     def _loss_batch(self, samples: list[Sample], padded: batching.PaddedBatch) -> tuple[LossBatch, Any]:
@@ -212,14 +278,11 @@ class TorchTrainer:
         )
         return batch, trainer_old
 
-    def _update(self, loss_batch: LossBatch, padded: batching.PaddedBatch, chunk: torch.Tensor) -> dict[str, float]:
-        """One optimizer update on the samples ``chunk``, normalised by the chunk's totals."""
-        step_batch = replace(loss_batch.select(chunk), total_tokens=int(loss_batch.response_mask[chunk].sum()),
-                             total_samples=len(chunk))
-        step_rows = padded.rows(chunk)
+    def _update(self, step_batch: LossBatch, step_rows: batching.PaddedBatch) -> dict[str, float]:
+        """One policy optimizer update on ``step_batch`` (normalised by its totals)."""
         self.optimizer.zero_grad(set_to_none=True)
         totals: dict[str, float] = defaultdict(float)
-        for micro in _chunks(len(chunk), self.micro_batch_size):
+        for micro in _chunks(step_rows.size, self.micro_batch_size):
             logprobs, entropy = batching.response_logprobs(self.model, step_rows.rows(micro), self.temperature,
                                                            with_entropy=True)
             value, loss_metrics = self.loss.policy_loss(step_batch.select(micro), logprobs, entropy)
@@ -240,6 +303,27 @@ class TorchTrainer:
         self.updates += 1
         return {**totals, "grad_norm": grad_norm, "lr": lr, "skipped_updates": float(skipped)}
 
+    def _critic_update(self, step_batch: LossBatch, step_rows: batching.PaddedBatch) -> dict[str, float]:
+        """One critic optimizer update on ``loss.value_loss`` over ``step_batch``."""
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        totals: dict[str, float] = defaultdict(float)
+        for micro in _chunks(step_rows.size, self.micro_batch_size):
+            values = critic.response_values(self.critic, step_rows.rows(micro))
+            value, loss_metrics = self.loss.value_loss(step_batch.select(micro), values)
+            value.backward()
+            for name, metric in loss_metrics.items():
+                totals[name] += float(metric)
+        max_norm = self.clip_grad if self.clip_grad and self.clip_grad > 0 else math.inf
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(list(self.critic.parameters()), max_norm))
+        lr = self.critic_optimizer.param_groups[0]["lr"]
+        skipped = not math.isfinite(grad_norm)
+        if skipped:
+            self.critic_optimizer.zero_grad(set_to_none=True)
+        else:
+            self.critic_optimizer.step()
+        self.critic_scheduler.step()
+        return {**totals, "critic_grad_norm": grad_norm, "critic_lr": lr, "critic_skipped_updates": float(skipped)}
+
 
 def _chunks(size: int, chunk_size: int) -> Iterator[torch.Tensor]:
     """Consecutive index ranges ``[0, chunk_size), [chunk_size, 2 chunk_size), ...`` of ``range(size)``."""
@@ -253,6 +337,20 @@ def _transpose(rows: list[dict[str, float]]) -> dict[str, list[float]]:
         for name, value in row.items():
             columns[name].append(value)
     return columns
+
+
+def _critic_batch_metrics(batch: LossBatch) -> dict[str, float]:
+    """The critic's values before the update against the returns of the whole step."""
+    from plasmid import algorithms
+
+    trained = batch.response_mask > 0
+    values, returns = batch.values[trained], batch.returns[trained] if batch.returns is not None else None
+    metrics = {"train/value_mean": float(values.mean()) if values.numel() else 0.0}
+    if returns is not None:
+        metrics["train/returns_mean"] = float(returns.mean()) if returns.numel() else 0.0
+        metrics["train/explained_variance"] = algorithms.explained_variance(batch.values, batch.returns,
+                                                                            batch.response_mask)
+    return metrics
 
 
 def _rollout_logprob_abs_diff(samples: list[Sample], trainer_old: torch.Tensor, mask: torch.Tensor) -> float | None:

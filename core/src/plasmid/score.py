@@ -1,0 +1,133 @@
+"""``plasmid score``: score responses from stdin with the rewards a run would use.
+
+::
+
+    echo 'The answer is \\boxed{4}' | plasmid score --reward math --label 4
+    plasmid score --reward math --reward format:0.1 < responses.jsonl
+
+Each non-blank input line is a JSON object ``{"response": ..., "label": ..., "prompt": ...,
+"metadata": {...}}`` (only ``response`` is required; other keys are ignored) or, when it does not
+start with ``{``, a plain-text response. ``--label`` is the label of lines that have none.
+Rewards are built and combined exactly as in training (:class:`plasmid.rewards.RewardSet`:
+weights, ``--reward-key``, ``--reward-timeout``, ``--reward-errors``), from the plugins that
+``--plugins`` selects, with every plugin option available (``--math-think-tag`` ...).
+``--group-size N`` scores N consecutive lines as one group (for group rewards, such as judges).
+
+Output: one JSON object per scored line, in input order, as soon as its group is scored::
+
+    {"line": 3, "reward": 1.1, "components": {"math": 1.0, "format": 1.0}}
+
+plus ``"errors": ["math: ValueError: ..."]`` when a reward failed on it (it then scored 0).
+A line that cannot be read stops the command with exit status 2 and a message naming the line;
+so does a failing reward under ``--reward-errors fail``. Samples carry no token ids (there is
+no tokenizer here): rewards that need ``tokens`` cannot be checked this way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Iterable
+from typing import Any, TextIO
+
+from plasmid.config import OptionParser
+from plasmid.errors import UsageError
+from plasmid.rewards import RewardComponent, RewardSet
+from plasmid.startup import Startup, start
+from plasmid.types import Sample, Status
+
+
+def add_score_options(parser: OptionParser) -> None:
+    group = parser.getgroup("score", "plasmid score: responses on stdin, one per line")
+    group.addoption("--label", default=None, help="label of the lines that carry none")
+    group.addoption("--group-size", type=int, default=1, help="score N consecutive lines as one group")
+
+
+def build_rewards(startup: Startup) -> RewardSet:
+    """The run's :class:`RewardSet`, built as ``plasmid train`` builds it."""
+    from plasmid.session import instantiate
+
+    config, registry = startup.config, startup.registry
+    option = config.option
+    components = [RewardComponent(name, weight, instantiate(registry.get("reward", name), config),
+                                  registry.get("reward", name).plugin.label)
+                  for name, weight in option.reward_weights]
+    return RewardSet(components, reward_key=option.reward_key, timeout=option.reward_timeout,
+                     errors=option.reward_errors)
+
+
+def read_sample(line: str, number: int, default_label: Any) -> Sample:
+    """The sample of input line ``number`` (1-based); :class:`UsageError` naming the line if unreadable."""
+    text = line.rstrip("\n")
+    if not text.lstrip().startswith("{"):
+        return Sample(response=text, label=default_label, index=number, status=Status.COMPLETED)
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"stdin line {number}: starts with '{{' but is not valid JSON ({exc.msg} at column "
+                         f"{exc.colno}); write a plain-text response that starts with '{{' as "
+                         f'{{"response": "..."}}') from None
+    if not isinstance(record, dict) or not isinstance(record.get("response"), str):
+        keys = sorted(record) if isinstance(record, dict) else type(record).__name__
+        raise UsageError(f'stdin line {number}: a JSON line needs a "response" string (got {keys})')
+    metadata = record.get("metadata", {})
+    if not isinstance(metadata, dict):
+        raise UsageError(f'stdin line {number}: "metadata" must be a JSON object, got {type(metadata).__name__}')
+    return Sample(prompt=record.get("prompt", ""), response=record["response"],
+                  label=record.get("label", default_label), metadata=dict(metadata), index=number,
+                  status=Status.COMPLETED)
+
+
+def result_line(sample: Sample) -> str:
+    result: dict[str, Any] = {"line": sample.index, "reward": sample.reward, "components": sample.reward_components}
+    if sample.metadata.get("reward_errors"):
+        result["errors"] = sample.metadata["reward_errors"]
+    return json.dumps(result)
+
+
+async def score_lines(rewards: RewardSet, lines: Iterable[str], default_label: Any, group_size: int,
+                      out: TextIO) -> int:
+    """Score ``lines`` in groups of ``group_size``, writing one result line each; how many scored."""
+    group: list[Sample] = []
+    scored = 0
+
+    async def flush() -> None:
+        nonlocal scored
+        for position, sample in enumerate(group):
+            sample.group_index = group[0].index
+            sample.metadata.setdefault("score_position", position)
+        await rewards.score_group(group)
+        for sample in group:
+            out.write(result_line(sample) + "\n")
+        out.flush()
+        scored += len(group)
+        group.clear()
+
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        group.append(read_sample(line, number, default_label))
+        if len(group) == group_size:
+            await flush()
+    if group:
+        await flush()
+    return scored
+
+
+def score_command(argv: list[str], stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
+    startup = start(argv, prog="plasmid score", description="Score responses from stdin with the chosen rewards.",
+                    add_options=add_score_options, rewards_only=True)
+    option = startup.config.option
+    if option.group_size < 1:
+        raise UsageError(f"--group-size must be >= 1, got {option.group_size}")
+    if not option.reward_weights:
+        raise UsageError("no reward is loaded: choose one with --reward NAME ('plasmid plugins' lists them)")
+    rewards = build_rewards(startup)
+    scored = asyncio.run(score_lines(rewards, stdin or sys.stdin, option.label, option.group_size,
+                                     stdout or sys.stdout))
+    failures = rewards.pop_metrics()
+    if failures:
+        summary = ", ".join(f"{key.removeprefix('reward/failed/')} x{int(count)}" for key, count in failures.items())
+        print(f"plasmid score: {scored} lines scored; reward failures: {summary}", file=sys.stderr)
+    return 0

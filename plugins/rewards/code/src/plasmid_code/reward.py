@@ -1,0 +1,67 @@
+"""The ``code`` reward: the fraction of the label's tests that the response's program passes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+from typing import Any
+
+from plasmid.types import Sample
+from plasmid_code.extract import extract_code
+from plasmid_code.labels import Suite, parse_label, same_output
+from plasmid_code.sandbox import Limits, Sandbox, new_nonce
+
+SOLUTION = "solution.py"
+TESTS = "tests.json"
+
+
+class CodeReward:
+    """``await reward(sample)`` -> passed tests / all tests, in [0, 1].
+
+    The program is :func:`~plasmid_code.extract.extract_code` of the response; the tests come from
+    the label (:mod:`plasmid_code.labels`). Each stdin/stdout test is one sandboxed run; all assert
+    snippets share one run. A response with no code scores 0 without running anything. A label
+    in the wrong format, or a sandbox that cannot start, raises (the run reports it with the
+    plugin's name); the program's own failures (errors, time-outs, crashes) only fail tests.
+    """
+
+    def __init__(self, config: Any) -> None:
+        option = config.option
+        timeout = float(option.code_timeout)
+        self.limits = Limits(
+            wall_seconds=timeout,
+            cpu_seconds=max(1, math.ceil(timeout)),
+            memory_bytes=int(option.code_memory_mb) * 1024**2,
+            processes=int(option.code_processes),
+            output_bytes=int(option.code_max_output_kb) * 1024,
+        )
+        self.sandbox = Sandbox(self.limits, concurrency=int(option.code_concurrency), python=option.code_python,
+                               uid_base=int(option.code_sandbox_uid))
+
+    async def __call__(self, sample: Sample) -> float:
+        suite = parse_label(sample.label, f"reward 'code' (plasmid-code), sample {sample.index}")
+        program = extract_code(sample.response)
+        if not program.strip():
+            return 0.0
+        outcomes = await asyncio.gather(
+            *(self._stdio_passes(program, case.stdin, case.stdout) for case in suite.stdio),
+            self._asserts_passed(program, suite),
+        )
+        passed = sum(outcomes[:-1]) + outcomes[-1]
+        return passed / suite.size
+
+    async def _stdio_passes(self, program: str, stdin: str, expected: str) -> int:
+        result = await self.sandbox.run(["stdio", SOLUTION], {SOLUTION: program}, stdin.encode())
+        return int(result.finished_cleanly and same_output(result.stdout.decode(errors="replace"), expected))
+
+    async def _asserts_passed(self, program: str, suite: Suite) -> int:
+        if not suite.asserts:
+            return 0
+        nonce = new_nonce()
+        files = {SOLUTION: program, TESTS: json.dumps(suite.asserts)}
+        result = await self.sandbox.run(["asserts", SOLUTION, TESTS], files, f"{nonce}\n".encode())
+        marker = re.compile(rf"^{nonce} passed (\d+)$", re.MULTILINE)
+        passed = {int(number) for number in marker.findall(result.stdout.decode(errors="replace"))}
+        return len(passed & set(range(len(suite.asserts))))

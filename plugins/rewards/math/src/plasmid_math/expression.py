@@ -1,0 +1,158 @@
+"""A small parser from the plain syntax (see :mod:`plasmid_math.latex`) to sympy expressions.
+
+Hand-written on purpose: it builds sympy objects directly and never calls ``eval`` (sympy's own
+``parse_expr`` does), so a response cannot run code through it. Grammar::
+
+    expression := term (("+" | "-") term)*
+    term       := unary (("*" | "/") unary | unary)*          (juxtaposition multiplies: 2x, 2(x+1))
+    unary      := ("-" | "+") unary | power
+    power      := atom ("^" unary)?                           (right-associative: 2^3^2 = 2^9)
+    atom       := number | name | function ("^" atom)? power | "(" expression ")"
+
+Names are one letter (``xy`` is ``x*y``) unless they are a known constant, function or Greek
+letter. ``e`` is Euler's number, ``i`` the imaginary unit, ``oo`` infinity. A function applies
+to the power that follows it (``sin x^2`` is ``sin(x^2)``); ``sin^2 x`` is ``(sin x)^2``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import sympy
+
+TOKEN = re.compile(r"\s*(?:(\d+\.?\d*|\.\d+)|([a-zA-Z]+)|(.))")
+FUNCTIONS = {
+    "sqrt": sympy.sqrt, "sin": sympy.sin, "cos": sympy.cos, "tan": sympy.tan, "cot": sympy.cot, "sec": sympy.sec,
+    "csc": sympy.csc, "asin": sympy.asin, "acos": sympy.acos, "atan": sympy.atan, "ln": sympy.log,
+    "log": sympy.log, "exp": sympy.exp,
+}
+CONSTANTS = {"pi": sympy.pi, "oo": sympy.oo, "e": sympy.E, "i": sympy.I}
+GREEK = ("alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota kappa lambda mu nu xi rho sigma "
+         "tau upsilon phi varphi chi psi omega").split()
+#: Longest first, so that "theta" is not read as "t", "h", "e"...
+NAMES = sorted([*FUNCTIONS, *CONSTANTS, *GREEK], key=len, reverse=True)
+
+
+class ParseError(ValueError):
+    """The text is not in the plain syntax."""
+
+
+def tokenize(text: str) -> list[tuple[str, str]]:
+    """``(kind, text)`` pairs; kinds are ``number``, ``name``, ``function`` and ``op``."""
+    tokens: list[tuple[str, str]] = []
+    position = 0
+    text = text.rstrip()
+    while position < len(text):
+        match = TOKEN.match(text, position)
+        if match is None:
+            raise ParseError(f"cannot read {text[position:]!r}")
+        position = match.end()
+        number, word, op = match.groups()
+        if number is not None:
+            tokens.append(("number", number))
+        elif word is not None:
+            tokens.extend(_split_word(word))
+        elif op in "+-*/^()":
+            tokens.append(("op", op))
+        else:
+            raise ParseError(f"unexpected {op!r}")
+    return tokens
+
+
+def _split_word(word: str) -> list[tuple[str, str]]:
+    pieces = []
+    while word:
+        for name in NAMES:
+            if word.startswith(name):
+                pieces.append(("function" if name in FUNCTIONS else "name", name))
+                word = word[len(name) :]
+                break
+        else:
+            pieces.append(("name", word[0]))
+            word = word[1:]
+    return pieces
+
+
+class Parser:
+    def __init__(self, text: str) -> None:
+        self.tokens = tokenize(text)
+        self.position = 0
+
+    def peek(self) -> tuple[str, str] | None:
+        return self.tokens[self.position] if self.position < len(self.tokens) else None
+
+    def take(self) -> tuple[str, str]:
+        token = self.peek()
+        if token is None:
+            raise ParseError("unexpected end")
+        self.position += 1
+        return token
+
+    def parse(self) -> Any:
+        if not self.tokens:
+            raise ParseError("empty")
+        result = self.expression()
+        if self.peek() is not None:
+            raise ParseError(f"unexpected {self.peek()[1]!r}")
+        return result
+
+    def expression(self) -> Any:
+        result = self.term()
+        while (token := self.peek()) is not None and token in (("op", "+"), ("op", "-")):
+            self.take()
+            right = self.term()
+            result = result + right if token[1] == "+" else result - right
+        return result
+
+    def term(self) -> Any:
+        result = self.unary()
+        while (token := self.peek()) is not None:
+            if token in (("op", "*"), ("op", "/")):
+                self.take()
+                right = self.unary()
+                result = result * right if token[1] == "*" else result / right
+            elif token[0] in ("number", "name", "function") or token == ("op", "("):
+                result = result * self.power()
+            else:
+                break
+        return result
+
+    def unary(self) -> Any:
+        token = self.peek()
+        if token in (("op", "-"), ("op", "+")):
+            self.take()
+            value = self.unary()
+            return -value if token[1] == "-" else value
+        return self.power()
+
+    def power(self) -> Any:
+        base = self.atom()
+        if self.peek() == ("op", "^"):
+            self.take()
+            return base ** self.unary()
+        return base
+
+    def atom(self) -> Any:
+        kind, text = self.take()
+        if kind == "number":
+            return sympy.Rational(text)
+        if kind == "function":
+            if self.peek() == ("op", "^"):  # sin^2 x = (sin x)^2
+                self.take()
+                exponent = self.atom()
+                return FUNCTIONS[text](self.power()) ** exponent
+            return FUNCTIONS[text](self.power())
+        if kind == "name":
+            return CONSTANTS[text] if text in CONSTANTS else sympy.Symbol(text)
+        if text == "(":
+            inner = self.expression()
+            if self.take() != ("op", ")"):
+                raise ParseError("missing )")
+            return inner
+        raise ParseError(f"unexpected {text!r}")
+
+
+def parse(text: str) -> Any:
+    """The sympy expression of ``text`` in the plain syntax; raises :class:`ParseError`."""
+    return Parser(text).parse()

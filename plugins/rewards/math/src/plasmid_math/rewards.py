@@ -1,0 +1,95 @@
+"""The ``math`` and ``math-format`` rewards.
+
+``math``: 1.0 when the response's final answer (:func:`plasmid_math.extract.final_answer`) is
+equivalent (:func:`plasmid_math.equivalence.equivalent`) to one of the label's answers, else 0.0.
+
+``math-format``: the ``math`` score, minus ``--math-format-penalty`` when the response has no
+*explicit* final answer (``\\boxed{}`` or "the answer is ..."; a last number found in passing
+does not count): so with the default penalty 1.0, a correct answer stated explicitly scores 1,
+a wrong one 0, an unstated correct one 0, and an unstated wrong one -1.
+
+With ``--math-think-tag`` only the text after the last ``</think>`` (or the given tag) is graded;
+a response without it has no answer (and ``math-format`` applies the penalty).
+
+The label is a string (an answer, or a worked solution whose ``\\boxed{}`` holds the answer), a
+number, or a list of acceptable answers. Grading runs in a worker thread (``asyncio.to_thread``),
+so the event loop is never blocked, and symbolic checks run in sympy worker processes with a
+time limit (``--math-symbolic-timeout``; see :mod:`plasmid_math.symbolic`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import numbers
+from typing import Any
+
+from plasmid.types import Sample
+from plasmid_math.equivalence import equivalent
+from plasmid_math.extract import FinalAnswer, final_answer, last_boxed
+from plasmid_math.symbolic import SymbolicChecker
+
+
+class MissingLabelError(ValueError):
+    """A sample reached a math reward without a usable label."""
+
+
+def reference_answers(label: Any, where: str) -> list[str]:
+    """The label as a non-empty list of answer strings (a ``\\boxed{}`` in one is its answer)."""
+    if label is None:
+        raise MissingLabelError(f"{where} has no label; math rewards compare with the label's answer "
+                                f"(file data sources: --label-key FIELD)")
+    answers = list(label) if isinstance(label, (list, tuple)) else [label]
+    if not answers:
+        raise MissingLabelError(f"{where} has an empty list as its label; give at least one answer")
+    texts = []
+    for answer in answers:
+        if isinstance(answer, bool) or not isinstance(answer, (str, numbers.Number)):
+            raise TypeError(f"{where}: a label answer is {type(answer).__name__} {answer!r}; labels are strings, "
+                            f"numbers, or lists of them")
+        text = str(answer)
+        boxed = last_boxed(text)
+        texts.append(boxed if boxed is not None else text)
+    return texts
+
+
+class MathReward:
+    """``math``: see the module docstring. Thread-safe and stateless apart from the sympy workers."""
+
+    name = "math"
+
+    def __init__(self, config: Any) -> None:
+        option = config.option
+        self.think_tag: str | None = option.math_think_tag
+        self.tolerance = float(option.math_tolerance)
+        self.symbolic = SymbolicChecker(timeout=float(option.math_symbolic_timeout),
+                                        workers=int(option.math_symbolic_workers), tolerance=self.tolerance)
+
+    def grade(self, response: str, label: Any, where: str = "sample") -> tuple[float, FinalAnswer | None]:
+        """``(1.0 or 0.0, the final answer found)`` for ``response`` against ``label`` (blocking)."""
+        references = reference_answers(label, f"reward '{self.name}' (plasmid-math), {where}")
+        found = final_answer(response, self.think_tag)
+        if found is None:
+            return 0.0, None
+        correct = any(equivalent(found.text, reference, self.symbolic.equal, self.tolerance)
+                      for reference in references)
+        return (1.0 if correct else 0.0), found
+
+    def score(self, response: str, label: Any, where: str = "sample") -> float:
+        return self.grade(response, label, where)[0]
+
+    async def __call__(self, sample: Sample) -> float:
+        return await asyncio.to_thread(self.score, sample.response, sample.label, f"sample {sample.index}")
+
+
+class MathFormatReward(MathReward):
+    """``math-format``: the ``math`` score minus ``--math-format-penalty`` without an explicit answer."""
+
+    name = "math-format"
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self.penalty = float(config.option.math_format_penalty)
+
+    def score(self, response: str, label: Any, where: str = "sample") -> float:
+        value, found = self.grade(response, label, where)
+        return value if found is not None and found.explicit else value - self.penalty

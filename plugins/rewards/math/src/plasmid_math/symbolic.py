@@ -1,0 +1,164 @@
+"""Symbolic equivalence with sympy, under a time limit that a pathological answer cannot escape.
+
+Why a worker process: sympy evaluates eagerly (``9^9^9`` starts computing a number with 370
+million digits) and simplification can run for minutes; a thread cannot be stopped and
+``signal.alarm`` works only in the main thread (the reward runs in worker threads, off the event
+loop). So each check is sent to a long-lived worker process (``python -c ... serve()``, sympy
+imported once), and a worker that does not answer within the time limit is killed and replaced;
+the check then counts as "not equal". Workers cap their own address space (``RLIMIT_AS``).
+
+:class:`SymbolicChecker` is thread-safe; ``workers`` checks run at once, more wait for a free
+worker. Results are cached (a group's responses often repeat an answer).
+"""
+
+from __future__ import annotations
+
+import atexit
+import cmath
+import functools
+import json
+import queue
+import select
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+#: How long a fresh worker may take to import sympy and say it is ready.
+STARTUP_SECONDS = 60.0
+SOURCE_ROOT = str(Path(__file__).resolve().parents[1])
+
+
+# ------------------------------------------------------------------------------------------ worker side
+def expressions_equal(a: str, b: str, tolerance: float) -> bool:
+    """Whether plain expressions ``a`` and ``b`` are equal: identical, their difference
+    simplifies to 0, or (without free symbols) their values agree within ``tolerance``."""
+    import sympy
+
+    from plasmid_math.expression import parse
+
+    left, right = parse(a), parse(b)
+    if left == right:
+        return True
+    if sympy.simplify(left - right) == 0:
+        return True
+    if left.free_symbols or right.free_symbols:
+        return False
+    try:
+        x, y = complex(sympy.N(left, 30)), complex(sympy.N(right, 30))
+    except (TypeError, ValueError, OverflowError):
+        return False
+    if not (cmath.isfinite(x) and cmath.isfinite(y)):
+        return False
+    return abs(x - y) <= tolerance * max(abs(x), abs(y)) + 1e-12
+
+
+def serve(memory_bytes: int) -> None:
+    """The worker loop: one JSON request per line on stdin, one JSON reply per line on stdout."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    import sympy  # noqa: F401 - imported once, before saying ready
+
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            reply: dict[str, Any] = {"equal": expressions_equal(request["a"], request["b"], request["tolerance"])}
+        except Exception as exc:  # noqa: BLE001 - an unparsable answer is "not equal", with the reason
+            reply = {"equal": False, "error": f"{type(exc).__name__}: {exc}"}
+        print(json.dumps(reply), flush=True)
+
+
+# ------------------------------------------------------------------------------------------ parent side
+class _Worker:
+    """One worker process, started on first use and after being killed."""
+
+    def __init__(self, memory_bytes: int) -> None:
+        self.memory_bytes = memory_bytes
+        self.process: subprocess.Popen | None = None
+
+    def _start(self) -> subprocess.Popen:
+        code = (f"import sys; sys.path.insert(0, {SOURCE_ROOT!r}); "
+                f"from plasmid_math.symbolic import serve; serve({self.memory_bytes})")
+        process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL, text=True)
+        if self._reply(process, STARTUP_SECONDS) is None:
+            self._kill(process)
+            raise RuntimeError(f"the sympy worker did not start within {STARTUP_SECONDS:.0f}s")
+        return process
+
+    @staticmethod
+    def _reply(process: subprocess.Popen, timeout: float) -> dict | None:
+        assert process.stdout is not None
+        ready, _, _ = select.select([process.stdout], [], [], timeout)
+        if not ready:
+            return None
+        line = process.stdout.readline()
+        return json.loads(line) if line else None
+
+    @staticmethod
+    def _kill(process: subprocess.Popen) -> None:
+        process.kill()
+        process.wait()
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
+
+    def ask(self, request: dict, timeout: float) -> dict | None:
+        """The worker's reply, or None when it took longer than ``timeout`` (it is then killed)."""
+        if self.process is None or self.process.poll() is not None:
+            self.process = self._start()
+        assert self.process.stdin is not None
+        try:
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+            reply = self._reply(self.process, timeout)
+        except (BrokenPipeError, OSError, ValueError):
+            reply = None
+        if reply is None:
+            self.close()
+        return reply
+
+    def close(self) -> None:
+        if self.process is not None:
+            self._kill(self.process)
+            self.process = None
+
+
+class SymbolicChecker:
+    """``equal(a, b)`` for plain expressions, each check limited to ``timeout`` seconds.
+
+    :ivar timeouts: how many checks were stopped at the time limit (they count as not equal).
+    """
+
+    def __init__(self, timeout: float = 5.0, workers: int = 1, tolerance: float = 1e-6,
+                 memory_mb: int = 2048) -> None:
+        self.timeout = timeout
+        self.tolerance = tolerance
+        self.timeouts = 0
+        self._workers = [_Worker(memory_mb * 1024**2) for _ in range(max(1, workers))]
+        self._free: queue.Queue[_Worker] = queue.Queue()
+        for worker in self._workers:
+            self._free.put(worker)
+        self._lock = threading.Lock()
+        self.equal = functools.lru_cache(maxsize=4096)(self._equal)
+        atexit.register(self.close)
+
+    def _equal(self, a: str, b: str) -> bool:
+        worker = self._free.get()
+        try:
+            reply = worker.ask({"a": a, "b": b, "tolerance": self.tolerance}, self.timeout)
+        finally:
+            self._free.put(worker)
+        if reply is None:
+            with self._lock:
+                self.timeouts += 1
+            return False
+        return bool(reply.get("equal"))
+
+    def close(self) -> None:
+        """Stop every worker (they restart on the next check)."""
+        for worker in self._workers:
+            worker.close()

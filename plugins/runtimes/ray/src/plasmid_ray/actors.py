@@ -1,0 +1,195 @@
+"""What runs inside the actors: an engine host and a trainer worker.
+
+Both are plain classes, made Ray actors by the runtime (``ray.remote(Class).options(...)``), and
+both are *async* actors: calls run concurrently on one event loop, so an engine batches the
+requests of many callers, and a trainer answers a weight-sync call while it waits on a thread.
+
+Every actor first loads exactly the driver's plugin lock (:func:`load_registry`), which fails,
+naming the package, when this process has other versions installed; only then does it build its
+provider from the registry, as the local runtime would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from plasmid.config import Config
+from plasmid.plugins import PluginManager
+from plasmid.registry import Registry
+from plasmid.remote import run_on
+from plasmid.session import instantiate
+
+
+def load_registry(config: Config) -> Registry:
+    """Load exactly ``config.plugin_lock`` in this process and collect its providers."""
+    manager = PluginManager()
+    manager.load_lock(config.plugin_lock)
+    return Registry.collect(manager)
+
+
+def limit_threads(cpus: float) -> int:
+    """Use as many math threads as CPUs reserved (at least one); returns the count."""
+    import torch
+
+    threads = max(1, int(cpus))
+    torch.set_num_threads(threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    return threads
+
+
+def describe_process() -> dict[str, Any]:
+    """Node IP, process id and visible GPUs of this actor (for logs and placement checks)."""
+    import ray
+
+    return {"node_ip": ray.util.get_node_ip_address(), "pid": os.getpid(),
+            "gpu_ids": [int(g) for g in ray.get_gpu_ids()]}
+
+
+class EngineHost:
+    """One rollout engine (``--engine``), built from the registry inside this actor.
+
+    Methods mirror :class:`plasmid.protocols.RolloutEngine`; ``call`` runs a function on the
+    engine (``plasmid.remote.run_on``) and returns its result with the engine's weight version.
+    """
+
+    def __init__(self, config: Config, index: int, cpus: float) -> None:
+        self.index = index
+        limit_threads(cpus)
+        registry = load_registry(config)
+        self.engine = instantiate(registry.get("engine", config.option.engine), config)
+
+    async def ready(self) -> dict[str, Any]:
+        return {**describe_process(), "weight_version": self.engine.weight_version}
+
+    async def generate(self, prompt_ids: list[int], params: Any) -> Any:
+        return await self.engine.generate(prompt_ids, params)
+
+    async def score(self, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
+        return await self.engine.score(token_ids, prompt_length, temperature)
+
+    async def abort_all(self) -> int:
+        return await self.engine.abort_all()
+
+    async def update_weights(self, named_tensors: list[tuple[str, Any]], weight_version: int) -> int:
+        await self.engine.update_weights(named_tensors, weight_version)
+        return self.engine.weight_version
+
+    async def get_weights(self, names: list[str]) -> dict[str, Any]:
+        return await self.engine.get_weights(names)
+
+    async def weight_version(self) -> int:
+        return self.engine.weight_version
+
+    async def flush_cache(self) -> None:
+        await self.engine.flush_cache()
+
+    async def release_memory(self) -> None:
+        await self.engine.release_memory()
+
+    async def resume_memory(self) -> None:
+        await self.engine.resume_memory()
+
+    async def shutdown(self) -> None:
+        await self.engine.shutdown()
+
+    async def call(self, fn: Callable[..., Any], args: tuple) -> tuple[Any, int]:
+        result = await run_on(self.engine, fn, *args)
+        return result, self.engine.weight_version
+
+
+class TrainerWorker:
+    """Data-parallel rank ``rank`` of ``world`` trainer workers.
+
+    :meth:`setup` joins the ``torch.distributed`` group of the trainers (gloo on CPU, NCCL when
+    a GPU is visible; rank 0's address, from :meth:`rendezvous_address`) and builds the loss and
+    the trainer from the registry. The trainer plugin sees an initialised default process group
+    and trains its shard (see plasmid-torchtrain's ``distributed`` module). Calls that touch the
+    weights are serialised by a lock, so a weight export never reads a half-applied update.
+    """
+
+    def __init__(self, config: Config, rank: int, world: int, cpus: float) -> None:
+        self.config, self.rank, self.world = config, rank, world
+        limit_threads(cpus)
+        self.registry = load_registry(config)
+        self.trainer: Any = None
+        self.lock = asyncio.Lock()
+
+    async def ready(self) -> dict[str, Any]:
+        return describe_process()
+
+    async def rendezvous_address(self) -> tuple[str, int]:
+        """``(node IP, free port)`` for the trainers' process group (asked of rank 0)."""
+        from plasmid_ray.cluster import free_port, node_address
+
+        return node_address(), free_port()
+
+    async def setup(self, master_address: str, master_port: int) -> dict[str, Any]:
+        if self.world > 1:
+            await asyncio.to_thread(self._join_group, master_address, master_port)
+        option = self.config.option
+        loss = instantiate(self.registry.get("loss", option.loss), self.config)
+        self.trainer = instantiate(self.registry.get("trainer", option.trainer), self.config, loss)
+        return describe_process()
+
+    def _join_group(self, master_address: str, master_port: int) -> None:
+        import datetime
+
+        import torch
+        import torch.distributed as dist
+
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend=backend, init_method=f"tcp://{master_address}:{master_port}",
+                                rank=self.rank, world_size=self.world, timeout=datetime.timedelta(minutes=30))
+
+    async def train_step(self, batch: Any) -> dict[str, float]:
+        async with self.lock:
+            return await self.trainer.train_step(batch)
+
+    async def logprobs(self, samples: list[Any], temperature: float) -> list[list[float]]:
+        async with self.lock:
+            return await self.trainer.logprobs(samples, temperature)
+
+    async def export_buckets(self, bucket_bytes: int) -> AsyncIterator[list[tuple[str, Any]]]:
+        """The trainer's ``export_weights`` buckets as numpy arrays, one Ray object per bucket
+        (a streaming generator: at most a few buckets are alive at a time)."""
+        async with self.lock:
+            for bucket in self.trainer.export_weights(bucket_bytes):
+                yield [(name, _as_numpy(tensor)) for name, tensor in bucket]
+
+    async def save(self, path: str) -> None:
+        async with self.lock:
+            await self.trainer.save(path)
+
+    async def load(self, path: str) -> None:
+        async with self.lock:
+            await self.trainer.load(path)
+
+    async def offload(self) -> None:
+        await self.trainer.offload()
+
+    async def onload(self) -> None:
+        await self.trainer.onload()
+
+    async def call(self, fn: Callable[..., Any], args: tuple) -> Any:
+        async with self.lock:
+            return await run_on(self.trainer, fn, *args)
+
+    async def shutdown(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _as_numpy(tensor: Any) -> Any:
+    """A numpy copy of a torch tensor (zero-copy in Ray's object store); dtypes numpy lacks
+    (bfloat16) stay torch tensors, which Ray pickles."""
+    if not hasattr(tensor, "detach"):
+        return tensor
+    try:
+        return tensor.detach().cpu().numpy()
+    except TypeError:
+        return tensor.detach().cpu()

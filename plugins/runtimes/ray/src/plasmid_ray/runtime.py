@@ -1,0 +1,126 @@
+"""``RayRuntime``: runtime ``ray`` (``--runtime ray``).
+
+What lives where:
+
+- **actors** (one placement group, :mod:`plasmid_ray.placement`): ``--engines`` engine actors,
+  each hosting one rollout engine (:class:`~plasmid_ray.actors.EngineHost`), and
+  ``--trainer-workers`` data-parallel trainer workers (:class:`~plasmid_ray.actors.TrainerWorker`,
+  ``torch.distributed``: gloo on CPU, NCCL on GPU). Each loads the driver's plugin lock first.
+- **the driver process**: the loop, the data source, the tokenizer, the rewards and filters, the
+  weight sync's orchestration, and the *rollout manager* (:class:`RolloutManager`): the chosen
+  rollout driver run against every engine proxy, with least-in-flight balancing
+  (:mod:`plasmid_ray.balance`) and engine restarts (:mod:`plasmid_ray.engines`).
+
+Why the rollout manager is not an actor of its own: the rollout driver only awaits engines and
+rewards (it is I/O-bound in the driver's event loop), the data source's state must be
+checkpointed with the loop's, and rewards may start local sandboxes or call local services; an
+extra actor would add a hop and a pickled batch per step and buy nothing on the rollout path,
+where every request already crosses to an engine actor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from plasmid.config import Config
+from plasmid.context import RolloutContext
+from plasmid.protocols import RolloutDriver
+from plasmid.session import Session, build_rollout_context, instantiate
+from plasmid.startup import Startup
+from plasmid.types import Group, RolloutBatch, SamplingParams
+from plasmid_ray.balance import BalancedRolloutContext
+from plasmid_ray.cluster import Connection, connect, disconnect
+from plasmid_ray.engines import EnginePool, report
+from plasmid_ray.placement import Placement, actor_resources, place, total_cpus
+from plasmid_ray.trainer import TrainerProxy, start_trainers
+
+
+class RolloutManager:
+    """The run's rollout driver over the engine pool; adds to each step's metrics the requests
+    each engine served in the step (``ray/engine{i}/requests``) and the engine restarts so far
+    (``ray/engine_restarts``)."""
+
+    def __init__(self, driver: RolloutDriver, pool: EnginePool) -> None:
+        self.driver, self.pool = driver, pool
+        self._served = {proxy.index: proxy.requests for proxy in pool.proxies}
+
+    async def run(self, ctx: RolloutContext, rollout_id: int) -> RolloutBatch:
+        batch = await self.driver.run(ctx, rollout_id)
+        for proxy in self.pool.proxies:
+            batch.metrics[f"ray/engine{proxy.index}/requests"] = float(proxy.requests - self._served[proxy.index])
+            self._served[proxy.index] = proxy.requests
+        batch.metrics["ray/engine_restarts"] = float(sum(proxy.restarts for proxy in self.pool.proxies))
+        return batch
+
+    async def evaluate(self, ctx: RolloutContext, groups: list[Group], params: SamplingParams) -> dict[str, float]:
+        return await self.driver.evaluate(ctx, groups, params)
+
+
+class RayRuntime:
+    """Built by the kernel as ``RayRuntime(config)``; :meth:`start` places and builds everything."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.connection: Connection | None = None
+        self.placement: Placement | None = None
+        self.pool: EnginePool | None = None
+        self.trainer: TrainerProxy | None = None
+
+    async def start(self, startup: Startup) -> Session:
+        config, registry = startup.config, startup.registry
+        option = config.option
+        trainer_resources, engine_resources = actor_resources(option, 0.0)
+        self.connection = connect(option, total_cpus(option, trainer_resources, engine_resources))
+        try:
+            return await self._start(startup, config, registry)
+        except BaseException:
+            await self.shutdown()
+            raise
+
+    async def _start(self, startup: Startup, config: Config, registry: Any) -> Session:
+        option = config.option
+        self.placement = place(option, self.connection.gpus)
+        report(f"placement ({option.placement}): {self.placement.describe()}")
+        self.pool = EnginePool(config, self.placement)
+        proxies, self.trainer = await asyncio.gather(self.pool.start(), start_trainers(config, self.placement))
+        ctx = BalancedRolloutContext.wrap(build_rollout_context(config, registry, engines=proxies))
+        weight_sync = instantiate(registry.get("weight_sync", option.weight_sync), config)
+        trainer = self.trainer
+
+        async def resync(proxy: Any, version: int) -> None:
+            sync_report = await weight_sync.sync(trainer, [proxy], version)
+            report(f"engine {proxy.index} re-synced to weight version {version} with '{option.weight_sync}' "
+                   f"({sync_report.bytes} bytes in {sync_report.seconds:.2f} s)")
+
+        self.pool.resync = resync
+        if option.weight_sync == "inprocess":
+            report("--weight-sync inprocess moves every bucket through the driver process; "
+                   "--weight-sync objectstore or broadcast send them between the actors")
+        return Session(
+            startup=startup,
+            ctx=ctx,
+            driver=RolloutManager(instantiate(registry.get("rollout", option.rollout), config), self.pool),
+            trainer=trainer,
+            weight_sync=weight_sync,
+            loss=instantiate(registry.get("loss", option.loss), config),
+            runtime=self,
+        )
+
+    async def shutdown(self) -> None:
+        """End the trainer workers and any engine actor still alive, free the placement group,
+        and stop Ray if this runtime started it."""
+        import ray
+
+        if self.trainer is not None:
+            await self.trainer.shutdown()
+            self.trainer = None
+        if self.pool is not None:
+            EnginePool.kill(proxy.actor for proxy in self.pool.proxies)
+            self.pool = None
+        if self.placement is not None and self.placement.group is not None and ray.is_initialized():
+            ray.util.remove_placement_group(self.placement.group)
+            self.placement = None
+        if self.connection is not None:
+            disconnect(self.connection)
+            self.connection = None

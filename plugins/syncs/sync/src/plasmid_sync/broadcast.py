@@ -1,0 +1,204 @@
+"""``broadcast``: a ``torch.distributed`` group of trainer rank 0 and every engine.
+
+The group is its own: a ``TCPStore`` served by trainer rank 0 (on its node address and a free
+port) and a ``ProcessGroupGloo`` (``ProcessGroupNCCL`` when ``--broadcast-backend nccl``, or
+``auto`` and the trainer sees a GPU) built on it directly in every member, outside the trainers'
+default data-parallel world (``torch.distributed.new_group`` can only split one default world;
+engines are not in the trainers' one). Rank 0 is the trainer, engine ``i`` is rank ``i + 1``.
+
+Per bucket of ``--update-weight-buffer-size`` bytes, rank 0 broadcasts three messages:
+
+1. a header: int64 ``[2]`` = (bytes of the description, bytes of the data); ``(0, 0)`` ends;
+2. the description: JSON ``[[name, dtype, shape], ...]`` as uint8;
+3. the data: every tensor's bytes, concatenated, as one uint8 buffer,
+
+and each engine cuts the buffer back into tensors and loads them. The group is made at the first
+sync and remade when its members change (an engine actor was restarted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from plasmid.remote import run_on
+from plasmid.types import SyncReport
+from plasmid_sync.tensors import PROCESS_STATE, process_token, require_separate_processes, tensor_bytes
+
+
+class BroadcastSync:
+    """The ``broadcast`` weight sync; built as ``BroadcastSync(config)``."""
+
+    def __init__(self, config: Any) -> None:
+        option = config.option
+        self.bucket_bytes: int = option.update_weight_buffer_size
+        self.backend: str = getattr(option, "broadcast_backend", "auto")
+        self.timeout: float = float(getattr(option, "broadcast_timeout", 600.0))
+        self.key = f"broadcast-{uuid.uuid4().hex}"
+        self.members: list[str] | None = None
+        self.group_name = ""
+        self.groups_made = 0
+
+    async def sync(self, trainer: Any, engines: Sequence[Any], weight_version: int) -> SyncReport:
+        require_separate_processes("broadcast", trainer, engines)
+        started = time.perf_counter()
+        members = list(await asyncio.gather(run_on(trainer, process_token), *(run_on(e, process_token)
+                                                                               for e in engines)))
+        if members != self.members:
+            await self._make_group(trainer, engines)
+            self.members = members
+        sent, *_ = await asyncio.gather(
+            run_on(trainer, send_weights, self.group_name, self.bucket_bytes),
+            *(run_on(engine, receive_weights, self.group_name, weight_version) for engine in engines))
+        await asyncio.gather(*(engine.flush_cache() for engine in engines))
+        moved, buckets = sent
+        return SyncReport(bytes=moved, seconds=time.perf_counter() - started, weight_version=weight_version,
+                          buckets=buckets)
+
+    async def _make_group(self, trainer: Any, engines: Sequence[Any]) -> None:
+        self.groups_made += 1
+        name = f"{self.key}-{self.groups_made}"
+        world = 1 + len(engines)
+        host, port, backend = await run_on(trainer, open_store, name, world, self.backend, self.timeout)
+        await asyncio.gather(
+            run_on(trainer, join_group, name, self.key, host, port, 0, world, backend, self.timeout),
+            *(run_on(engine, join_group, name, self.key, host, port, rank + 1, world, backend, self.timeout)
+              for rank, engine in enumerate(engines)))
+        self.group_name = name
+
+
+@dataclass
+class Member:
+    """This process's membership of one broadcast group."""
+
+    sync_key: str
+    group: Any
+    store: Any
+    device: str
+
+
+def _backend(choice: str) -> str:
+    import torch
+
+    if choice == "auto":
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    return choice
+
+
+# ------------------------------------------------------------------------------ in the trainer's process
+def open_store(trainer: Any, name: str, world: int, backend: str, timeout: float) -> tuple[str, int, str]:
+    """Serve the group's ``TCPStore`` here (a free port); ``(host, port, backend)``."""
+    import torch.distributed as dist
+
+    host = _node_address()
+    store = dist.TCPStore(host, 0, world, is_master=True, timeout=datetime.timedelta(seconds=timeout),
+                          wait_for_workers=False)
+    PROCESS_STATE[f"{name}/store"] = store
+    return host, int(store.port), _backend(backend)
+
+
+async def send_weights(trainer: Any, name: str, bucket_bytes: int) -> tuple[int, int]:
+    """Broadcast every bucket of the trainer's weights, then the end mark; ``(bytes, buckets)``."""
+    member: Member = PROCESS_STATE[name]
+    return await asyncio.to_thread(_send_all, member, trainer.export_weights(bucket_bytes))
+
+
+def _send_all(member: Member, buckets: Iterable[list[tuple[str, Any]]]) -> tuple[int, int]:
+    import torch
+
+    moved, count = 0, 0
+    for bucket in buckets:
+        description = [[name, str(tensor.dtype).removeprefix("torch."), list(tensor.shape)] for name, tensor in bucket]
+        encoded = torch.frombuffer(bytearray(json.dumps(description).encode()), dtype=torch.uint8)
+        data = torch.cat([tensor.detach().contiguous().reshape(-1).view(torch.uint8) for _, tensor in bucket])
+        _broadcast(member, torch.tensor([encoded.numel(), data.numel()], dtype=torch.int64))
+        _broadcast(member, encoded)
+        _broadcast(member, data)
+        moved += sum(tensor_bytes(tensor) for _, tensor in bucket)
+        count += 1
+    _broadcast(member, torch.zeros(2, dtype=torch.int64))
+    return moved, count
+
+
+# ------------------------------------------------------------------------------ in every member's process
+async def join_group(target: Any, name: str, sync_key: str, host: str, port: int, rank: int, world: int,
+                     backend: str, timeout: float) -> None:
+    """Join group ``name`` as ``rank`` (blocks until every member joins); this process's older
+    groups of the same sync are dropped."""
+    await asyncio.to_thread(_join, name, sync_key, host, port, rank, world, backend, timeout)
+
+
+def _join(name: str, sync_key: str, host: str, port: int, rank: int, world: int, backend: str,
+          timeout: float) -> None:
+    import torch.distributed as dist
+
+    for old in [k for k, v in PROCESS_STATE.items() if isinstance(v, Member) and v.sync_key == sync_key]:
+        del PROCESS_STATE[old]
+    wait = datetime.timedelta(seconds=timeout)
+    store = PROCESS_STATE.pop(f"{name}/store", None)
+    if store is None:
+        store = dist.TCPStore(host, port, world, is_master=False, timeout=wait, wait_for_workers=False)
+    prefixed = dist.PrefixStore(name, store)
+    if backend == "nccl":
+        import torch
+
+        group = dist.ProcessGroupNCCL(prefixed, rank, world, dist.ProcessGroupNCCL.Options())
+        device = f"cuda:{torch.cuda.current_device()}"
+    else:
+        group = dist.ProcessGroupGloo(prefixed, rank, world, wait)
+        device = "cpu"
+    PROCESS_STATE[name] = Member(sync_key, group, store, device)
+
+
+# ------------------------------------------------------------------------------ in each engine's process
+async def receive_weights(engine: Any, name: str, weight_version: int) -> int:
+    """Receive buckets until the end mark, loading each into ``engine``; returns bytes received."""
+    member: Member = PROCESS_STATE[name]
+    received = 0
+    while (bucket := await asyncio.to_thread(_receive_bucket, member)) is not None:
+        await engine.update_weights(bucket, weight_version)
+        received += sum(tensor_bytes(tensor) for _, tensor in bucket)
+    return received
+
+
+def _receive_bucket(member: Member) -> list[tuple[str, Any]] | None:
+    import torch
+
+    header = _broadcast(member, torch.zeros(2, dtype=torch.int64))
+    description_bytes, data_bytes = (int(v) for v in header.cpu())
+    if description_bytes == 0:
+        return None
+    encoded = _broadcast(member, torch.empty(description_bytes, dtype=torch.uint8))
+    data = _broadcast(member, torch.empty(data_bytes, dtype=torch.uint8))
+    description = json.loads(bytes(encoded.cpu().numpy()).decode())
+    bucket, offset = [], 0
+    for tensor_name, dtype_name, shape in description:
+        dtype = getattr(torch, dtype_name)
+        count = int(torch.Size(shape).numel()) * torch.empty((), dtype=dtype).element_size()
+        bucket.append((tensor_name, data[offset: offset + count].view(dtype).reshape(shape)))
+        offset += count
+    return bucket
+
+
+def _broadcast(member: Member, tensor: Any) -> Any:
+    """Broadcast ``tensor`` from rank 0 in ``member``'s group (on its device); the result."""
+    on_device = tensor.to(member.device)
+    member.group.broadcast(on_device, 0).wait()
+    return on_device
+
+
+def _node_address() -> str:
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.util.get_node_ip_address()
+    except ImportError:
+        pass
+    return "127.0.0.1"

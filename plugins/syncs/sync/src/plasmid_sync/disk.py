@@ -1,0 +1,171 @@
+"""``disk``: versioned safetensors directories in Hugging Face layout; engines load by version.
+
+The trainer (rank 0) writes ``<--sync-dir>/v{version}/`` (default ``<run dir>/weights``): one
+safetensors file per bucket of ``--update-weight-buffer-size`` bytes, named as
+``save_pretrained`` names shards (``model.safetensors``, or ``model-00001-of-0000N.safetensors``
+with ``model.safetensors.index.json``), plus ``config.json`` / ``generation_config.json`` of
+``--model``, so ``AutoModelForCausalLM.from_pretrained`` loads the directory. It is written under
+a temporary name and renamed, so an engine never sees half a version. Each engine then reads it
+shard by shard and loads it (``engine.update_weights``). The newest ``--sync-keep-versions``
+directories are kept.
+
+Works in any runtime: locally the trainer and the engines read and write the same directory; on
+a Ray cluster of several nodes ``--sync-dir`` must be a shared file system.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from plasmid.remote import run_on
+from plasmid.types import SyncReport
+from plasmid_sync.tensors import as_torch, tensor_bytes
+
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+#: Copied from ``--model`` so that the directory is a loadable model.
+MODEL_FILES = ("config.json", "generation_config.json")
+
+
+def sync_root(config: Any) -> Path:
+    """``--sync-dir``, or ``<run dir>/weights``."""
+    chosen = getattr(config.option, "sync_dir", None)
+    return Path(chosen) if chosen else Path(config.run_dir) / "weights"
+
+
+def version_dir(root: str | Path, version: int) -> Path:
+    return Path(root) / f"v{version}"
+
+
+class DiskSync:
+    """The ``disk`` weight sync; built as ``DiskSync(config)``.
+
+    A version written by this sync in this run is written once: syncing the same version again
+    (a restarted engine catching up) reloads the existing directory.
+    """
+
+    def __init__(self, config: Any) -> None:
+        option = config.option
+        self.bucket_bytes: int = option.update_weight_buffer_size
+        self.root = sync_root(config)
+        self.model_dir = str(option.model) if option.model else ""
+        self.keep: int = max(1, int(getattr(option, "sync_keep_versions", 2)))
+        self.written: dict[int, tuple[int, int]] = {}
+
+    async def sync(self, trainer: Any, engines: Sequence[Any], weight_version: int) -> SyncReport:
+        started = time.perf_counter()
+        directory = version_dir(self.root, weight_version)
+        if weight_version not in self.written:
+            self.written[weight_version] = await run_on(trainer, write_version, str(self.root), weight_version,
+                                                        self.bucket_bytes, self.model_dir)
+        await asyncio.gather(*(run_on(engine, load_version, str(directory), weight_version, self.bucket_bytes)
+                               for engine in engines))
+        await asyncio.gather(*(engine.flush_cache() for engine in engines))
+        prune_versions(self.root, self.keep)
+        moved, buckets = self.written[weight_version]
+        return SyncReport(bytes=moved, seconds=time.perf_counter() - started, weight_version=weight_version,
+                          buckets=buckets)
+
+
+def prune_versions(root: Path, keep: int) -> list[Path]:
+    """Remove all but the newest ``keep`` ``v{N}`` directories under ``root``; the removed."""
+    if not root.is_dir():
+        return []
+    versions = sorted((int(p.name[1:]), p) for p in root.iterdir() if p.is_dir() and p.name[1:].isdigit()
+                      and p.name.startswith("v"))
+    removed = [path for _, path in versions[:-keep]]
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
+    return removed
+
+
+# ------------------------------------------------------------------------------ in the trainer's process
+def write_version(trainer: Any, root: str, weight_version: int, bucket_bytes: int, model_dir: str) -> tuple[int, int]:
+    """Write ``v{weight_version}`` atomically (replacing an older one); ``(bytes, shards)``."""
+    from safetensors.torch import save_file
+
+    final = version_dir(root, weight_version)
+    staging = final.with_name(f"{final.name}.tmp-{uuid.uuid4().hex[:8]}")
+    staging.mkdir(parents=True)
+    written, shards = 0, []
+    for number, bucket in enumerate(trainer.export_weights(bucket_bytes), start=1):
+        tensors = {name: as_torch(tensor).contiguous() for name, tensor in bucket}
+        shard = f"shard-{number:05d}.safetensors"
+        save_file(tensors, str(staging / shard), metadata={"format": "pt"})
+        shards.append((shard, list(tensors)))
+        written += sum(tensor_bytes(tensor) for tensor in tensors.values())
+    _name_shards(staging, shards, written)
+    for name in MODEL_FILES:
+        if model_dir and (Path(model_dir) / name).is_file():
+            shutil.copy2(Path(model_dir) / name, staging / name)
+    (staging / "plasmid_weights.json").write_text(json.dumps({"weight_version": weight_version, "bytes": written,
+                                                              "shards": len(shards)}))
+    if final.exists():
+        retired = final.with_name(f"{final.name}.old-{uuid.uuid4().hex[:8]}")
+        os.replace(final, retired)
+        shutil.rmtree(retired, ignore_errors=True)
+    os.replace(staging, final)
+    return written, len(shards)
+
+
+def _name_shards(directory: Path, shards: list[tuple[str, list[str]]], total: int) -> None:
+    """Rename ``shard-N`` files as ``save_pretrained`` does and write the index when sharded."""
+    if len(shards) == 1:
+        os.replace(directory / shards[0][0], directory / SINGLE_FILE)
+        return
+    weight_map = {}
+    for number, (shard, names) in enumerate(shards, start=1):
+        final_name = f"model-{number:05d}-of-{len(shards):05d}.safetensors"
+        os.replace(directory / shard, directory / final_name)
+        weight_map.update({name: final_name for name in names})
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (directory / INDEX_FILE).write_text(json.dumps(index, indent=1))
+
+
+# ------------------------------------------------------------------------------ in each engine's process
+def shard_files(directory: str | Path) -> list[Path]:
+    """The safetensors files of a version directory, in order."""
+    directory = Path(directory)
+    if (directory / INDEX_FILE).is_file():
+        weight_map = json.loads((directory / INDEX_FILE).read_text())["weight_map"]
+        return [directory / name for name in sorted(set(weight_map.values()))]
+    if (directory / SINGLE_FILE).is_file():
+        return [directory / SINGLE_FILE]
+    raise FileNotFoundError(f"{directory} holds no {SINGLE_FILE} or {INDEX_FILE}: not a weights version written "
+                            f"by the disk sync (was it pruned? raise --sync-keep-versions)")
+
+
+def read_buckets(directory: str | Path, bucket_bytes: int) -> Iterator[list[tuple[str, Any]]]:
+    """The tensors of a version directory in buckets of at most ``bucket_bytes`` bytes."""
+    from safetensors import safe_open
+
+    pending, size = [], 0
+    for file in shard_files(directory):
+        with safe_open(str(file), framework="pt") as reader:
+            for name in reader.keys():  # noqa: SIM118 - safe_open is not a mapping
+                tensor = reader.get_tensor(name)
+                if pending and size + tensor_bytes(tensor) > bucket_bytes:
+                    yield pending
+                    pending, size = [], 0
+                pending.append((name, tensor))
+                size += tensor_bytes(tensor)
+    if pending:
+        yield pending
+
+
+async def load_version(engine: Any, directory: str, weight_version: int, bucket_bytes: int) -> int:
+    """Load version directory ``directory`` into ``engine`` bucket by bucket; bytes loaded."""
+    loaded = 0
+    buckets = iter(read_buckets(directory, bucket_bytes))
+    while (bucket := await asyncio.to_thread(next, buckets, None)) is not None:
+        await engine.update_weights(bucket, weight_version)
+        loaded += sum(tensor_bytes(tensor) for _, tensor in bucket)
+    return loaded

@@ -1,0 +1,78 @@
+"""``objectstore``: buckets of numpy arrays through Ray's shared-memory object store.
+
+Per bucket of at most ``--update-weight-buffer-size`` bytes: the trainer (rank 0) converts the
+bucket to numpy and ``ray.put`` s it; the driver hands the reference to every engine, which
+reads it (zero-copy from the node's object store) and loads it. The next bucket is put while the
+engines load the current one, so at most two buckets are in the store at a time. Needs the Ray
+runtime: the trainer and the engines must be actors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from plasmid.remote import run_on
+from plasmid.types import SyncReport
+from plasmid_sync.tensors import PROCESS_STATE, as_numpy, require_separate_processes, tensor_bytes
+
+
+class ObjectStoreSync:
+    """The ``objectstore`` weight sync; built as ``ObjectStoreSync(config)``."""
+
+    def __init__(self, config: Any) -> None:
+        self.bucket_bytes: int = config.option.update_weight_buffer_size
+        self.key = f"objectstore-{uuid.uuid4().hex}"
+
+    async def sync(self, trainer: Any, engines: Sequence[Any], weight_version: int) -> SyncReport:
+        require_separate_processes("objectstore", trainer, engines)
+        started = time.perf_counter()
+        await run_on(trainer, open_export, self.key, self.bucket_bytes)
+        moved, buckets = 0, 0
+        upcoming = asyncio.ensure_future(run_on(trainer, put_next_bucket, self.key))
+        try:
+            while (item := await upcoming) is not None:
+                reference, size = item
+                upcoming = asyncio.ensure_future(run_on(trainer, put_next_bucket, self.key))
+                await asyncio.gather(*(run_on(engine, load_bucket, reference, weight_version) for engine in engines))
+                moved += size
+                buckets += 1
+        finally:
+            if not upcoming.done():
+                upcoming.cancel()
+            await run_on(trainer, close_export, self.key)
+        await asyncio.gather(*(engine.flush_cache() for engine in engines))
+        return SyncReport(bytes=moved, seconds=time.perf_counter() - started, weight_version=weight_version,
+                          buckets=buckets)
+
+
+# ------------------------------------------------------------------------------ in the trainer's process
+def open_export(trainer: Any, key: str, bucket_bytes: int) -> None:
+    PROCESS_STATE[key] = iter(trainer.export_weights(bucket_bytes))
+
+
+def put_next_bucket(trainer: Any, key: str) -> tuple[list[Any], int] | None:
+    """``([reference], bytes)`` of the next bucket put in the object store, ``None`` at the end.
+    (The reference is wrapped in a list so that Ray hands it over instead of resolving it.)"""
+    import ray
+
+    exporting = PROCESS_STATE.get(key)
+    bucket = next(exporting, None) if exporting is not None else None
+    if bucket is None:
+        PROCESS_STATE.pop(key, None)
+        return None
+    arrays = [(name, as_numpy(tensor)) for name, tensor in bucket]
+    return [ray.put(arrays)], sum(tensor_bytes(array) for _, array in arrays)
+
+
+def close_export(trainer: Any, key: str) -> None:
+    PROCESS_STATE.pop(key, None)
+
+
+# ------------------------------------------------------------------------------ in each engine's process
+async def load_bucket(engine: Any, reference: list[Any], weight_version: int) -> None:
+    bucket = await reference[0]
+    await engine.update_weights(bucket, weight_version)

@@ -1,0 +1,231 @@
+"""Building megatron-core's ``GPTModel`` from a Hugging Face model directory, and its weights in and out.
+
+:func:`transformer_config` turns a :class:`~plasmid_megatron.model_spec.ModelSpec` plus the run's
+options into a ``TransformerConfig``; :func:`build_gpt_model` builds this rank's pipeline stage with
+the local layer spec, or TransformerEngine's when it is installed and CUDA is available
+(``--megatron-transformer-impl`` chooses explicitly); :func:`load_hf_weights` copies the Hugging
+Face safetensors into it; :func:`export_hf_weights` streams the weights back in Hugging Face names,
+gathered over tensor- and pipeline-parallel ranks (a collective: every rank iterates it).
+
+Settings the trainer chooses unless a ``--megatron-*`` option says otherwise: no dropout besides
+the model's own ``attention_dropout``, fusions off unless TransformerEngine is used (they need
+CUDA kernels), weights not initialised (every parameter is loaded from the checkpoint; vocabulary
+padding rows are zero), initialisation on the CPU without CUDA.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from plasmid_megatron.converter import Converter, Rule
+from plasmid_megatron.model_spec import ModelSpec
+from plasmid_megatron.parallel import Groups, ParallelSizes, all_gather
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def uses_transformer_engine(native: dict[str, Any]) -> bool:
+    """Whether to build with TransformerEngine layers: ``--megatron-transformer-impl`` when given,
+    else when ``transformer_engine`` is importable and CUDA is available."""
+    chosen = native.get("transformer_impl")
+    if chosen is not None:
+        return chosen == "transformer_engine"
+    return torch.cuda.is_available() and importlib.util.find_spec("transformer_engine") is not None
+
+
+def params_dtype(native_transformer: dict[str, Any]) -> torch.dtype:
+    if native_transformer.get("bf16"):
+        return torch.bfloat16
+    if native_transformer.get("fp16"):
+        return torch.float16
+    return torch.float32
+
+
+def transformer_config(spec: ModelSpec, sizes: ParallelSizes, native: dict[str, Any]) -> Any:
+    """The ``TransformerConfig`` of ``spec`` laid out as ``sizes``, with ``native``
+    (``--megatron-*`` values of ``TransformerConfig`` fields) applied last."""
+    import torch.nn.functional as F
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from plasmid_megatron.native_options import check_against
+
+    check_against(TransformerConfig, native)
+    te = uses_transformer_engine(native)
+    dtype = params_dtype(native)
+    kwargs: dict[str, Any] = {
+        **spec.transformer_config_kwargs(),
+        "activation_func": F.silu,
+        "tensor_model_parallel_size": sizes.tp,
+        "pipeline_model_parallel_size": sizes.pp,
+        "context_parallel_size": sizes.cp,
+        "expert_model_parallel_size": sizes.ep,
+        "params_dtype": dtype,
+        "pipeline_dtype": dtype if sizes.pp > 1 else None,
+        "variable_seq_lengths": sizes.pp > 1,
+        "calculate_per_token_loss": True,
+        "transformer_impl": "transformer_engine" if te else "local",
+        "perform_initialization": False,
+        "use_cpu_initialization": not torch.cuda.is_available(),
+        "attention_softmax_in_fp32": True,
+        "apply_query_key_layer_scaling": False,
+    }
+    for name, value in native.items():
+        kwargs[name] = DTYPES[value] if name.endswith("dtype") and isinstance(value, str) else value
+    return TransformerConfig(**kwargs)
+
+
+def build_gpt_model(spec: ModelSpec, config: Any, padded_vocab_size: int) -> Any:
+    """This rank's stage of the ``GPTModel`` (uninitialised weights; load them next)."""
+    from megatron.core import parallel_state
+    from megatron.core.models.gpt import GPTModel
+
+    if config.transformer_impl == "transformer_engine":
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
+
+        layer_spec = get_gpt_layer_with_transformer_engine_spec(qk_layernorm=spec.qk_norm)
+    else:
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+        layer_spec = get_gpt_layer_local_spec(normalization="RMSNorm", qk_layernorm=spec.qk_norm)
+    model = GPTModel(
+        config=config,
+        transformer_layer_spec=layer_spec,
+        vocab_size=padded_vocab_size,
+        max_sequence_length=spec.max_position_embeddings,
+        pre_process=parallel_state.is_pipeline_first_stage(),
+        post_process=parallel_state.is_pipeline_last_stage(),
+        parallel_output=True,
+        share_embeddings_and_output_weights=spec.tie_word_embeddings,
+        position_embedding_type="rope",
+        rotary_percent=spec.rotary_percent,
+        rotary_base=spec.rope_theta,
+    )
+    if torch.cuda.is_available():
+        model.cuda(torch.cuda.current_device())
+    return model
+
+
+def layer_offset(model: Any) -> int:
+    """The global index of this stage's first transformer layer (0 without layers)."""
+    layers = getattr(getattr(model, "decoder", None), "layers", None)
+    return int(layers[0].layer_number) - 1 if layers is not None and len(layers) else 0
+
+
+def unwrapped(model: Any) -> Any:
+    """The ``GPTModel`` inside megatron's DDP (or similar) wrappers."""
+    while hasattr(model, "module"):
+        model = model.module
+    return model
+
+
+# -------------------------------------------------------------------------------------------------
+# Hugging Face weights in
+# -------------------------------------------------------------------------------------------------
+
+
+def hf_tensor_reader(model_dir: str | Path) -> Callable[[str], torch.Tensor]:
+    """``name -> tensor`` over the safetensors files of a Hugging Face model directory
+    (single file or sharded with ``model.safetensors.index.json``), read lazily."""
+    from safetensors import safe_open
+
+    directory = Path(model_dir)
+    index_file = directory / "model.safetensors.index.json"
+    if index_file.is_file():
+        weight_map = json.loads(index_file.read_text())["weight_map"]
+        files = {name: directory / file for name, file in weight_map.items()}
+    else:
+        files = {}
+        for file in sorted(directory.glob("*.safetensors")):
+            with safe_open(str(file), framework="pt") as handle:
+                files.update(dict.fromkeys(handle.keys(), file))
+    if not files:
+        raise FileNotFoundError(f"{directory}: no *.safetensors weights (the megatron trainer loads safetensors)")
+
+    def read(name: str) -> torch.Tensor:
+        if name not in files:
+            raise KeyError(f"{directory}: the Hugging Face checkpoint has no tensor {name!r}")
+        with safe_open(str(files[name]), framework="pt") as handle:
+            return handle.get_tensor(name)
+
+    return read
+
+
+@torch.no_grad()
+def load_hf_weights(model: Any, converter: Converter, read: Callable[[str], torch.Tensor], tp_rank: int) -> None:
+    """Copy every parameter of this rank's ``model`` from the Hugging Face tensors ``read`` gives."""
+    model = unwrapped(model)
+    offset = layer_offset(model)
+    for name, param in model.named_parameters():
+        value = converter.shard(converter.rule(name, offset), read, tp_rank)
+        if tuple(value.shape) != tuple(param.shape):
+            raise ValueError(f"megatron parameter {name} has shape {tuple(param.shape)} but the converted Hugging "
+                             f"Face tensor has {tuple(value.shape)}: --model's config.json and weights disagree")
+        param.data.copy_(value.to(dtype=param.dtype))
+
+
+# -------------------------------------------------------------------------------------------------
+# Hugging Face weights out
+# -------------------------------------------------------------------------------------------------
+
+
+def export_hf_weights(model: Any, converter: Converter, groups: Groups) -> Iterator[tuple[str, torch.Tensor]]:
+    """The model's weights in Hugging Face names, each once, as full (unsharded) CPU tensors.
+
+    A collective over the tensor- and pipeline-parallel groups: every rank must iterate it to
+    the end, and every rank receives every tensor. The tied output layer and the vocabulary
+    padding are left out. Order: pipeline stages in order, parameters in model order.
+    """
+    model = unwrapped(model)
+    offset = layer_offset(model)
+    local: list[tuple[Rule, torch.Tensor]] = []
+    for name, param in model.named_parameters():
+        rule = converter.rule(name, offset)
+        if rule.exported:
+            local.append((rule, param))
+
+    def merged(rule: Rule, param: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+        shards = [param.detach()] if rule.split == "replicated" else all_gather(param.detach(), groups.tp_group,
+                                                                                 groups.tp_size)
+        if rule.split == "replicated":
+            shards = shards * converter.tp_size
+        return [(hf_name, tensor.to("cpu", copy=True).contiguous()) for hf_name, tensor in
+                converter.merge(rule, shards)]
+
+    if groups.pp_size == 1:
+        for rule, param in local:
+            yield from merged(rule, param)
+        return
+
+    # pipeline stages take turns: the owner gathers and converts, then broadcasts over its pipeline
+    catalog: list[Any] = [None] * groups.pp_size
+    shapes = [(rule, _merged_shapes(converter, rule, param), str(param.dtype).removeprefix("torch."))
+              for rule, param in local]
+    dist.all_gather_object(catalog, [(rule.split, rule.hf_names, shape, dtype) for rule, shape, dtype in shapes],
+                           group=groups.pp_group)
+    device = next(iter(model.parameters())).device
+    for stage, entries in enumerate(catalog):
+        source = dist.get_global_rank(groups.pp_group, stage)
+        for position, (_, hf_names, shape, dtype) in enumerate(entries):
+            if stage == groups.pp_rank:
+                tensors = merged(*local[position])
+            else:
+                tensors = [(hf_name, torch.empty(size, dtype=DTYPES.get(dtype, torch.float32)))
+                           for hf_name, size in zip(hf_names, shape, strict=True)]
+            for hf_name, tensor in tensors:
+                moved = tensor.to(device)
+                dist.broadcast(moved, src=source, group=groups.pp_group)
+                yield hf_name, moved.to("cpu").contiguous() if moved.device.type != "cpu" else moved
+
+
+def _merged_shapes(converter: Converter, rule: Rule, param: torch.Tensor) -> list[tuple[int, ...]]:
+    """Shapes of the Hugging Face tensors a parameter merges into (without communicating)."""
+    fake = [torch.empty(param.shape, dtype=torch.float32, device="meta") for _ in range(converter.tp_size)]
+    return [tuple(tensor.shape) for _, tensor in converter.merge(rule, fake)]
+

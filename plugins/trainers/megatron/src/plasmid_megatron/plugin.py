@@ -1,0 +1,63 @@
+"""Hook implementations of plasmid-megatron.
+
+Neither torch nor megatron is imported here: the trainer is registered as a ``"module:attr"``
+string, and the ``--megatron-*`` options are read from megatron-core's source files without
+importing it (see :mod:`plasmid_megatron.native_options`).
+"""
+
+from __future__ import annotations
+
+from plasmid import hookimpl
+from plasmid.errors import UsageError
+from plasmid_megatron.native_options import native_fields, parse_bool
+
+PARALLEL_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+                  "expert_model_parallel_size")
+
+
+@hookimpl
+def plasmid_addoption(parser):
+    group = parser.getgroup("megatron", "the megatron-core trainer (--trainer megatron)")
+    group.addoption("--tensor-model-parallel-size", type=int, default=1, help="tensor-parallel ranks")
+    group.addoption("--pipeline-model-parallel-size", type=int, default=1, help="pipeline stages")
+    group.addoption("--context-parallel-size", type=int, default=1, help="context-parallel ranks (not supported yet)")
+    group.addoption("--expert-model-parallel-size", type=int, default=1,
+                    help="expert-parallel ranks (not supported yet: no MoE family is converted)")
+    group.addoption("--max-tokens-per-micro-batch", type=int, default=None,
+                    help="pack micro-batches by a budget of padded tokens (samples x longest) instead of "
+                         "--micro-batch-size samples each")
+    group.addoption("--make-vocab-size-divisible-by", type=int, default=128,
+                    help="pad the embedding rows to a multiple of this x tensor-parallel size")
+
+    native = parser.getgroup("megatron native", "megatron-core config fields, generated from the installed "
+                             "version (TransformerConfig, OptimizerConfig, DistributedDataParallelConfig); "
+                             "unset means megatron's default")
+    for field in native_fields():
+        kwargs = {"dest": field.dest, "default": None, "metavar": field.kind.upper()}
+        if field.kind == "bool":
+            kwargs.update(type=parse_bool, nargs="?", const=True, metavar="BOOL")
+        elif field.kind in ("int", "float"):
+            kwargs["type"] = int if field.kind == "int" else float
+        if field.choices:
+            kwargs.update(choices=list(field.choices), metavar=None)
+        text = f"{'/'.join(field.owners)}.{field.name} (default {field.default}). {field.doc}"
+        native.addoption(field.flag, help=text.replace("%", "%%"), **kwargs)
+
+
+@hookimpl
+def plasmid_configure(config):
+    option = config.option
+    if option.trainer != "megatron":
+        return
+    for name in PARALLEL_SIZES:
+        if getattr(option, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
+    if option.max_tokens_per_micro_batch is not None and option.max_tokens_per_micro_batch < 1:
+        raise UsageError("--max-tokens-per-micro-batch must be >= 1")
+    if option.make_vocab_size_divisible_by < 1:
+        raise UsageError("--make-vocab-size-divisible-by must be >= 1")
+
+
+@hookimpl
+def plasmid_trainers(register):
+    register("megatron", "plasmid_megatron.trainer:MegatronTrainer")

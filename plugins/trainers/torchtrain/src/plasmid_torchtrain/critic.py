@@ -1,0 +1,76 @@
+"""The critic: the policy's architecture with a scalar value head, and its values of response tokens.
+
+Built when the loss ``needs_critic`` (PPO): a fresh copy of ``--model``'s transformer body
+(its ``base_model``, without the LM head), initialised from the same weights, followed by a
+``Linear(hidden_size, 1)`` head that starts at zero (every value 0 before training). It is a
+separate model with its own optimizer; it is never synced to the engines.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from plasmid.hf import load_causal_lm
+from plasmid_torchtrain.batching import PaddedBatch
+
+#: The critic's weights inside a torchtrain checkpoint directory.
+CRITIC_FILE = "critic.safetensors"
+
+
+class ValueModel(torch.nn.Module):
+    """``backbone`` (a Hugging Face base model) and a value head: ``[B, L]`` ids -> ``[B, L]`` values."""
+
+    def __init__(self, backbone: Any, hidden_size: int) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.value_head = torch.nn.Linear(hidden_size, 1)
+        torch.nn.init.zeros_(self.value_head.weight)
+        torch.nn.init.zeros_(self.value_head.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state   # [B, L, H]
+        return self.value_head(hidden.float()).squeeze(-1)
+
+
+def load_value_model(model_dir: str | Path) -> ValueModel:
+    """A critic for the causal LM in ``model_dir`` (float32, eval mode: no dropout)."""
+    language_model = load_causal_lm(str(model_dir), "float32")
+    config = language_model.config
+    hidden_size = getattr(config, "hidden_size", None) or config.get_text_config().hidden_size
+    critic = ValueModel(language_model.base_model, int(hidden_size))
+    return critic.eval().requires_grad_(True)
+
+
+def response_values(critic: ValueModel, batch: PaddedBatch) -> torch.Tensor:
+    """The critic's value of the state before each response token: ``[B, T]`` float32, 0 beyond
+    each response. Runs under the caller's grad mode.
+
+    Response token ``t`` is predicted at position ``prompt_length - 1 + t`` (as in
+    :func:`plasmid_torchtrain.batching.response_logprobs`); its value is read there.
+    """
+    values = critic(batch.input_ids, batch.attention_mask)                                 # [B, L]
+    length, width = batch.input_ids.shape[1], batch.in_response.shape[1]
+    positions = (batch.prompt_lengths.unsqueeze(1) - 1 + torch.arange(width)).clamp(max=length - 1)
+    picked = values.gather(1, positions)
+    return torch.where(batch.in_response, picked, torch.zeros((), dtype=picked.dtype))
+
+
+def save_critic(critic: ValueModel, directory: Path) -> None:
+    from safetensors.torch import save_file
+
+    save_file({name: tensor.detach().contiguous() for name, tensor in critic.state_dict().items()},
+              str(directory / CRITIC_FILE))
+
+
+def load_critic_weights(critic: ValueModel, checkpoint_dir: str | Path) -> None:
+    """Copy the critic weights saved in ``checkpoint_dir`` into ``critic``."""
+    from safetensors.torch import load_file
+
+    file = Path(checkpoint_dir) / CRITIC_FILE
+    if not file.is_file():
+        raise FileNotFoundError(f"{file} is missing: the checkpoint {checkpoint_dir} has no critic (it was written "
+                                f"with a loss that needs none); resume with the same --loss")
+    critic.load_state_dict(load_file(str(file)))
