@@ -1,11 +1,17 @@
 """``plasmid plugins``: what is installed, what each plugin provides, and whether it imports.
 
 Works when an installed plugin is broken: listing loads tolerantly and shows the reason.
+
+``plasmid plugins show NAME`` also imports the plugin's providers to describe each one: the
+first line of its factory's docstring, and the options it reads when the factory lists them as
+``reads_options`` (a tuple of option names in Python form, ``("eps_clip", "kl_coef")``; kernel
+options and other plugins' options included).
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import subprocess
@@ -40,7 +46,7 @@ def plugins_command(argv: list[str]) -> int:
     if args.action == "show":
         if not args.name:
             parser.error("show needs a plugin NAME")
-        return show_plugin(manager, args.name, args.json)
+        return show_plugin(manager, args.name, args.json, registry)
     return list_plugins(manager, args.json)
 
 
@@ -83,19 +89,70 @@ def plugin_options(manager: PluginManager, name: str) -> list[dict[str, Any]]:
     return options
 
 
-def show_plugin(manager: PluginManager, name: str, as_json: bool) -> int:
+def all_options(manager: PluginManager) -> dict[str, dict[str, Any]]:
+    """Every option of the kernel and the loaded plugins, by Python name, as ``{flag, default, help}``."""
+    parser = OptionParser()
+    manager.addoption(parser)
+    return {action.dest: {"flag": action.option_strings[0], "default": action.default, "help": action.help or ""}
+            for action in parser._parser._actions if action.option_strings and action.dest != "help"}
+
+
+def provider_details(registry: Registry, name: str) -> list[dict[str, Any]]:
+    """The providers plugin ``name`` registers, each imported: ``{family, name, summary, reads}``
+    (``reads``: its factory's ``reads_options``; a factory that fails to import gets the reason
+    as its summary)."""
+    details = []
+    for family, providers in registry.providers.items():
+        for provider in providers.values():
+            if provider.plugin.name != name:
+                continue
+            try:
+                factory = provider.load()
+            except PluginError as exc:
+                details.append({"family": family, "name": provider.name, "summary": f"(not importable: {exc})",
+                                "reads": []})
+                continue
+            doc = inspect.getdoc(factory) or ""
+            details.append({"family": family, "name": provider.name, "summary": doc.splitlines()[0] if doc else "",
+                            "reads": list(getattr(factory, "reads_options", ()))})
+    return details
+
+
+def options_shown(manager: PluginManager, name: str, providers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The plugin's own options, then those its providers read, each once as ``{flag, default,
+    help, read_by}``; ``read_by`` names the providers that read it when not all of them do."""
+    known = all_options(manager)
+    shown = {option["flag"]: {**option, "read_by": []} for option in plugin_options(manager, name)}
+    readers: dict[str, list[str]] = {}
+    for provider in providers:
+        for dest in provider["reads"]:
+            readers.setdefault(dest, []).append(provider["name"])
+    for dest, names in readers.items():
+        option = known.get(dest, {"flag": dest, "default": None, "help": "(not declared by any loaded plugin)"})
+        partial = names if len(names) < len(providers) else []
+        shown.setdefault(option["flag"], {**option, "read_by": partial})
+    return list(shown.values())
+
+
+def show_plugin(manager: PluginManager, name: str, as_json: bool, registry: Registry | None = None) -> int:
     info = manager.infos.get(name)
     if info is None:
         raise PluginError(f"no plugin named '{name}'{did_you_mean(name, manager.infos)}")
-    options = plugin_options(manager, name) if info.status in ("loaded", "kernel") else []
+    usable = info.status in ("loaded", "kernel")
+    providers = provider_details(registry, name) if usable and registry is not None else []
+    options = options_shown(manager, name, providers) if usable else []
     if as_json:
-        print(json.dumps({**info.__dict__, "options": options}, indent=1, default=str))
+        print(json.dumps({**info.__dict__, "options": options, "provider_details": providers}, indent=1,
+                         default=str))
         return 0
     print(_row(info))
     print(f"{'':<16} target: {info.target}")
     print(f"{'':<16} hooks: {', '.join(info.hooks) or '-'}")
+    for provider in providers:
+        print(f"{'':<16} {provider['family']} {provider['name']}: {provider['summary']}")
     for option in options:
-        print(f"{'':<16} {option['flag']:<28} (default {option['default']!r}) {option['help']}")
+        only = f" [{', '.join(option['read_by'])}]" if option["read_by"] else ""
+        print(f"{'':<16} {option['flag']:<28} (default {option['default']!r}) {option['help']}{only}")
     return 0
 
 

@@ -122,8 +122,10 @@ def plasmid_addoption(parser: OptionParser) -> None:
     algo.addoption("--eps-clip-c", type=float, default=None, help="dual-clip bound c > 1 (off by default)")
     algo.addoption("--kl-coef", type=float, default=0.0, help="KL to the reference as a reward penalty")
     algo.addoption("--kl-loss-coef", type=float, default=0.0, help="KL to the reference as a loss term")
-    algo.addoption("--kl-estimator", default="k3", choices=["k1", "k2", "k3", "low-var-kl"])
-    algo.addoption("--entropy-coef", type=float, default=0.0)
+    algo.addoption("--kl-estimator", default="k3", choices=["k1", "k2", "k3", "low-var-kl"],
+                   help="per-token estimate of KL to the reference (low-var-kl: k3 clamped to [-10, 10])")
+    algo.addoption("--entropy-coef", type=float, default=0.0, help="entropy bonus: this times the entropy is "
+                   "subtracted from the loss")
     algo.addoption("--loss-agg", default=None,
                    choices=["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"],
                    help="how per-token losses are averaged (default: the loss's own, token-mean for most; "
@@ -184,13 +186,10 @@ ROLLOUT_CORRECTION_BANDS = {"tis": (0.0, 2.0), "icepop": (0.5, 5.0)}
 
 
 def _configure_rollout_correction(option) -> None:
-    """Fill the TIS/IcePop band and check it; ``option.rollout_correction`` becomes ``None``,
-    ``"truncate"`` (--tis) or ``"mask"`` (--icepop), for :func:`plasmid.algorithms.rollout_correction`."""
+    """Fill the TIS/IcePop band (:data:`ROLLOUT_CORRECTION_BANDS`) where unset, and check it."""
     if option.tis and option.icepop:
         raise UsageError("--tis truncates the importance weights and --icepop masks them: choose one")
-    kind = "tis" if option.tis else "icepop" if option.icepop else None
-    option.rollout_correction = {"tis": "truncate", "icepop": "mask", None: None}[kind]
-    low, high = ROLLOUT_CORRECTION_BANDS[kind or "tis"]
+    low, high = ROLLOUT_CORRECTION_BANDS["icepop" if option.icepop else "tis"]
     if option.tis_clip_low is None:
         option.tis_clip_low = low
     if option.tis_clip is None:

@@ -2,14 +2,17 @@
 
 ``--reward math --reward format:0.1`` gives ``reward = 1.0 * math + 0.1 * format``; each
 component is kept on the sample (``reward_components``) and logged. A reward that raises or
-times out marks the sample with the plugin's name and reason; with ``--reward-errors zero`` the
-sample scores 0 and the run goes on, with ``fail`` the run stops with a :class:`ProviderError`.
+times out marks the sample with the reward's name and reason; with ``--reward-errors zero`` the
+sample scores 0 and the run goes on (the first failure of each reward is printed to stderr with
+the plugin that provides it; counts go to the ``reward/failed/...`` metrics), with ``fail`` the
+run stops with a :class:`ProviderError` naming the plugin.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +47,8 @@ class RewardSet:
     timeout: float = 60.0
     errors: str = "zero"
     failures: Counter = field(default_factory=Counter)
+    #: rewards whose first failure was already printed (once per reward, not per sample).
+    reported: set[str] = field(default_factory=set)
 
     async def score_group(self, samples: list[Sample]) -> None:
         """Score ``samples`` (one group) in place: ``reward`` and ``reward_components``.
@@ -102,6 +107,11 @@ class RewardSet:
             raise ProviderError(f"{where} failed on sample {sample.index}: {reason}",
                                 provider=component.name, plugin=component.plugin) from exc
         sample.metadata.setdefault("reward_errors", []).append(f"{component.name}: {reason}")
+        if component.name not in self.reported:
+            self.reported.add(component.name)
+            print(f"plasmid: {where} failed on sample {sample.index}: {reason}; the sample scores 0 for it and "
+                  f"the run goes on (counted in reward/failed/...; --reward-errors fail stops instead)",
+                  file=sys.stderr)
         self.failures[f"{component.name}: {type(exc).__name__}" if not isinstance(exc, TimeoutError)
                       else f"{component.name}: timeout"] += 1
 

@@ -94,9 +94,8 @@ async def score_lines(rewards: RewardSet, lines: Iterable[str], default_label: A
 
     async def flush() -> None:
         nonlocal scored
-        for position, sample in enumerate(group):
+        for sample in group:
             sample.group_index = group[0].index
-            sample.metadata.setdefault("score_position", position)
         await rewards.score_group(group)
         for sample in group:
             out.write(result_line(sample) + "\n")

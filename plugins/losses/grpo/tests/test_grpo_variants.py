@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import statistics
 
+import plasmid_grpo.loss
 import plasmid_grpo.plugin
 import pytest
 import torch
@@ -254,6 +255,17 @@ def test_mismatch_metrics_are_logged_without_correction_too():
     # k3 estimate of KL(engine || trainer) per token: w - 1 - ln w
     assert metrics["mismatch_kl"] == pytest.approx((2 - math.log(3) + (-0.75 + math.log(4))) / 8, rel=1e-5)
     assert "mismatch_abs_diff" not in loss.policy_loss(make_batch(loss), current_logprobs(), None)[1]
+
+
+def test_the_band_defaults_hold_without_the_kernel_configure_step():
+    def built(**options):
+        config = testing.make_config(plasmid_grpo.plugin, configure=False, **options)
+        return plasmid_grpo.loss.GRPOLoss(config)
+
+    assert (built(icepop=True).rollout_correction, built(icepop=True).tis_band) == ("mask", (0.5, 5.0))
+    assert (built(tis=True).rollout_correction, built(tis=True).tis_band) == ("truncate", (0.0, 2.0))
+    assert built(tis=True, tis_clip=3.0).tis_band == (0.0, 3.0)
+    assert built().rollout_correction is None
 
 
 def test_tis_without_engine_logprobs_is_an_error_naming_the_flag():

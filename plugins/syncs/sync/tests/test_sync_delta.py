@@ -9,11 +9,11 @@ import numpy as np
 import plasmid_sync.plugin
 import pytest
 import torch
+from plasmid_sync.delta import apply_update, byte_planes, checksum, from_byte_planes
 
 from plasmid import testing
 from plasmid.testing.contracts.trainer import exported, make_rollout_batch
 from plasmid.testing.contracts.weightsync import WeightSyncContract
-from plasmid_sync.delta import apply_update, byte_planes, checksum, from_byte_planes
 
 pytest.importorskip("zstandard")
 plasmid_grpo_plugin = pytest.importorskip("plasmid_grpo.plugin")

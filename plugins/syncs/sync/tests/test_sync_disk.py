@@ -7,11 +7,11 @@ import json
 import plasmid_sync.plugin
 import pytest
 import torch
+from plasmid_sync.disk import prune_versions, version_dir
 
 from plasmid import testing
 from plasmid.testing.contracts.trainer import make_rollout_batch
 from plasmid.testing.contracts.weightsync import WeightSyncContract
-from plasmid_sync.disk import prune_versions, version_dir
 
 plasmid_grpo_plugin = pytest.importorskip("plasmid_grpo.plugin")
 plasmid_torchtrain_plugin = pytest.importorskip("plasmid_torchtrain.plugin")

@@ -72,7 +72,6 @@ def single(model_dir, tmp_path_factory):
 
 LAYOUTS = {
     "tp2": {"tensor_model_parallel_size": 2},
-    "tp2-sequence-parallel": {"tensor_model_parallel_size": 2, "megatron_sequence_parallel": True},
     "pp2": {"pipeline_model_parallel_size": 2},
     "dp2": {},
 }

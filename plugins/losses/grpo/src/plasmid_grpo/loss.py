@@ -24,10 +24,13 @@ from plasmid_grpo.policy import PolicyGradientLoss
 
 
 class GRPOLoss(PolicyGradientLoss):
-    """The ``grpo`` loss provider; built by the kernel as ``GRPOLoss(config)``.
+    """``grpo``: group-normalised advantages ``(r - mean_g) / (std_g + eps)`` and the PPO-clip loss.
 
-    Metrics: those of :class:`~plasmid_grpo.policy.PolicyGradientLoss`.
+    Built by the kernel as ``GRPOLoss(config)``. Metrics: those of
+    :class:`~plasmid_grpo.policy.PolicyGradientLoss`.
     """
+
+    reads_options = (*PolicyGradientLoss.reads_options, "disable_std_normalization")
 
     #: Divide by the group's standard deviation (``False``: Dr. GRPO's ``r - mean``);
     #: ``--disable-std-normalization`` turns it off for any subclass.

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from plasmid import algorithms
+from plasmid.options import ROLLOUT_CORRECTION_BANDS
 from plasmid.types import LossBatch
 
 
@@ -48,6 +49,11 @@ class PolicyGradientLoss:
       truncated, or dropped by IcePop).
     """
 
+    #: The options this loss reads (listed by ``plasmid plugins show``).
+    reads_options: tuple[str, ...] = (
+        "eps_clip", "eps_clip_high", "eps_clip_c", "kl_coef", "kl_loss_coef", "kl_estimator", "entropy_coef",
+        "loss_agg", "advantage_whiten", "overlong_buffer_len", "overlong_penalty_factor", "tis", "icepop",
+        "tis_clip", "tis_clip_low", "max_new_tokens")
     needs_critic = False
     #: The trainer computes old log-probs before the first update (with one update per step the
     #: ratio is then exactly 1, and the loss is the plain policy gradient).
@@ -73,9 +79,13 @@ class PolicyGradientLoss:
         self.whiten_advantages: bool = self.always_whiten or bool(getattr(option, "advantage_whiten", False))
         self.overlong_buffer_length: int = self.resolve_overlong_buffer(getattr(option, "overlong_buffer_len", None))
         self.overlong_penalty_factor: float = getattr(option, "overlong_penalty_factor", 1.0)
-        self.rollout_correction: str | None = getattr(option, "rollout_correction", None)
-        self.tis_band: tuple[float, float] = (getattr(option, "tis_clip_low", None) or 0.0,
-                                              getattr(option, "tis_clip", None) or 2.0)
+        icepop, tis = bool(getattr(option, "icepop", False)), bool(getattr(option, "tis", False))
+        #: the mode of :func:`plasmid.algorithms.rollout_correction`: ``truncate`` (``--tis``),
+        #: ``mask`` (``--icepop``), or ``None`` (no correction)
+        self.rollout_correction: str | None = "mask" if icepop else "truncate" if tis else None
+        low, high = ROLLOUT_CORRECTION_BANDS["icepop" if icepop else "tis"]
+        self.tis_band: tuple[float, float] = (_given(getattr(option, "tis_clip_low", None), low),
+                                              _given(getattr(option, "tis_clip", None), high))
         name = type(self).__name__
         if self.loss_agg not in algorithms.LOSS_AGGREGATIONS:
             raise ValueError(f"{name}: --loss-agg {self.loss_agg!r}: choose one of {algorithms.LOSS_AGGREGATIONS}")
@@ -222,3 +232,7 @@ class PolicyGradientLoss:
             raise ValueError(f"{type(self).__name__} needs the critic's values but LossBatch.values is None: the "
                              f"trainer must compute them when loss.needs_critic is true")
         return batch.values
+
+
+def _given(value: float | None, default: float) -> float:
+    return default if value is None else float(value)

@@ -27,13 +27,17 @@ from plasmid.types import LossBatch
 
 
 class PPOLoss(PolicyGradientLoss):
-    """The ``ppo`` loss provider; built by the kernel as ``PPOLoss(config)``.
+    """``ppo``: GAE advantages against a critic, the clipped policy loss and a clipped value loss.
+
+    Built by the kernel as ``PPOLoss(config)``; the trainer's critic is configured with
+    ``--critic-lr`` and ``--critic-warmup-steps``.
 
     Metrics of :meth:`value_loss` (normalised by the step's totals, summed over micro-batches
     by the trainer): ``value_loss``, ``value_clip_frac`` (trained tokens where the clipped
     term was the larger), ``value_pred_mean`` (token mean of the critic's current values).
     """
 
+    reads_options = (*PolicyGradientLoss.reads_options, "gamma", "lambd", "value_clip")
     needs_critic = True
     always_whiten = True
 

@@ -24,8 +24,12 @@ from plasmid.types import LossBatch
 
 
 class ReinforcePlusPlusLoss(PolicyGradientLoss):
-    """The ``reinforce++`` loss provider; built by the kernel as ``ReinforcePlusPlusLoss(config)``."""
+    """``reinforce++``: discounted token returns with a KL penalty, whitened across the batch.
 
+    Built by the kernel as ``ReinforcePlusPlusLoss(config)``.
+    """
+
+    reads_options = (*PolicyGradientLoss.reads_options, "gamma")
     always_whiten = True
     #: Subtract each group's mean reward before building token rewards (``reinforce++-baseline``).
     group_baseline = False

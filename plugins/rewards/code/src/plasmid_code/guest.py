@@ -16,7 +16,9 @@ Modes:
 - ``asserts SOLUTION TESTS_JSON``: read a nonce from the first line of stdin, load and delete
   the JSON list of test snippets, run ``SOLUTION`` as module ``solution``, then run each snippet
   in its namespace and write ``NONCE passed I`` on the original stdout for each one that raises
-  nothing. An early exit, or a snippet that raises, simply writes no marker for it.
+  nothing. An early exit, or a snippet that raises, simply writes no marker for it. The nonce
+  defeats exiting early and printing look-alike markers; it does not defeat a program that
+  inspects this harness's stack frames.
 """
 
 import json

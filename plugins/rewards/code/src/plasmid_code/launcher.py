@@ -19,8 +19,9 @@ fork below is safe (unlike a ``preexec_fn`` in a threaded trainer). In order:
    file, so that ``RLIMIT_NPROC``, which root ignores, bounds a fork bomb), and execs
    ``spec["argv"]`` with ``spec["env"]``.
 4. It waits for the guest for at most ``spec["wall_seconds"]`` (or until SIGTERM, which the
-   parent sends when the guest writes too much), then kills every process left in the tree and
-   reaps them all before it exits.
+   parent sends when the guest writes too much; blocked until then, so it is never lost), then
+   kills every process left in the tree and reaps them all before it exits. The guest dies with
+   the supervisor (``PR_SET_PDEATHSIG``), should the supervisor itself be killed.
 
 It reports on the status descriptor ``spec["status_fd"]``, one line per event: ``ok LAYERS``
 once the guest runs (e.g. ``netns,mountns,private-tmp,uid``), then one of ``exit N``,
@@ -122,6 +123,7 @@ def drop_privileges(uid: int, gid: int) -> None:
 def start_guest(spec: dict, workdir: str, layers: list[str], status_fd: int) -> int:
     """Fork and exec the guest; its pid. Raises ``OSError`` with the child's reason if exec failed."""
     report_read, report_write = os.pipe()  # close-on-exec: EOF with no data means exec succeeded
+    supervisor = os.getpid()
     pid = os.fork()
     if pid == 0:
         try:
@@ -130,6 +132,11 @@ def start_guest(spec: dict, workdir: str, layers: list[str], status_fd: int) -> 
             set_limits(spec["limits"])
             if spec.get("uid") is not None:
                 drop_privileges(spec["uid"], spec["gid"])
+            # After the uid change (which clears it): die with the supervisor, never outlive it.
+            _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
+            if os.getppid() != supervisor:
+                os._exit(SETUP_FAILED)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
             env = {**spec["env"], "HOME": workdir, "TMPDIR": workdir, "PLASMID_SANDBOX_LAYERS": ",".join(layers)}
             os.execve(spec["argv"][0], spec["argv"], env)
         except BaseException as exc:  # noqa: BLE001 - reported through the pipe
@@ -192,6 +199,7 @@ def supervise(pid: int, wall_seconds: float) -> str:
     signal.signal(signal.SIGALRM, on_alarm)
     signal.signal(signal.SIGTERM, on_term)
     try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # a SIGTERM sent earlier arrives now
         signal.setitimer(signal.ITIMER_REAL, wall_seconds)
         _, status = os.waitpid(pid, 0)
         signal.setitimer(signal.ITIMER_REAL, 0)
@@ -210,6 +218,7 @@ def supervise(pid: int, wall_seconds: float) -> str:
 def launch(spec: dict) -> None:
     status_fd = spec["status_fd"]
     layers: list[str] = []
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # held until supervise() handles it
     try:
         _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0), "prctl(PDEATHSIG)")
         _check(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "prctl(CHILD_SUBREAPER)")

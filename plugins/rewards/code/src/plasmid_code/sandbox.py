@@ -265,13 +265,16 @@ class Sandbox:
 
         async def read() -> bool:
             nonlocal size
+            exceeded = False
             while chunk := await process.stdout.read(65536):
+                if exceeded:
+                    continue  # drained to EOF, or the pipe (and the process's wait()) never closes
                 chunks.append(chunk)
                 size += len(chunk)
                 if size > limits.output_bytes:
+                    exceeded = True
                     process.send_signal(signal.SIGTERM)  # the launcher kills the guest's tree
-                    return True
-            return False
+            return exceeded
 
         feeder = asyncio.ensure_future(feed())
         exceeded = False
@@ -287,8 +290,8 @@ class Sandbox:
 
 async def _finish(process: asyncio.subprocess.Process) -> None:
     """Make sure the launcher is gone and its pipes are closed (so the transport closes too)."""
+    _kill_group(process.pid)  # also after the launcher exited: anything left in its group
     if process.returncode is None:
-        _kill_group(process.pid)
         await process.wait()
     assert process.stdin is not None and process.stdout is not None
     process.stdin.close()

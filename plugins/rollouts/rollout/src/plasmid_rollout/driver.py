@@ -69,19 +69,25 @@ class AsyncRolloutDriver:
             launched += count
 
         launch(min(wave, budget))
-        while running and len(kept) < target:
-            done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-            for task in sorted(done, key=lambda t: running[t].index):
-                running.pop(task)
-                group = task.result()
-                verdict = self._judge(ctx, group)
-                if verdict.keep:
-                    kept.append(group)
-                else:
-                    dropped[verdict.reason or "dropped"] += 1
-            short = target - len(kept) - len(running)
-            if short > 0 and launched < budget:
-                launch(min(math.ceil(short * option.over_sampling), budget - launched))
+        try:
+            while running and len(kept) < target:
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in sorted(done, key=lambda t: running[t].index):
+                    running.pop(task)
+                    group = task.result()
+                    verdict = self._judge(ctx, group)
+                    if verdict.keep:
+                        kept.append(group)
+                    else:
+                        dropped[verdict.reason or "dropped"] += 1
+                short = target - len(kept) - len(running)
+                if short > 0 and launched < budget:
+                    launch(min(math.ceil(short * option.over_sampling), budget - launched))
+        except BaseException:  # a group failed (--reward-errors fail) or we were cancelled: stop the others
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+            raise
 
         aborted = await self._abort(ctx, running)
         kept = sorted(kept[:target], key=lambda g: g.index)

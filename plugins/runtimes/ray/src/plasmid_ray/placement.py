@@ -148,7 +148,8 @@ def place(option, cluster_gpus: float) -> Placement:
     else:
         trainer_bundles = sorted(trainer_slots, key=order.__getitem__)
         engine_bundles = sorted(engine_slots, key=order.__getitem__)
-    return Placement(group, trainer_bundles, engine_bundles, trainer, engine, [by_index[i] for i in range(len(bundles))])
+    landed = [by_index[index] for index in range(len(bundles))]
+    return Placement(group, trainer_bundles, engine_bundles, trainer, engine, landed)
 
 
 def probe_bundles(group: Any, bundles: list[dict[str, float]]) -> list[BundleInfo]:

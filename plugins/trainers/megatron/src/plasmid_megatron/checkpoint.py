@@ -6,10 +6,11 @@ Layout of ``<path>/``::
                                 (gathered over all ranks), --model's config.json and generation
                                 config, its tokenizer files. Loads with AutoModelForCausalLM.
     trainer_state/rank_NNNNN.pt one file per global rank (torch.save; our own, weights_only=False):
-                                the megatron optimizer's state dict (and, with the distributed
-                                optimizer, this rank's shard of the parameter state), the LR
-                                scheduler, RNG states (torch, CUDA, Python, numpy, megatron's
-                                tracker), the trainer's counters and the parallel layout.
+                                the megatron optimizer's state dict (with the distributed
+                                optimizer also this rank's shard of the parameter state: main
+                                weights and Adam moments, megatron's "dp_reshardable" form),
+                                the LR scheduler, RNG states (torch, CUDA, Python, numpy,
+                                megatron's tracker), the trainer's counters and the layout.
 
 Resuming needs the same parallel layout (checked); the Hugging Face ``model/`` has none and loads
 into any layout (weights only). The directory is written as ``<path>.tmp`` and renamed into place by

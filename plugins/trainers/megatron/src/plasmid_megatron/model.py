@@ -9,8 +9,10 @@ gathered over tensor- and pipeline-parallel ranks (a collective: every rank iter
 
 Settings the trainer chooses unless a ``--megatron-*`` option says otherwise: no dropout besides
 the model's own ``attention_dropout``, fusions off unless TransformerEngine is used (they need
-CUDA kernels), weights not initialised (every parameter is loaded from the checkpoint; vocabulary
-padding rows are zero), initialisation on the CPU without CUDA.
+CUDA kernels), initialisation on the CPU without CUDA. Every parameter is then overwritten from the
+checkpoint (vocabulary padding rows with zeros); the random initialisation is kept because megatron
+marks tensor-parallel parameters while initialising them (without it the gradient norm silently
+counts one rank's shards only).
 """
 
 from __future__ import annotations
@@ -38,6 +40,12 @@ def uses_transformer_engine(native: dict[str, Any]) -> bool:
     if chosen is not None:
         return chosen == "transformer_engine"
     return torch.cuda.is_available() and importlib.util.find_spec("transformer_engine") is not None
+
+
+def with_dtypes(values: dict[str, Any]) -> dict[str, Any]:
+    """``--megatron-*`` values with dtype names (``*dtype`` fields) turned into ``torch.dtype``."""
+    return {name: DTYPES[value] if name.endswith("dtype") and isinstance(value, str) else value
+            for name, value in values.items()}
 
 
 def params_dtype(native_transformer: dict[str, Any]) -> torch.dtype:
@@ -69,15 +77,15 @@ def transformer_config(spec: ModelSpec, sizes: ParallelSizes, native: dict[str, 
         "params_dtype": dtype,
         "pipeline_dtype": dtype if sizes.pp > 1 else None,
         "variable_seq_lengths": sizes.pp > 1,
+        # megatron 0.16 refuses variable_seq_lengths with its default MoE dispatcher, even for a dense model
+        "moe_token_dispatcher_type": "alltoall" if sizes.pp > 1 else "allgather",
         "calculate_per_token_loss": True,
         "transformer_impl": "transformer_engine" if te else "local",
-        "perform_initialization": False,
         "use_cpu_initialization": not torch.cuda.is_available(),
         "attention_softmax_in_fp32": True,
         "apply_query_key_layer_scaling": False,
     }
-    for name, value in native.items():
-        kwargs[name] = DTYPES[value] if name.endswith("dtype") and isinstance(value, str) else value
+    kwargs.update(with_dtypes(native))
     return TransformerConfig(**kwargs)
 
 

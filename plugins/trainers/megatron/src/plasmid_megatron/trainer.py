@@ -61,6 +61,7 @@ from plasmid_megatron.model import (
     load_hf_weights,
     params_dtype,
     transformer_config,
+    with_dtypes,
 )
 from plasmid_megatron.model_spec import UnsupportedModel, read_model_spec
 from plasmid_megatron.native_options import check_against, native_values
@@ -84,7 +85,14 @@ class MegatronTrainer:
 
     Implements :class:`plasmid.protocols.Trainer`. In a world of several ranks every method is
     collective: call it on every rank, in the same order, with the same arguments.
+    Also reads every ``--megatron-*`` option given (see :mod:`plasmid_megatron.native_options`).
     """
+
+    reads_options = ("model", "temperature", "seed", "lr", "lr_schedule", "lr_warmup_steps", "min_lr",
+                     "weight_decay", "adam_beta1", "adam_beta2", "clip_grad", "global_batch_size", "micro_batch_size",
+                     "num_rollouts", "prompts_per_step", "n_samples_per_prompt", "tensor_model_parallel_size",
+                     "pipeline_model_parallel_size", "context_parallel_size", "expert_model_parallel_size",
+                     "max_tokens_per_micro_batch", "make_vocab_size_divisible_by")
 
     def __init__(self, config: Any, loss: Any) -> None:
         option = config.option
@@ -200,7 +208,7 @@ class MegatronTrainer:
         self.transformer_config.no_sync_func = self.model.no_sync
         self.transformer_config.finalize_model_grads_func = _finalize_model_grads
 
-        optimizer_values = {name: value for name, value in self.native["OptimizerConfig"].items()}
+        optimizer_values = with_dtypes(self.native["OptimizerConfig"])
         check_against(OptimizerConfig, optimizer_values)
         dtype = params_dtype(self.native["TransformerConfig"])
         optimizer_config = OptimizerConfig(**{
@@ -484,7 +492,8 @@ class MegatronTrainer:
     def save_checkpoint(self, path: str) -> None:
         state = {
             "optimizer": self.optimizer.state_dict(),
-            "parameter_state": [_parameter_state(optimizer) for optimizer in self._optimizers()],
+            "distributed_optimizer": [optimizer.get_parameter_state_dp_reshardable()
+                                      for optimizer in self._sharded_optimizers()],
             "scheduler": self.scheduler.state_dict(),
             "rng": checkpoint.rng_state(),
             "steps": self.steps,
@@ -494,6 +503,7 @@ class MegatronTrainer:
         checkpoint.write(path, hf_tensors=export_hf_weights(self.model, self.converter, self.groups),
                          model_dir=self.model_dir, state=state)
 
+    @torch.no_grad()
     def load_checkpoint(self, path: str) -> None:
         state = checkpoint.read_state(path)
         if state["layout"] != self._layout():
@@ -504,16 +514,18 @@ class MegatronTrainer:
         load_hf_weights(self.model, self.converter, read, self.groups.tp_rank)
         self.optimizer.reload_model_params()
         self.optimizer.load_state_dict(state["optimizer"])
-        for optimizer, parameter_state in zip(self._optimizers(), state["parameter_state"], strict=True):
-            if parameter_state is not None:
-                optimizer.load_parameter_state_from_dp_reshardable(parameter_state)
+        for optimizer, shard in zip(self._sharded_optimizers(), state["distributed_optimizer"], strict=True):
+            _unshare_steps(optimizer.optimizer)
+            optimizer.load_parameter_state_from_dp_reshardable(_marked_unpadded(shard))
         self.scheduler.load_state_dict(state["scheduler"])
         checkpoint.set_rng_state(state["rng"])
         self.steps = state["steps"]
         self.updates = state["updates"]
 
-    def _optimizers(self) -> list[Any]:
-        return list(getattr(self.optimizer, "chained_optimizers", [self.optimizer]))
+    def _sharded_optimizers(self) -> list[Any]:
+        """The distributed (state-sharding) optimizers among megatron's chained ones."""
+        chained = getattr(self.optimizer, "chained_optimizers", [self.optimizer])
+        return [optimizer for optimizer in chained if hasattr(optimizer, "get_parameter_state_dp_reshardable")]
 
     def _layout(self) -> dict[str, int]:
         return {"world": dist.get_world_size(), "tp": self.groups.tp_size, "pp": self.groups.pp_size,
@@ -544,11 +556,27 @@ def _finalize_model_grads(model: list[Any], num_tokens: Any = None, **kwargs: An
     finalize_model_grads(model, None, **kwargs)
 
 
-def _parameter_state(optimizer: Any) -> Any:
-    """This rank's shard of a distributed optimizer's parameter state (``None`` otherwise: the
-    state dict holds everything)."""
-    getter = getattr(optimizer, "get_parameter_state_dp_reshardable", None)
-    return getter() if getter is not None else None
+def _unshare_steps(inner: Any) -> None:
+    """Give every parameter its own Adam ``step`` tensor. megatron 0.16's distributed optimizer,
+    with torch's Adam (no TransformerEngine/apex), loads one ``step`` tensor into every parameter's
+    state; torch then increments that shared tensor once per parameter and the bias correction
+    goes wrong after a resume."""
+    for state in inner.state.values():
+        if isinstance(state.get("step"), torch.Tensor):
+            state["step"] = state["step"].clone()
+
+
+def _marked_unpadded(shard: dict[Any, Any]) -> dict[Any, Any]:
+    """A distributed optimizer's ``get_parameter_state_dp_reshardable()`` made loadable: megatron
+    0.16's ``load_parameter_state_from_dp_reshardable`` skips entries whose ``padding`` flag is set
+    but its saver writes no flag (it saves no padding entries)."""
+    for key, per_dtype in shard.items():
+        if isinstance(key, int):
+            for buckets in per_dtype.values():
+                for bucket in buckets:
+                    for entry in bucket:
+                        entry.setdefault("padding", False)
+    return shard
 
 
 def _explained(function: Callable[..., Any], *args: Any) -> Any:

@@ -28,7 +28,7 @@ import torch
 from plasmid.errors import UsageError
 from plasmid.hf import load_causal_lm
 from plasmid.types import LossBatch, RolloutBatch, Sample
-from plasmid_torchtrain import batching, checkpoint, critic, schedule, weights
+from plasmid_torchtrain import batching, checkpoint, critic, distributed, schedule, weights
 
 
 class TorchTrainer:
@@ -57,6 +57,8 @@ class TorchTrainer:
         self.model_dir = Path(option.model)
         self.temperature: float = option.temperature
         self.micro_batch_size: int = option.micro_batch_size
+        #: this process's data-parallel rank (:mod:`.distributed`; one rank unless a runtime started more)
+        self.dp = distributed.DataParallel.current()
         self.global_batch_size: int | None = option.global_batch_size
         self.clip_grad: float = option.clip_grad
         self.model = load_causal_lm(str(self.model_dir), "float32")
@@ -155,7 +157,7 @@ class TorchTrainer:
         padded = batching.pad_samples(samples, self.pad_id)
         loss_batch, trainer_old = self._loss_batch(samples, padded)
         if self.critic is not None:
-            loss_batch.values = self._no_grad_values(padded)
+            loss_batch.values = self._no_grad_values(padded, sharded=True)
         loss_batch.advantages, loss_batch.returns = self.loss.advantages(loss_batch)
         train_policy = self.steps >= self.critic_warmup_steps
 
@@ -233,22 +235,27 @@ class TorchTrainer:
 
     # ---------------------------------------------------------------------------------------------
 
-    def _no_grad_logprobs(self, model: Any, padded: batching.PaddedBatch, temperature: float) -> torch.Tensor:
-        """``[B, T]`` log-probs without gradient, in micro-batches."""
-        parts = []
+    def _no_grad_logprobs(self, model: Any, padded: batching.PaddedBatch, temperature: float, *,
+                          sharded: bool = False) -> torch.Tensor:
+        """``[B, T]`` log-probs without gradient, in micro-batches; ``sharded`` (in a train step,
+        a collective call): each data-parallel rank computes its shard and the rows are gathered."""
+        parts = [torch.zeros((0, padded.response_mask.shape[1]))]
         with torch.no_grad():
-            for rows in _chunks(padded.size, self.micro_batch_size):
+            for rows in self._row_chunks(padded.size, sharded):
                 values, _ = batching.response_logprobs(model, padded.rows(rows), temperature)
                 parts.append(values)
-        return torch.cat(parts)
+        return self.dp.gather_rows(torch.cat(parts), padded.size) if sharded else torch.cat(parts)
 
-    def _no_grad_values(self, padded: batching.PaddedBatch) -> torch.Tensor:
-        """``[B, T]`` critic values without gradient, in micro-batches."""
-        parts = []
+    def _no_grad_values(self, padded: batching.PaddedBatch, *, sharded: bool = False) -> torch.Tensor:
+        """``[B, T]`` critic values without gradient, in micro-batches (``sharded``: as above)."""
+        parts = [torch.zeros((0, padded.response_mask.shape[1]))]
         with torch.no_grad():
-            for rows in _chunks(padded.size, self.micro_batch_size):
+            for rows in self._row_chunks(padded.size, sharded):
                 parts.append(critic.response_values(self.critic, padded.rows(rows)))
-        return torch.cat(parts)
+        return self.dp.gather_rows(torch.cat(parts), padded.size) if sharded else torch.cat(parts)
+
+    def _row_chunks(self, size: int, sharded: bool) -> Iterator[torch.Tensor]:
+        return self.dp.micro_batches(size, self.micro_batch_size) if sharded else _chunks(size, self.micro_batch_size)
 
     def _loss_batch(self, samples: list[Sample], padded: batching.PaddedBatch) -> tuple[LossBatch, Any]:
         """The step's :class:`LossBatch`, and the trainer's old log-probs (``None`` when the loss
@@ -262,10 +269,10 @@ class TorchTrainer:
         rollout = batching.per_token_tensor([s.rollout_logprobs for s in samples], width) if have_rollout else None
         trainer_old = None
         if self.loss.needs_old_logprobs or rollout is None:
-            trainer_old = self._no_grad_logprobs(self.model, padded, self.temperature)
+            trainer_old = self._no_grad_logprobs(self.model, padded, self.temperature, sharded=True)
         ref = None
         if self.ref_model is not None:
-            ref = self._no_grad_logprobs(self.ref_model, padded, self.temperature)
+            ref = self._no_grad_logprobs(self.ref_model, padded, self.temperature, sharded=True)
         batch = LossBatch(
             rewards=torch.tensor([s.reward for s in samples], dtype=torch.float32),
             group_index=torch.tensor([s.group_index for s in samples], dtype=torch.long),
@@ -279,10 +286,11 @@ class TorchTrainer:
         return batch, trainer_old
 
     def _update(self, step_batch: LossBatch, step_rows: batching.PaddedBatch) -> dict[str, float]:
-        """One policy optimizer update on ``step_batch`` (normalised by its totals)."""
+        """One policy optimizer update on ``step_batch`` (normalised by its totals); each
+        data-parallel rank backpropagates its shard, gradients and loss metrics are summed."""
         self.optimizer.zero_grad(set_to_none=True)
         totals: dict[str, float] = defaultdict(float)
-        for micro in _chunks(step_rows.size, self.micro_batch_size):
+        for micro in self.dp.micro_batches(step_rows.size, self.micro_batch_size):
             logprobs, entropy = batching.response_logprobs(self.model, step_rows.rows(micro), self.temperature,
                                                            with_entropy=True)
             value, loss_metrics = self.loss.policy_loss(step_batch.select(micro), logprobs, entropy)
@@ -291,6 +299,8 @@ class TorchTrainer:
             for name, metric in loss_metrics.items():
                 totals[name] += float(metric)
         parameters = [p for p in self.model.parameters() if p.requires_grad]
+        self.dp.sum_gradients(parameters)
+        totals = self.dp.sum_metrics(totals)
         max_norm = self.clip_grad if self.clip_grad and self.clip_grad > 0 else math.inf
         grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, max_norm))
         lr = self.optimizer.param_groups[0]["lr"]
@@ -307,12 +317,14 @@ class TorchTrainer:
         """One critic optimizer update on ``loss.value_loss`` over ``step_batch``."""
         self.critic_optimizer.zero_grad(set_to_none=True)
         totals: dict[str, float] = defaultdict(float)
-        for micro in _chunks(step_rows.size, self.micro_batch_size):
+        for micro in self.dp.micro_batches(step_rows.size, self.micro_batch_size):
             values = critic.response_values(self.critic, step_rows.rows(micro))
             value, loss_metrics = self.loss.value_loss(step_batch.select(micro), values)
             value.backward()
             for name, metric in loss_metrics.items():
                 totals[name] += float(metric)
+        self.dp.sum_gradients(self.critic.parameters())
+        totals = self.dp.sum_metrics(totals)
         max_norm = self.clip_grad if self.clip_grad and self.clip_grad > 0 else math.inf
         grad_norm = float(torch.nn.utils.clip_grad_norm_(list(self.critic.parameters()), max_norm))
         lr = self.critic_optimizer.param_groups[0]["lr"]

@@ -1,0 +1,97 @@
+"""Data-parallel training across the ranks of the default ``torch.distributed`` process group.
+
+A runtime that starts several trainer processes (the Ray runtime's ``--trainer-workers``)
+initialises the default group before it builds the trainer; without one, :class:`DataParallel`
+is a single rank and every method is a no-op.
+
+Every rank receives the whole batch and computes its advantages on all of it (cheap, and exact
+for group-normalised and whitened advantages). The no-grad passes (old and reference log-probs,
+critic values) are sharded and gathered back, so every rank holds the whole batch's tensors.
+Forward and backward run only on the rank's shard of each optimizer update's samples; since the
+loss of every micro-batch is normalised by the *global* totals (``LossBatch.total_tokens`` /
+``total_samples``), the gradients are all-reduced with SUM, and so are the accumulated loss
+metrics, so that every rank clips, steps and reports exactly what one process training the whole
+batch would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+
+
+class DataParallel:
+    """This process's rank in the default process group (``rank 0 of 1`` without one)."""
+
+    def __init__(self, rank: int = 0, world: int = 1) -> None:
+        self.rank, self.world = rank, world
+
+    @classmethod
+    def current(cls) -> DataParallel:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return cls(dist.get_rank(), dist.get_world_size())
+        return cls()
+
+    @property
+    def enabled(self) -> bool:
+        return self.world > 1
+
+    def shard(self, size: int) -> torch.Tensor:
+        """This rank's contiguous share of ``range(size)`` (``[b]`` int64; shares differ by at most one)."""
+        return torch.tensor_split(torch.arange(size), self.world)[self.rank]
+
+    def micro_batches(self, size: int, micro_batch_size: int) -> Iterator[torch.Tensor]:
+        """This rank's shard of ``range(size)`` in micro-batches of at most ``micro_batch_size``."""
+        mine = self.shard(size)
+        for start in range(0, len(mine), max(1, micro_batch_size)):
+            yield mine[start: start + micro_batch_size]
+
+    def gather_rows(self, local: torch.Tensor, size: int) -> torch.Tensor:
+        """The ``[size, ...]`` tensor whose shards (:meth:`shard`) each rank computed as ``local``."""
+        if not self.enabled:
+            return local
+        import torch.distributed as dist
+
+        longest = max(len(part) for part in torch.tensor_split(torch.arange(size), self.world))
+        padded = torch.zeros((longest, *local.shape[1:]), dtype=local.dtype, device=local.device)
+        padded[: len(local)] = local
+        gathered = [torch.empty_like(padded) for _ in range(self.world)]
+        dist.all_gather(gathered, padded)
+        counts = [len(part) for part in torch.tensor_split(torch.arange(size), self.world)]
+        return torch.cat([part[:count] for part, count in zip(gathered, counts, strict=True)])
+
+    def sum_gradients(self, parameters: Iterable[torch.nn.Parameter]) -> None:
+        """All-reduce (SUM) the gradients of ``parameters`` in one flat buffer; a rank without
+        a gradient (an empty shard) contributes zeros."""
+        if not self.enabled:
+            return
+        import torch.distributed as dist
+
+        params = [p for p in parameters if p.requires_grad]
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        flat = torch.cat([p.grad.reshape(-1) for p in params])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        offset = 0
+        for p in params:
+            p.grad.copy_(flat[offset: offset + p.numel()].view_as(p.grad))
+            offset += p.numel()
+
+    def sum_metrics(self, totals: dict[str, float]) -> dict[str, float]:
+        """``totals`` summed over ranks, key by key (a key missing on a rank counts 0)."""
+        if not self.enabled:
+            return dict(totals)
+        import torch.distributed as dist
+
+        everyone: list[Any] = [None] * self.world
+        dist.all_gather_object(everyone, dict(totals))
+        summed: dict[str, float] = {}
+        for rank_totals in everyone:
+            for name, value in rank_totals.items():
+                summed[name] = summed.get(name, 0.0) + float(value)
+        return summed
