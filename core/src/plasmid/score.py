@@ -33,8 +33,9 @@ from typing import Any, TextIO
 
 from plasmid.config import OptionParser
 from plasmid.errors import UsageError
-from plasmid.rewards import RewardComponent, RewardSet
-from plasmid.startup import Startup, start
+from plasmid.rewards import RewardSet
+from plasmid.session import build_reward_set
+from plasmid.startup import start
 from plasmid.types import Sample, Status
 
 
@@ -42,19 +43,6 @@ def add_score_options(parser: OptionParser) -> None:
     group = parser.getgroup("score", "plasmid score: responses on stdin, one per line")
     group.addoption("--label", default=None, help="label of the lines that carry none")
     group.addoption("--group-size", type=int, default=1, help="score N consecutive lines as one group")
-
-
-def build_rewards(startup: Startup) -> RewardSet:
-    """The run's :class:`RewardSet`, built as ``plasmid train`` builds it."""
-    from plasmid.session import instantiate
-
-    config, registry = startup.config, startup.registry
-    option = config.option
-    components = [RewardComponent(name, weight, instantiate(registry.get("reward", name), config),
-                                  registry.get("reward", name).plugin.label)
-                  for name, weight in option.reward_weights]
-    return RewardSet(components, reward_key=option.reward_key, timeout=option.reward_timeout,
-                     errors=option.reward_errors)
 
 
 def read_sample(line: str, number: int, default_label: Any) -> Sample:
@@ -122,7 +110,7 @@ def score_command(argv: list[str], stdin: TextIO | None = None, stdout: TextIO |
         raise UsageError(f"--group-size must be >= 1, got {option.group_size}")
     if not option.reward_weights:
         raise UsageError("no reward is loaded: choose one with --reward NAME ('plasmid plugins' lists them)")
-    rewards = build_rewards(startup)
+    rewards = build_reward_set(startup.config, startup.registry)
     scored = asyncio.run(score_lines(rewards, stdin or sys.stdin, option.label, option.group_size,
                                      stdout or sys.stdout))
     failures = rewards.pop_metrics()

@@ -66,6 +66,20 @@ def instantiate(provider: Provider, *args: Any) -> Any:
         ) from exc
 
 
+def build_reward_set(config: Config, registry: Registry) -> RewardSet:
+    """The ``--reward NAME[:WEIGHT]`` functions, built and combined (``plasmid train`` and
+    ``plasmid score`` share it)."""
+    option = config.option
+    return RewardSet(
+        components=[RewardComponent(name, weight, instantiate(registry.get("reward", name), config),
+                                    registry.get("reward", name).plugin.label)
+                    for name, weight in option.reward_weights],
+        reward_key=option.reward_key,
+        timeout=option.reward_timeout,
+        errors=option.reward_errors,
+    )
+
+
 def build_rollout_context(config: Config, registry: Registry,
                           engines: Sequence[RolloutEngine] | None = None) -> RolloutContext:
     """Build the rollout side in this process: data source, ``--engines`` engines, generate
@@ -79,13 +93,7 @@ def build_rollout_context(config: Config, registry: Registry,
     def chosen(family: str, name: str) -> Any:
         return instantiate(registry.get(family, name), config)
 
-    rewards = RewardSet(
-        components=[RewardComponent(name, weight, chosen("reward", name), registry.get("reward", name).plugin.label)
-                    for name, weight in option.reward_weights],
-        reward_key=option.reward_key,
-        timeout=option.reward_timeout,
-        errors=option.reward_errors,
-    )
+    rewards = build_reward_set(config, registry)
     stop = (tokenizer.eos_token_id,) if tokenizer.eos_token_id is not None else ()
     sampling = SamplingParams(temperature=option.temperature, top_p=option.top_p, top_k=option.top_k,
                               max_new_tokens=option.max_new_tokens, stop_token_ids=stop)
