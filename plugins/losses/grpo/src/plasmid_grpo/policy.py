@@ -93,9 +93,9 @@ class PolicyGradientLoss:
             raise ValueError(f"{name}: --kl-estimator {self.kl_estimator!r}: choose one of {algorithms.KL_ESTIMATORS}")
         if self.overlong_buffer_length and not self.max_response_length:
             raise ValueError(f"{name}: --overlong-buffer-len needs --max-new-tokens, the length it counts from")
-        if self.overlong_buffer_length > (self.max_response_length or 0):
-            raise ValueError(f"{name}: --overlong-buffer-len {self.overlong_buffer_length} exceeds --max-new-tokens "
-                             f"{self.max_response_length}; choose a buffer of at most the length limit")
+        if not 0 <= self.overlong_buffer_length <= (self.max_response_length or 0):
+            raise ValueError(f"{name}: --overlong-buffer-len {self.overlong_buffer_length} is not within [0, "
+                             f"--max-new-tokens {self.max_response_length}]; choose a buffer of at most the limit")
 
     def resolve_overlong_buffer(self, buffer_length: int | None) -> int:
         """The overlong buffer in tokens, from ``--overlong-buffer-len`` (``None``: this loss's
