@@ -5,19 +5,17 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from collections import deque
-from collections.abc import Sequence
 from typing import Any
 
 from plasmid.config import Config
-from plasmid.errors import DataExhausted, UsageError
-from plasmid.groups import group_from_state, group_to_state, make_group
+from plasmid.errors import UsageError
+from plasmid.groups import GroupStream, make_group
 from plasmid.types import Group
 from plasmid_jsonl.prompts import PromptEncoder
 from plasmid_jsonl.reader import Keys, Record, read_records
 
 
-class JsonlSource:
+class JsonlSource(GroupStream):
     """A :class:`plasmid.protocols.DataSource` over the rows of ``--prompt-data``.
 
     Each sample has ``prompt`` (the row's text, or its chat messages with
@@ -39,8 +37,8 @@ class JsonlSource:
             raise UsageError("the jsonl data source needs --prompt-data PATH (a .jsonl or .parquet file)")
         if not option.model:
             raise UsageError("the jsonl data source needs --model: its tokenizer encodes the prompts")
+        super().__init__(option.n_samples_per_prompt)
         self.path = str(option.prompt_data)
-        self.copies = option.n_samples_per_prompt
         self.shuffle = option.rollout_shuffle
         self.seed = option.seed
         self.num_epochs = option.num_epochs
@@ -48,11 +46,6 @@ class JsonlSource:
         keys = Keys(input=option.input_key, label=option.label_key, metadata=option.metadata_key)
         self.train = self._read(option.prompt_data, keys, "--prompt-data")
         self.eval = self._read(option.eval_prompt_data, keys, "--eval-prompt-data") if option.eval_prompt_data else []
-        self.epoch = 0
-        self.position = 0  # next position in the current epoch's order
-        self.next_sample_index = 0
-        self.next_group_index = 0
-        self.given_back: deque[Group] = deque()
         self._order: tuple[int, list[int]] | None = None  # (epoch, row order) of the current epoch
 
     def _read(self, path: str, keys: Keys, flag: str) -> list[Record]:
@@ -60,26 +53,19 @@ class JsonlSource:
                 for record in read_records(path, keys, flag)]
 
     # ------------------------------------------------------------------------------- training
-    def get_groups(self, n: int) -> list[Group]:
-        """The next ``n`` groups: given-back groups first, then new prompts."""
-        new_needed = max(0, n - len(self.given_back))
-        if new_needed > self.prompts_left():
-            raise DataExhausted(
-                f"--prompt-data {self.path}: the {self.num_epochs} epoch(s) of --num-epochs are used up: "
-                f"{self.prompts_left()} prompt(s) left, {new_needed} needed; raise --num-epochs to train longer"
-            )
-        groups = [self.given_back.popleft() for _ in range(n - new_needed)]
-        groups += [self._new_group(self._next_record()) for _ in range(new_needed)]
-        return groups
-
-    def add_groups(self, groups: Sequence[Group]) -> None:
-        self.given_back.extend(groups)
-
     def prompts_left(self) -> float:
         """New prompts that the remaining epochs hold (``inf`` without ``--num-epochs``)."""
         if self.num_epochs is None:
             return math.inf
         return (self.num_epochs - self.epoch) * len(self.train) - self.position
+
+    def exhausted_message(self, left: float, needed: int) -> str:
+        return (f"--prompt-data {self.path}: the {self.num_epochs} epoch(s) of --num-epochs are used up: "
+                f"{left} prompt(s) left, {needed} needed; raise --num-epochs to train longer")
+
+    def next_prompt(self) -> tuple[Any, list[int], Any, dict[str, Any]]:
+        record = self._next_record()
+        return record.prompt, self.encode(record.prompt), record.label, record.metadata
 
     def _next_record(self) -> Record:
         if self.position == len(self.train):
@@ -96,13 +82,6 @@ class JsonlSource:
             self._order = (self.epoch, order)
         return self._order[1]
 
-    def _new_group(self, record: Record) -> Group:
-        group = self._group(record, copies=self.copies, first_sample_index=self.next_sample_index,
-                            group_index=self.next_group_index)
-        self.next_sample_index += self.copies
-        self.next_group_index += 1
-        return group
-
     def _group(self, record: Record, *, copies: int, first_sample_index: int, group_index: int) -> Group:
         return make_group(record.prompt, self.encode(record.prompt), record.label, record.metadata, copies=copies,
                           first_sample_index=first_sample_index, group_index=group_index)
@@ -115,14 +94,7 @@ class JsonlSource:
 
     # ------------------------------------------------------------------------------- resume
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "prompts": len(self.train),
-            "epoch": self.epoch,
-            "position": self.position,
-            "next_sample_index": self.next_sample_index,
-            "next_group_index": self.next_group_index,
-            "given_back": [group_to_state(group) for group in self.given_back],
-        }
+        return {"prompts": len(self.train), **self.stream_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state["prompts"] != len(self.train):
@@ -130,8 +102,4 @@ class JsonlSource:
                 f"the jsonl data source was saved over {state['prompts']} prompts but --prompt-data {self.path} "
                 f"now has {len(self.train)}; resume with the same data"
             )
-        self.epoch = state["epoch"]
-        self.position = state["position"]
-        self.next_sample_index = state["next_sample_index"]
-        self.next_group_index = state["next_group_index"]
-        self.given_back = deque(group_from_state(group) for group in state["given_back"])
+        self.load_stream_state(state)
