@@ -9,10 +9,11 @@ import pytest
 
 pytest.importorskip("ray")
 
+from plasmid_ray.balance import BalancedRolloutContext  # noqa: E402
+
 from plasmid import testing  # noqa: E402
 from plasmid.context import RolloutContext  # noqa: E402
 from plasmid.types import GenerationOutput, Sample, Status  # noqa: E402
-from plasmid_ray.balance import BalancedRolloutContext  # noqa: E402
 
 
 class FakeEngine:

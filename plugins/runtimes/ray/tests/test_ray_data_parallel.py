@@ -14,16 +14,16 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from ray import cloudpickle  # noqa: E402
 import plasmid_grpo.plugin  # noqa: E402
 import plasmid_torchgen.plugin  # noqa: E402
 import plasmid_torchtrain.plugin  # noqa: E402
+from plasmid_ray.placement import Placement, Resources  # noqa: E402
+from plasmid_ray.trainer import start_trainers  # noqa: E402
+from ray import cloudpickle  # noqa: E402
 
 from plasmid import testing  # noqa: E402
 from plasmid.testing.contracts.trainer import exported, make_rollout_batch  # noqa: E402
 from plasmid.tiny import build_tiny_model  # noqa: E402
-from plasmid_ray.placement import Placement, Resources  # noqa: E402
-from plasmid_ray.trainer import start_trainers  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the functions below run in the actors
 

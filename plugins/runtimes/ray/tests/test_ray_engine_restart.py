@@ -19,17 +19,19 @@ from plasmid.types import Status  # noqa: E402
 PROMPTS, SAMPLES = 8, 4
 
 
-def options(run_dir, *extra):
+def options(run_dir, sync, *extra):
     # one request decoded at a time per engine and long responses: the rollout takes long enough
     # for the kill to land while engine 1 has requests in flight
     return ["--runtime", "ray", "--engines", "2", "--trainer-workers", "1", "--placement", "disaggregate",
-            "--weight-sync", "objectstore", "--prompts-per-step", str(PROMPTS), "--n-samples-per-prompt",
+            "--weight-sync", sync, "--prompts-per-step", str(PROMPTS), "--n-samples-per-prompt",
             str(SAMPLES), "--max-new-tokens", "24", "--torchgen-max-batch-size", "1", "--eval-interval", "0",
             "--run-dir", str(run_dir), *extra]
 
 
-def test_a_killed_engine_is_restarted_resynced_and_the_step_completes(ray_cluster, tmp_path, capfd):
-    startup = start(options(tmp_path / "run"))
+# objectstore: stateless between syncs; broadcast: its process group loses a member and is remade
+@pytest.mark.parametrize("sync", ["objectstore", "broadcast"])
+def test_a_killed_engine_is_restarted_resynced_and_the_step_completes(ray_cluster, tmp_path, capfd, sync):
+    startup = start(options(tmp_path / "run", sync))
     runtime = instantiate(startup.registry.get("runtime", "ray"), startup.config)
 
     async def scenario():
@@ -75,3 +77,32 @@ def test_a_killed_engine_is_restarted_resynced_and_the_step_completes(ray_cluste
 
 def exported_names(trainer):
     return [name for bucket in trainer.export_weights(1 << 30) for name, _ in bucket]
+
+
+@pytest.mark.parametrize("sync", ["objectstore", "delta"])
+def test_an_engine_dead_when_a_weight_sync_starts_gets_the_new_version(ray_cluster, tmp_path, capfd, sync):
+    startup = start(options(tmp_path / "run", sync))
+    runtime = instantiate(startup.registry.get("runtime", "ray"), startup.config)
+
+    async def scenario():
+        session = await runtime.start(startup)
+        try:
+            ctx, trainer, engines = session.ctx, session.trainer, session.engines
+            for version in (1, 2):
+                await trainer.train_step(await session.driver.run(ctx, version - 1))
+                if version == 2:
+                    ray.kill(engines[0].actor)      # dies between steps; the sync finds it dead
+                await session.weight_sync.sync(trainer, engines, version)
+            names = exported_names(trainer)
+            return exported(trainer), [await engine.get_weights(names) for engine in engines], engines
+        finally:
+            await session.shutdown()
+
+    weights, served, engines = asyncio.run(scenario())
+    err = capfd.readouterr().err
+    assert "engine 0" in err and "died during call" in err
+    assert "syncing every engine again" in err or "sending it that version whole" in err
+    assert engines[0].restarts == 1 and [engine.weight_version for engine in engines] == [2, 2]
+    for index, engine_weights in enumerate(served):
+        for name, value in weights.items():
+            assert np.array_equal(engine_weights[name], value), f"engine {index}: {name}"

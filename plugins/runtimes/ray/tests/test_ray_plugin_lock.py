@@ -12,13 +12,13 @@ ray = pytest.importorskip("ray")
 import plasmid_grpo.plugin  # noqa: E402
 import plasmid_torchgen.plugin  # noqa: E402
 import plasmid_torchtrain.plugin  # noqa: E402
+from plasmid_ray.engines import EnginePool  # noqa: E402
+from plasmid_ray.placement import Placement, Resources  # noqa: E402
+from plasmid_ray.trainer import start_trainers  # noqa: E402
 
 from plasmid import testing  # noqa: E402
 from plasmid.errors import PluginError  # noqa: E402
 from plasmid.tiny import build_tiny_model  # noqa: E402
-from plasmid_ray.engines import EnginePool  # noqa: E402
-from plasmid_ray.placement import Placement, Resources  # noqa: E402
-from plasmid_ray.trainer import start_trainers  # noqa: E402
 
 
 def config_with_lock(tmp_path, lock):

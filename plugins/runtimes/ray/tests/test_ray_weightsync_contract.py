@@ -17,11 +17,11 @@ import plasmid_grpo.plugin  # noqa: E402
 import plasmid_sync.plugin  # noqa: E402
 import plasmid_torchgen.plugin  # noqa: E402
 import plasmid_torchtrain.plugin  # noqa: E402
-
-from plasmid.testing.contracts.weightsync import WeightSyncContract  # noqa: E402
 from plasmid_ray.engines import EnginePool  # noqa: E402
 from plasmid_ray.placement import Placement, Resources  # noqa: E402
 from plasmid_ray.trainer import start_trainers  # noqa: E402
+
+from plasmid.testing.contracts.weightsync import WeightSyncContract  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -152,6 +152,10 @@ class TrainerWorker:
         async with self.lock:
             return await self.trainer.logprobs(samples, temperature)
 
+    async def values(self, samples: list[Any]) -> list[list[float]]:
+        async with self.lock:
+            return await self.trainer.values(samples)
+
     async def export_buckets(self, bucket_bytes: int) -> AsyncIterator[list[tuple[str, Any]]]:
         """The trainer's ``export_weights`` buckets as numpy arrays, one Ray object per bucket
         (a streaming generator: at most a few buckets are alive at a time)."""

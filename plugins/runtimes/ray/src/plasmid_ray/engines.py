@@ -14,7 +14,8 @@ lost), the proxy, once for all the callers that saw that death:
    actor before that is done;
 4. retries the calls that failed: ``generate`` restarts the request from its prompt with the same
    sampling seed. ``plasmid_call`` (a weight sync's step) and ``update_weights`` are not retried
-   (half a sync cannot be resumed): they raise after the restart.
+   (half a sync cannot be resumed): they raise after the restart, and the runtime's
+   :class:`~plasmid_ray.runtime.RestartSafeSync` runs the sync again.
 
 In ``--schedule async`` the trainer may already hold the next step's weights when an engine is
 re-synced; the restarted engine then serves them under the current version label (staleness is

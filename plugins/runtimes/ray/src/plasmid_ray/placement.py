@@ -8,8 +8,8 @@ Bundles (one per actor slot, ``PACK`` strategy):
 - ``--placement disaggregate``: ``--trainer-workers`` trainer bundles then ``--engines`` engine
   bundles, separate pools.
 
-Ray numbers bundles in creation order, not by where they landed. As slime does, a tiny probe runs
-in each bundle and reports its node IP and GPU ids; bundles are sorted by (node IP, GPU id,
+Ray numbers bundles in creation order, not by where they landed. As slime does, a tiny probe actor
+runs in each bundle and reports its node IP and GPU ids; bundles are sorted by (node IP, GPU id,
 bundle index), and rank ``r`` gets the ``r``-th bundle of its role, so the rank -> device
 mapping is the same on every run of the same cluster.
 """
@@ -153,24 +153,30 @@ def place(option, cluster_gpus: float) -> Placement:
 
 
 def probe_bundles(group: Any, bundles: list[dict[str, float]]) -> list[BundleInfo]:
-    """Run a tiny task in every bundle; where each one landed."""
+    """Start a tiny actor in every bundle, ask where it landed, and end it."""
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    probe = ray.remote(_where)
-    refs = []
+    probe_class = ray.remote(BundleProbe)
+    probes = []
     for index, bundle in enumerate(bundles):
         strategy = PlacementGroupSchedulingStrategy(placement_group=group, placement_group_bundle_index=index)
         gpus = 0.01 if bundle.get("GPU", 0) > 0 else 0
-        refs.append(probe.options(num_cpus=0.01, num_gpus=gpus, scheduling_strategy=strategy).remote(index))
-    return [BundleInfo(*found) for found in ray.get(refs)]
+        probes.append(probe_class.options(num_cpus=0.01, num_gpus=gpus, scheduling_strategy=strategy).remote())
+    try:
+        return [BundleInfo(index, *found) for index, found in enumerate(ray.get([p.where.remote() for p in probes]))]
+    finally:
+        for probe in probes:
+            ray.kill(probe, no_restart=True)
 
 
-def _where(index: int) -> tuple[int, str, tuple[int, ...]]:
-    import ray
+class BundleProbe:
+    """The probe actor: reports its node IP and visible GPU ids."""
 
-    gpu_ids = tuple(sorted(int(g) for g in ray.get_gpu_ids()))
-    return index, ray.util.get_node_ip_address(), gpu_ids
+    def where(self) -> tuple[str, tuple[int, ...]]:
+        import ray
+
+        return ray.util.get_node_ip_address(), tuple(sorted(int(g) for g in ray.get_gpu_ids()))
 
 
 def _bundle(members: list[Resources]) -> dict[str, float]:

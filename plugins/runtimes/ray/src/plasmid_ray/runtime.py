@@ -9,7 +9,9 @@ What lives where:
 - **the driver process**: the loop, the data source, the tokenizer, the rewards and filters, the
   weight sync's orchestration, and the *rollout manager* (:class:`RolloutManager`): the chosen
   rollout driver run against every engine proxy, with least-in-flight balancing
-  (:mod:`plasmid_ray.balance`) and engine restarts (:mod:`plasmid_ray.engines`).
+  (:mod:`plasmid_ray.balance`) and engine restarts (:mod:`plasmid_ray.engines`), and the weight
+  sync wrapped so that an engine restarted during a sync still ends up with the new version
+  (:class:`RestartSafeSync`).
 
 Why the rollout manager is not an actor of its own: the rollout driver only awaits engines and
 rewards (it is I/O-bound in the driver's event loop), the data source's state must be
@@ -57,6 +59,41 @@ class RolloutManager:
         return await self.driver.evaluate(ctx, groups, params)
 
 
+class RestartSafeSync:
+    """The run's weight sync, made safe against an engine dying during it.
+
+    A half-done sync cannot be resumed on a restarted engine (it would miss the buckets sent
+    before it died), so when an engine is restarted during :meth:`sync` the whole version is
+    sent to it again once the sync is over; if the sync failed because of the death (its call
+    on the dead engine is not retried), the sync is run again for every engine (syncs are
+    idempotent for one version). Other failures are raised unchanged.
+    """
+
+    def __init__(self, inner: Any, pool: EnginePool) -> None:
+        self.inner, self.pool = inner, pool
+
+    async def sync(self, trainer: Any, engines: list[Any], weight_version: int) -> Any:
+        before = {id(engine): getattr(engine, "restarts", 0) for engine in engines}
+
+        def restarted() -> list[Any]:
+            return [e for e in engines if getattr(e, "restarts", 0) != before[id(e)]]
+
+        try:
+            sync_report = await self.inner.sync(trainer, engines, weight_version)
+        except Exception as exc:  # noqa: BLE001 - re-raised unless an engine restart explains it
+            if not restarted():
+                raise
+            names = ", ".join(str(e.index) for e in restarted())
+            report(f"weight sync to version {weight_version} failed because engine {names} was restarted during it "
+                   f"({type(exc).__name__}); syncing every engine again")
+            return await self.inner.sync(trainer, engines, weight_version)
+        if again := restarted():
+            report(f"engine {', '.join(str(e.index) for e in again)} was restarted during the weight sync to "
+                   f"version {weight_version}; sending it that version whole")
+            await self.inner.sync(trainer, again, weight_version)
+        return sync_report
+
+
 class RayRuntime:
     """Built by the kernel as ``RayRuntime(config)``; :meth:`start` places and builds everything."""
 
@@ -102,7 +139,7 @@ class RayRuntime:
             ctx=ctx,
             driver=RolloutManager(instantiate(registry.get("rollout", option.rollout), config), self.pool),
             trainer=trainer,
-            weight_sync=weight_sync,
+            weight_sync=RestartSafeSync(weight_sync, self.pool),
             loss=instantiate(registry.get("loss", option.loss), config),
             runtime=self,
         )

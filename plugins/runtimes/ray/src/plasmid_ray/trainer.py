@@ -3,8 +3,8 @@
 Collective calls (``train_step``, ``load``, ``offload``/``onload``) go to every rank with the
 same arguments (the batch is put in the object store once) and return rank 0's result: the
 trainer plugin all-reduces gradients and metrics, so rank 0's metrics are the global ones.
-Calls that read the (identical) weights of one rank go to rank 0: ``logprobs``, ``save``,
-``export_weights`` and ``plasmid_call`` (a weight sync's trainer-side step).
+Calls that read the (identical) weights of one rank go to rank 0: ``logprobs``, ``values``,
+``save``, ``export_weights`` and ``plasmid_call`` (a weight sync's trainer-side step).
 """
 
 from __future__ import annotations
@@ -32,6 +32,10 @@ class TrainerProxy:
 
     async def logprobs(self, samples: list[Sample], temperature: float) -> list[list[float]]:
         return await self.rank0.logprobs.remote(samples, temperature)
+
+    async def values(self, samples: list[Sample]) -> list[list[float]]:
+        """The critic's values (trainers whose loss needs a critic), from rank 0."""
+        return await self.rank0.values.remote(samples)
 
     async def train_step(self, batch: RolloutBatch) -> dict[str, float]:
         import ray

@@ -30,20 +30,21 @@ class ObjectStoreSync:
     async def sync(self, trainer: Any, engines: Sequence[Any], weight_version: int) -> SyncReport:
         require_separate_processes("objectstore", trainer, engines)
         started = time.perf_counter()
-        await run_on(trainer, open_export, self.key, self.bucket_bytes)
+        key = f"{self.key}-{uuid.uuid4().hex[:8]}"  # per call: a sync may run inside another (engine restart)
+        await run_on(trainer, open_export, key, self.bucket_bytes)
         moved, buckets = 0, 0
-        upcoming = asyncio.ensure_future(run_on(trainer, put_next_bucket, self.key))
+        upcoming = asyncio.ensure_future(run_on(trainer, put_next_bucket, key))
         try:
             while (item := await upcoming) is not None:
                 reference, size = item
-                upcoming = asyncio.ensure_future(run_on(trainer, put_next_bucket, self.key))
+                upcoming = asyncio.ensure_future(run_on(trainer, put_next_bucket, key))
                 await asyncio.gather(*(run_on(engine, load_bucket, reference, weight_version) for engine in engines))
                 moved += size
                 buckets += 1
         finally:
             if not upcoming.done():
                 upcoming.cancel()
-            await run_on(trainer, close_export, self.key)
+            await run_on(trainer, close_export, key)
         await asyncio.gather(*(engine.flush_cache() for engine in engines))
         return SyncReport(bytes=moved, seconds=time.perf_counter() - started, weight_version=weight_version,
                           buckets=buckets)

@@ -1,0 +1,322 @@
+"""Weight syncs into SGLang engines (``--weight-sync sglang-tensor|sglang-distributed|sglang-disk``).
+
+Each works wherever the runtime placed the trainer and the engines: the trainer's half runs
+through :func:`plasmid.remote.run_on` in the trainer's process, the engines' half in each
+engine's process (module-level functions, plain-data arguments). Engines must be
+:class:`plasmid_sglang.engine.SGLangEngine` (or proxies for them).
+
+- ``sglang-tensor`` (colocate): the trainer packs each bucket of ``--update-weight-buffer-size``
+  bytes into one flattened bucket and serialises it (``--sglang-tensor-transport``: the bytes,
+  or CUDA IPC handles when the trainer's tensors are on the servers' GPU); each engine checks
+  the names and shapes and loads it with ``/update_weights_from_tensor``.
+- ``sglang-distributed`` (disaggregate): a ``torch.distributed`` group of the trainer (rank 0)
+  and every server's ranks, made with ``/init_weights_update_group`` (gloo on CPU, NCCL on GPU,
+  ``--sglang-update-backend``) and remade when a server was restarted; per bucket, the engines
+  post ``/update_weights_from_distributed`` with the bucket's names, dtypes and shapes while the
+  trainer broadcasts it (one flattened ``uint8`` tensor when every tensor's offset is aligned to
+  its dtype, else tensor by tensor).
+- ``sglang-disk``: the trainer writes a versioned Hugging Face directory (plasmid-sync's ``disk``
+  layout: ``<--sync-dir>/v{version}``), each server loads it with ``/update_weights_from_disk``;
+  restarted servers reload it by path.
+
+Every sync flushes the engines' prefix caches afterwards and reports the exported tensors' bytes
+and the number of buckets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from plasmid_sync.tensors import PROCESS_STATE, process_token, tensor_bytes
+
+from plasmid.remote import run_on
+from plasmid.types import SyncReport
+from plasmid_sglang.weights import choose_transport, flattened_bucket, serialize
+
+
+def _report(started: float, moved: int, buckets: int, weight_version: int) -> SyncReport:
+    return SyncReport(bytes=moved, seconds=time.perf_counter() - started, weight_version=weight_version,
+                      buckets=buckets)
+
+
+async def _flush(engines: Sequence[Any]) -> None:
+    await asyncio.gather(*(engine.flush_cache() for engine in engines))
+
+
+# ================================================================================================ sglang-tensor
+class TensorSync:
+    """``sglang-tensor``; built as ``TensorSync(config)``."""
+
+    def __init__(self, config: Any) -> None:
+        self.bucket_bytes: int = config.option.update_weight_buffer_size
+        self.transport: str = getattr(config.option, "sglang_tensor_transport", "auto")
+        self.key = f"sglang-tensor-{uuid.uuid4().hex}"
+
+    async def sync(self, trainer: Any, engines: Sequence[Any], weight_version: int) -> SyncReport:
+        started, moved, buckets = time.perf_counter(), 0, 0
+        await run_on(trainer, start_export, self.key, self.bucket_bytes)
+        try:
+            while (packed := await run_on(trainer, pack_next_bucket, self.key, self.transport)) is not None:
+                description, payload, transport, nbytes = packed
+                await asyncio.gather(*(run_on(engine, load_packed_bucket, description, payload, weight_version,
+                                              transport == "pickle") for engine in engines))
+                moved, buckets = moved + nbytes, buckets + 1
+        finally:
+            await run_on(trainer, end_export, self.key)
+        await _flush(engines)
+        return _report(started, moved, buckets, weight_version)
+
+
+def start_export(trainer: Any, key: str, bucket_bytes: int) -> None:
+    """(trainer) Begin iterating the trainer's weights in buckets, for this sync."""
+    PROCESS_STATE[key] = iter(trainer.export_weights(bucket_bytes))
+    PROCESS_STATE[key + "/held"] = None
+
+
+def end_export(trainer: Any, key: str) -> None:
+    """(trainer) Drop the iterator and the last bucket kept alive for CUDA IPC."""
+    PROCESS_STATE.pop(key, None)
+    PROCESS_STATE.pop(key + "/held", None)
+
+
+def _next_bucket(key: str) -> list[tuple[str, Any]] | None:
+    buckets: Iterator = PROCESS_STATE[key]
+    return next(buckets, None)
+
+
+def _description(bucket: list[tuple[str, Any]]) -> list[tuple[str, str, list[int]]]:
+    return [(name, str(tensor.dtype).removeprefix("torch."), list(tensor.shape)) for name, tensor in bucket]
+
+
+async def pack_next_bucket(trainer: Any, key: str, transport: str) -> tuple[list, str, str, int] | None:
+    """(trainer) The next bucket as ``(description, payload, transport, bytes)``, or ``None`` at the end."""
+
+    def pack() -> tuple[list, str, str, int] | None:
+        import torch
+
+        bucket = _next_bucket(key)
+        if bucket is None:
+            return None
+        tensors = [(name, torch.as_tensor(tensor).detach()) for name, tensor in bucket]
+        chosen = choose_transport(transport, [t for _, t in tensors])
+        flat = flattened_bucket(tensors)
+        PROCESS_STATE[key + "/held"] = flat  # CUDA IPC: the storage must outlive the engines' loads
+        nbytes = sum(tensor_bytes(t) for _, t in tensors)
+        return _description(tensors), serialize(flat, chosen), chosen, nbytes
+
+    return await asyncio.to_thread(pack)
+
+
+async def load_packed_bucket(engine: Any, description: list[tuple[str, str, list[int]]], payload: str,
+                             weight_version: int, restorable: bool) -> None:
+    """(engine) Check a packed bucket's names and shapes, and load it into every server."""
+    names = engine.check_description(description)
+    sent = [name for name, _, _ in description]
+    if names != sent:
+        raise ValueError(f"sglang-tensor: the served model ties lm_head.weight to model.embed_tokens.weight, and "
+                         f"this bucket holds only lm_head.weight ({sent}); export the embedding instead")
+    await engine.load_payload(names, payload, weight_version, restorable=restorable)
+
+
+# ================================================================================================ sglang-distributed
+class DistributedSync:
+    """``sglang-distributed``; built as ``DistributedSync(config)``."""
+
+    def __init__(self, config: Any) -> None:
+        option = config.option
+        self.bucket_bytes: int = option.update_weight_buffer_size
+        self.backend: str = getattr(option, "sglang_update_backend", "auto")
+        self.timeout: float = float(getattr(option, "sglang_update_timeout", 600.0))
+        self.key = f"sglang-distributed-{uuid.uuid4().hex[:12]}"
+        self.members: list[str] | None = None
+        self.group_name = ""
+        self.groups_made = 0
+
+    async def sync(self, trainer: Any, engines: Sequence[Any], weight_version: int) -> SyncReport:
+        started, moved, buckets = time.perf_counter(), 0, 0
+        members = list(await asyncio.gather(run_on(trainer, process_token),
+                                            *(run_on(engine, engine_member) for engine in engines)))
+        if members != self.members:
+            await self._make_group(trainer, engines)
+            self.members = members
+        await run_on(trainer, start_export, self.key, self.bucket_bytes)
+        try:
+            while (described := await run_on(trainer, describe_next_bucket, self.key)) is not None:
+                description, load_format, nbytes = described
+                await asyncio.gather(*(run_on(engine, check_bucket, description) for engine in engines))
+                await asyncio.gather(
+                    run_on(trainer, broadcast_bucket, self.key, self.group_name),
+                    *(run_on(engine, receive_bucket, self.group_name, description, load_format, weight_version)
+                      for engine in engines))
+                moved, buckets = moved + nbytes, buckets + 1
+        finally:
+            await run_on(trainer, end_export, self.key)
+        await _flush(engines)
+        return _report(started, moved, buckets, weight_version)
+
+    async def _make_group(self, trainer: Any, engines: Sequence[Any]) -> None:
+        self.groups_made += 1
+        name = f"{self.key}-{self.groups_made}"
+        ranks = list(await asyncio.gather(*(run_on(engine, engine_rank_count) for engine in engines)))
+        world = 1 + sum(ranks)
+        host, port, backend = await run_on(trainer, group_address, self.backend)
+        offsets = [1 + sum(ranks[:i]) for i in range(len(engines))]
+        await asyncio.gather(
+            run_on(trainer, join_as_sender, self.key, name, host, port, world, backend, self.timeout),
+            *(run_on(engine, join_as_receiver, host, port, offset, world, name, backend)
+              for engine, offset in zip(engines, offsets, strict=True)))
+        self.group_name = name
+
+
+def engine_member(engine: Any) -> str:
+    """(engine) Who the engine's servers are: a restarted server (new port) needs a new group."""
+    return process_token(engine) + "|" + ",".join(server.url for server in engine.servers)
+
+
+def engine_rank_count(engine: Any) -> int:
+    return engine.rank_count()
+
+
+def group_address(trainer: Any, backend: str) -> tuple[str, int, str]:
+    """(trainer) ``(host, free port, backend)`` for the group's rendezvous, served by rank 0."""
+    import torch
+
+    from plasmid_sglang.server import free_port
+
+    host = _node_address()
+    chosen = backend if backend != "auto" else ("nccl" if torch.cuda.is_available() else "gloo")
+    return host, free_port("0.0.0.0" if host != "127.0.0.1" else host), chosen
+
+
+def _node_address() -> str:
+    """This node's address as Ray knows it (a multi-node cluster), else 127.0.0.1."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.util.get_node_ip_address()
+    except ImportError:
+        pass
+    return "127.0.0.1"
+
+
+async def join_as_sender(trainer: Any, key: str, name: str, host: str, port: int, world: int, backend: str,
+                         timeout: float) -> None:
+    """(trainer) Join group ``name`` as rank 0 (blocks until every server joined)."""
+    PROCESS_STATE[key + "/group"] = await asyncio.to_thread(_join_rank0, name, host, port, world, backend, timeout)
+    PROCESS_STATE[key + "/backend"] = backend
+
+
+def _join_rank0(name: str, host: str, port: int, world: int, backend: str, timeout: float) -> Any:
+    """The trainer's side of SGLang's ``init_custom_process_group``: rank 0 serves the TCP store
+    at ``host:port``; the group's store is prefixed with its name, as on the servers."""
+    from torch.distributed.distributed_c10d import Backend, PrefixStore, _new_process_group_helper, _world, rendezvous
+
+    wait = datetime.timedelta(seconds=timeout)
+    store, rank, size = next(rendezvous(f"tcp://{host}:{port}", 0, world, timeout=wait))
+    store.set_timeout(wait)
+    group, _ = _new_process_group_helper(size, rank, [], Backend(backend), PrefixStore(name, store), group_name=name,
+                                         timeout=wait)
+    _world.pg_group_ranks[group] = {i: i for i in range(size)}
+    return group
+
+
+async def join_as_receiver(engine: Any, host: str, port: int, rank_offset: int, world: int, name: str,
+                           backend: str) -> None:
+    await engine.join_update_group(host, port, rank_offset, world, name, backend)
+
+
+async def describe_next_bucket(trainer: Any, key: str) -> tuple[list, str, int] | None:
+    """(trainer) Take the next bucket; ``(description, load format, bytes)``, or ``None`` at the end.
+    ``flattened_bucket`` when every tensor's byte offset in the concatenation suits its dtype."""
+
+    def take() -> tuple[list, str, int] | None:
+        import torch
+
+        bucket = _next_bucket(key)
+        if bucket is None:
+            return None
+        tensors = [(name, torch.as_tensor(tensor).detach().contiguous()) for name, tensor in bucket]
+        offset, aligned = 0, True
+        for _, tensor in tensors:
+            aligned = aligned and offset % tensor.element_size() == 0
+            offset += tensor.numel() * tensor.element_size()
+        load_format = "flattened_bucket" if aligned else "per_tensor"
+        PROCESS_STATE[key + "/held"] = (tensors, load_format)
+        return _description(tensors), load_format, offset
+
+    return await asyncio.to_thread(take)
+
+
+async def broadcast_bucket(trainer: Any, key: str, name: str) -> None:
+    """(trainer) Broadcast the bucket taken by :func:`describe_next_bucket` from rank 0."""
+
+    def send() -> None:
+        import torch
+        import torch.distributed as dist
+
+        group = PROCESS_STATE[key + "/group"]
+        device = "cuda" if PROCESS_STATE[key + "/backend"] == "nccl" else "cpu"
+        held, load_format = PROCESS_STATE[key + "/held"]
+        tensors = [tensor.to(device) for _, tensor in held]
+        if load_format == "flattened_bucket":
+            flat = [t.reshape(-1).view(torch.uint8) for t in tensors]
+            dist.broadcast(torch.cat(flat) if len(flat) > 1 else flat[0], src=0, group=group)
+        else:
+            for tensor in tensors:
+                dist.broadcast(tensor, src=0, group=group)
+
+    await asyncio.to_thread(send)
+
+
+def check_bucket(engine: Any, description: list[tuple[str, str, list[int]]]) -> None:
+    """(engine) Refuse a bucket the served model cannot take, before anything is broadcast."""
+    names = engine.check_description(description)
+    if names != [name for name, _, _ in description]:
+        raise ValueError("sglang-distributed: the served model ties lm_head.weight to model.embed_tokens.weight, and "
+                         "a bucket holds only lm_head.weight; export the embedding instead")
+
+
+async def receive_bucket(engine: Any, name: str, description: list[tuple[str, str, list[int]]], load_format: str,
+                         weight_version: int) -> None:
+    await engine.receive_bucket(name, description, load_format, weight_version)
+
+
+# ================================================================================================ sglang-disk
+class DiskSync:
+    """``sglang-disk``; built as ``DiskSync(config)``. Versions live in ``<--sync-dir>/v{version}``
+    (default ``<run dir>/weights``), the newest ``--sync-keep-versions`` kept (plasmid-sync's options)."""
+
+    def __init__(self, config: Any) -> None:
+        from plasmid_sync.disk import sync_root
+
+        option = config.option
+        self.bucket_bytes: int = option.update_weight_buffer_size
+        self.root = sync_root(config)
+        self.model_dir = str(option.model) if option.model else ""
+        self.keep: int = max(1, int(getattr(option, "sync_keep_versions", 2)))
+        self.written: dict[int, tuple[int, int]] = {}
+
+    async def sync(self, trainer: Any, engines: Sequence[Any], weight_version: int) -> SyncReport:
+        from plasmid_sync.disk import prune_versions, version_dir, write_version
+
+        started = time.perf_counter()
+        if weight_version not in self.written:
+            self.written[weight_version] = await run_on(trainer, write_version, str(self.root), weight_version,
+                                                        self.bucket_bytes, self.model_dir)
+        directory = str(version_dir(self.root, weight_version))
+        await asyncio.gather(*(run_on(engine, load_directory, directory, weight_version) for engine in engines))
+        await _flush(engines)
+        prune_versions(self.root, self.keep)
+        moved, buckets = self.written[weight_version]
+        return _report(started, moved, buckets, weight_version)
+
+
+async def load_directory(engine: Any, directory: str, weight_version: int) -> None:
+    """(engine) Load a version directory into every server of ``engine``."""
+    await engine.load_weights_from_disk(directory, weight_version)
