@@ -392,3 +392,29 @@ def test_explained_variance():
     values = torch.tensor([[2.0, 1.0, 4.0, 3.0, 0.0]])
     assert algorithms.explained_variance(values, returns, mask) == pytest.approx(0.2)
     assert algorithms.explained_variance(values, torch.ones(1, 5), mask) == 0.0
+
+
+def test_rollout_logprob_abs_diff_is_a_masked_token_mean_over_samples_with_engine_logprobs():
+    from plasmid.training import rollout_logprob_abs_diff
+    from plasmid.types import Sample
+
+    samples = [Sample(tokens=[1, 2, 3], response_length=2, rollout_logprobs=[-1.0, -2.0]),
+               Sample(tokens=[1, 2, 3], response_length=2, rollout_logprobs=None),
+               Sample(tokens=[1, 2, 3, 4], response_length=3, rollout_logprobs=[-1.0, -1.0, -1.0])]
+    trainer = torch.tensor([[-1.5, -2.0, 0.0], [-9.0, -9.0, 0.0], [-1.0, -0.5, -3.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
+    # trained tokens of samples 0 and 2: |0.5|, 0, 0, |0.5| (sample 2's third token is masked)
+    assert rollout_logprob_abs_diff(samples, trainer, mask) == pytest.approx(1.0 / 4)
+    assert rollout_logprob_abs_diff(samples[1:2], trainer[1:2], mask[1:2]) is None
+
+
+def test_check_samples_names_the_sample_that_cannot_be_trained():
+    from plasmid.training import check_samples
+    from plasmid.types import Sample
+
+    check_samples([Sample(tokens=[1, 2], response_length=1, loss_mask=[1])])
+    with pytest.raises(ValueError, match="sample 1 .*loss_mask has 2 entries for 1 response tokens"):
+        check_samples([Sample(tokens=[1, 2], response_length=1), Sample(tokens=[1, 2], response_length=1,
+                                                                       loss_mask=[1, 1])])
+    with pytest.raises(ValueError, match="no prompt token"):
+        check_samples([Sample(tokens=[1], response_length=1)])

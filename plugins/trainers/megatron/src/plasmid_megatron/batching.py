@@ -62,24 +62,6 @@ class MicroBatch:
                           self.counts)
 
 
-def check_samples(samples: Sequence[Sample]) -> None:
-    """Raise ``ValueError`` naming the first sample that cannot be trained on."""
-    for position, sample in enumerate(samples):
-        where = f"sample {position} (index {sample.index}, group {sample.group_index})"
-        if sample.response_length < 1:
-            raise ValueError(f"{where} has no response tokens (response_length={sample.response_length}); "
-                             f"drop it before training")
-        if sample.prompt_length < 1:
-            raise ValueError(f"{where} has no prompt token before its response (tokens={len(sample.tokens)}, "
-                             f"response_length={sample.response_length}): the first response token needs a prefix")
-        if sample.loss_mask is not None and len(sample.loss_mask) != sample.response_length:
-            raise ValueError(f"{where}: loss_mask has {len(sample.loss_mask)} entries for "
-                             f"{sample.response_length} response tokens")
-        if sample.rollout_logprobs is not None and len(sample.rollout_logprobs) != sample.response_length:
-            raise ValueError(f"{where}: rollout_logprobs has {len(sample.rollout_logprobs)} entries for "
-                             f"{sample.response_length} response tokens")
-
-
 def response_mask(samples: Sequence[Sample], width: int) -> torch.Tensor:
     """``[B, width]`` float32: each sample's ``loss_mask`` (ones when unset), 0 beyond its response."""
     mask = torch.zeros((len(samples), width), dtype=torch.float32)

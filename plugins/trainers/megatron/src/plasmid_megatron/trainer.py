@@ -51,6 +51,7 @@ import torch
 import torch.distributed as dist
 
 from plasmid.errors import UsageError
+from plasmid.training import check_samples, rollout_logprob_abs_diff, updates_per_rollout
 from plasmid.types import LossBatch, RolloutBatch, Sample
 from plasmid_megatron import batching, checkpoint
 from plasmid_megatron.converter import Converter
@@ -228,7 +229,7 @@ class MegatronTrainer:
     def _make_scheduler(self, option: Any) -> Any:
         from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
-        total = option.num_rollouts * _updates_per_rollout(option)
+        total = option.num_rollouts * updates_per_rollout(option)
         warmup = option.lr_warmup_steps
         return OptimizerParamScheduler(self.optimizer, init_lr=0.0, max_lr=option.lr, min_lr=option.min_lr,
                                        lr_warmup_steps=warmup, lr_decay_steps=max(total, warmup + 1),
@@ -262,7 +263,7 @@ class MegatronTrainer:
     def compute_logprobs(self, samples: list[Sample], temperature: float) -> list[list[float]]:
         if not samples:
             return []
-        batching.check_samples(samples)
+        check_samples(samples)
         width = max(s.response_length for s in samples)
         values = self._forward_logprobs(self.model, samples, range(len(samples)), width, temperature)
         return [values[row, : sample.response_length].tolist() for row, sample in enumerate(samples)]
@@ -345,7 +346,7 @@ class MegatronTrainer:
         if not samples:
             return {"train/samples": 0.0, "train/tokens": 0.0, "train/updates": 0.0,
                     "train/seconds": time.perf_counter() - started}
-        batching.check_samples(samples)
+        check_samples(samples)
         loss_batch, trainer_old = self._loss_batch(samples)
         advantages, returns = self.loss.advantages(loss_batch)
         loss_batch.advantages, loss_batch.returns = advantages, returns
@@ -366,7 +367,7 @@ class MegatronTrainer:
         metrics["train/advantage_mean"] = float(trained.mean()) if trained.numel() else 0.0
         metrics["train/advantage_std"] = float(trained.std(unbiased=False)) if trained.numel() else 0.0
         if trainer_old is not None:
-            diff = _rollout_logprob_abs_diff(samples, trainer_old, mask)
+            diff = rollout_logprob_abs_diff(samples, trainer_old, mask)
             if diff is not None:
                 metrics["train/train_rollout_logprob_abs_diff"] = diff
         metrics["train/samples"] = float(len(samples))
@@ -600,29 +601,6 @@ def _to(tensor: torch.Tensor | None, device: torch.device) -> torch.Tensor | Non
     return None if tensor is None else tensor.to(device)
 
 
-def _updates_per_rollout(option: Any) -> int:
-    """Optimizer updates per RL step: one per ``--global-batch-size`` samples of a step's
-    ``--prompts-per-step x --n-samples-per-prompt`` (one without a global batch size)."""
-    if not option.global_batch_size:
-        return 1
-    return max(1, math.ceil(option.prompts_per_step * option.n_samples_per_prompt / option.global_batch_size))
-
-
 def _chunks(size: int, chunk_size: int) -> Iterator[list[int]]:
     for start in range(0, size, max(1, chunk_size)):
         yield list(range(start, min(size, start + chunk_size)))
-
-
-def _rollout_logprob_abs_diff(samples: list[Sample], trainer_old: torch.Tensor, mask: torch.Tensor) -> float | None:
-    """Mean over trained tokens of ``|trainer log-prob - engine log-prob|``; samples without
-    rollout log-probs are skipped (``None`` when no sample has them)."""
-    total, count = 0.0, 0.0
-    for row, sample in enumerate(samples):
-        if sample.rollout_logprobs is None:
-            continue
-        length = sample.response_length
-        engine = torch.tensor(sample.rollout_logprobs, dtype=torch.float32)
-        row_mask = mask[row, :length]
-        total += float(((trainer_old[row, :length] - engine).abs() * row_mask).sum())
-        count += float(row_mask.sum())
-    return total / count if count else None

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from plasmid import ops
+from plasmid.training import check_samples
 from plasmid.types import Sample
 
 
@@ -54,8 +55,7 @@ class PaddedBatch:
 
 def pad_samples(samples: Sequence[Sample], pad_id: int) -> PaddedBatch:
     """Pad ``samples`` into a :class:`PaddedBatch`; errors name the offending sample."""
-    for position, sample in enumerate(samples):
-        _check_sample(position, sample)
+    check_samples(samples)
     batch_size = len(samples)
     longest = max(len(s.tokens) for s in samples)
     width = max(s.response_length for s in samples)
@@ -104,19 +104,3 @@ def response_logprobs(model: Any, batch: PaddedBatch, temperature: float, *,
     if with_entropy:
         entropy = torch.where(batch.in_response, ops.entropy_from_logits(picked, temperature), zero)
     return logprobs, entropy
-
-
-def _check_sample(position: int, sample: Sample) -> None:
-    where = f"sample {position} (index {sample.index}, group {sample.group_index})"
-    if sample.response_length < 1:
-        raise ValueError(f"{where} has no response tokens (response_length={sample.response_length}); "
-                         f"drop it before training")
-    if sample.prompt_length < 1:
-        raise ValueError(f"{where} has no prompt token before its response (tokens={len(sample.tokens)}, "
-                         f"response_length={sample.response_length}): the first response token needs a prefix")
-    if sample.loss_mask is not None and len(sample.loss_mask) != sample.response_length:
-        raise ValueError(f"{where}: loss_mask has {len(sample.loss_mask)} entries for "
-                         f"{sample.response_length} response tokens")
-    if sample.rollout_logprobs is not None and len(sample.rollout_logprobs) != sample.response_length:
-        raise ValueError(f"{where}: rollout_logprobs has {len(sample.rollout_logprobs)} entries for "
-                         f"{sample.response_length} response tokens")

@@ -9,6 +9,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from plasmid.training import updates_per_rollout
+
 SCHEDULES = ("constant", "linear", "cosine")
 
 
@@ -33,15 +35,6 @@ def learning_rate(update: int, *, lr: float, schedule: str, warmup_steps: int, t
     if schedule == "linear":
         return min_lr + (lr - min_lr) * (1.0 - progress)
     return min_lr + (lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-def updates_per_rollout(option: Any) -> int:
-    """Optimizer updates per RL step: one per ``--global-batch-size`` samples of the step's
-    ``--prompts-per-step`` x ``--n-samples-per-prompt`` (one when the global batch size is unset)."""
-    if not option.global_batch_size:
-        return 1
-    samples = option.prompts_per_step * option.n_samples_per_prompt
-    return max(1, math.ceil(samples / option.global_batch_size))
 
 
 def lr_multiplier(option: Any) -> Callable[[int], float]:

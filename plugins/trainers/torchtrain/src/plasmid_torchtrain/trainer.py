@@ -27,6 +27,7 @@ import torch
 
 from plasmid.errors import UsageError
 from plasmid.hf import load_causal_lm
+from plasmid.training import rollout_logprob_abs_diff
 from plasmid.types import LossBatch, RolloutBatch, Sample
 from plasmid_torchtrain import batching, checkpoint, critic, distributed, schedule, weights
 
@@ -190,7 +191,7 @@ class TorchTrainer:
         metrics["train/advantage_mean"] = float(advantages.mean()) if advantages.numel() else 0.0
         metrics["train/advantage_std"] = float(advantages.std(unbiased=False)) if advantages.numel() else 0.0
         if trainer_old is not None:
-            diff = _rollout_logprob_abs_diff(samples, trainer_old, mask)
+            diff = rollout_logprob_abs_diff(samples, trainer_old, mask)
             if diff is not None:
                 metrics["train/train_rollout_logprob_abs_diff"] = diff
         metrics["train/samples"] = float(len(samples))
@@ -363,18 +364,3 @@ def _critic_batch_metrics(batch: LossBatch) -> dict[str, float]:
         metrics["train/explained_variance"] = algorithms.explained_variance(batch.values, batch.returns,
                                                                             batch.response_mask)
     return metrics
-
-
-def _rollout_logprob_abs_diff(samples: list[Sample], trainer_old: torch.Tensor, mask: torch.Tensor) -> float | None:
-    """Mean over trained tokens of ``|trainer log-prob - engine log-prob|``; samples without
-    rollout log-probs are skipped (``None`` when no sample has them)."""
-    total, count = 0.0, 0.0
-    for row, sample in enumerate(samples):
-        if sample.rollout_logprobs is None:
-            continue
-        length = sample.response_length
-        engine = torch.tensor(sample.rollout_logprobs, dtype=torch.float32)
-        row_mask = mask[row, :length]
-        total += float(((trainer_old[row, :length] - engine).abs() * row_mask).sum())
-        count += float(row_mask.sum())
-    return total / count if count else None
