@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 #: Metrics shown in the progress line, by short label.
-PROGRESS_FIELDS = {"reward": "rollout/reward_mean", "eval_acc": "eval/accuracy", "loss": "train/loss"}
+PROGRESS_FIELDS = {"reward": "rollout/reward_mean", "eval_acc": "eval/accuracy", "entropy": "train/entropy"}
 
 
 class RunLog:

@@ -32,9 +32,12 @@ def server_env() -> list[str]:
 
 
 def engine_options(**options):
-    """Options (Python names) of a test engine: quick health checks, the CPU stand-in where needed."""
-    return {"sglang_server_env": server_env(), "sglang_health_interval": 1.0, "sglang_startup_timeout": 300.0,
-            **options}
+    """Options (Python names) of a test engine: quick health checks, the CPU stand-in where needed,
+    and on a GPU deterministic inference (SGLang honours sampling seeds only with it)."""
+    defaults = {"sglang_server_env": server_env(), "sglang_health_interval": 1.0, "sglang_startup_timeout": 300.0}
+    if gpu_available():
+        defaults["sglang_enable_deterministic_inference"] = True
+    return {**defaults, **options}
 
 
 def reset(engine, model_dir) -> None:

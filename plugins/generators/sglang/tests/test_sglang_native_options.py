@@ -33,7 +33,8 @@ def test_generated_fields_are_exactly_the_fields_of_the_imported_server_args():
 def test_a_fake_source_tree_shows_how_annotations_become_options(tmp_path):
     (tmp_path / "srt" / "arg_groups" / "fields").mkdir(parents=True)
     (tmp_path / "srt" / "server_args.py").write_text(
-        "from sglang.srt.arg_groups.fields.one import One\nfrom sglang.srt.arg_groups.fields.two import (\n    Two,\n)\n"
+        "from sglang.srt.arg_groups.fields.one import One\n"
+        "from sglang.srt.arg_groups.fields.two import (\n    Two,\n)\n"
         "_INPUT_NAMESPACES = [\n    One,\n    Two,\n]\n")
     (tmp_path / "srt" / "arg_groups" / "fields" / "one.py").write_text(
         "from typing import Literal, List, Optional\nclass One(Struct):\n    _NS_PATH = 'one'\n"

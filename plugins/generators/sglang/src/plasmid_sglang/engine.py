@@ -6,9 +6,9 @@ attaches to ``--sglang-external-addrs``, and waits until they are healthy.
 
 - ``generate``: one ``/generate`` request with the prompt's token ids and log-probs (formats in
   :mod:`plasmid_sglang.requests`), on the least loaded healthy server (:mod:`plasmid_sglang.pool`).
-  A request that finds its server silent waits for the health monitor to restart it
-  (:mod:`plasmid_sglang.health`) and is sent again from its prompt with the same seed, at most
-  ``--sglang-request-retries`` times.
+  A request that finds its server silent is sent again from its prompt with the same seed (at
+  most ``--sglang-request-retries`` times, with backoff), to another healthy server or, when
+  there is none, to that one once the health monitor has restarted it (:mod:`plasmid_sglang.health`).
 - ``score``: the log-probs of given tokens (``max_new_tokens`` 0), rescaled exactly to the
   temperature asked for.
 - ``abort_all``: ``/abort_request`` with ``abort_all`` on every server, repeated until every
@@ -16,9 +16,9 @@ attaches to ``--sglang-external-addrs``, and waits until they are healthy.
 - ``update_weights``: the tensors are checked against the checkpoint's names and shapes
   (:mod:`plasmid_sglang.weights`), packed into one flattened bucket and loaded through
   ``/update_weights_from_tensor`` inside ``/begin_weight_update`` ... ``/end_weight_update``, with
-  the new version; when requests are in flight on a server, generation is paused in place around
-  the update (they keep their KV cache and finish with the new weights, as the torchgen engine
-  does). The server's version is read back and checked.
+  the new version, then the prefix cache is flushed; when requests are in flight on a server,
+  generation is paused around the update (SGLang's ``retract`` mode: they recompute their context
+  with the new weights and go on). The server's version is read back and checked.
 - ``flush_cache``: ``/flush_cache``, which SGLang refuses while requests run: retried until it
   succeeds (``--sglang-flush-timeout``), never silently skipped (stale prefix-cache entries would
   give wrong log-probs).
@@ -80,8 +80,8 @@ class _Ticket:
 
 
 class SGLangEngine:
-    """See the module docstring. Options: ``--model``, ``--seed``, ``--placement`` and the
-    ``--sglang-*`` options of :mod:`plasmid_sglang.plugin`."""
+    """Rollouts from SGLang servers that it launches on ``--model`` or attaches to (see the module
+    docstring). Options: ``--model``, ``--seed``, ``--placement`` and the ``--sglang-*`` options."""
 
     def __init__(self, config: Any) -> None:
         option = config.option
@@ -258,7 +258,8 @@ class SGLangEngine:
         await self.load_payload(names, payload, weight_version, restorable=transport == "pickle")
 
     async def get_weights(self, names: Sequence[str]) -> dict[str, Any]:
-        """The served values of the named tensors as float32 numpy arrays (first server)."""
+        """The served values of the named tensors as float32 numpy arrays, read from one server
+        (of a tensor-parallel server, SGLang answers its first rank's part)."""
         import numpy as np
 
         self._check_open("get_weights")
@@ -314,9 +315,11 @@ class SGLangEngine:
         self._closed = True
         if self.monitor is not None:
             self.monitor.stop()
-        for server in self.servers:
-            if server.process is not None:
-                server.process.stop()
+        launched = [server.process for server in self.servers if server.process is not None]
+        for process in launched:
+            process.terminate()
+        for process in launched:
+            process.stop()
         self._blocking.shutdown(wait=False, cancel_futures=True)
 
     # ----------------------------------------------------------------------------------------
@@ -324,8 +327,9 @@ class SGLangEngine:
     # ----------------------------------------------------------------------------------------
 
     async def pause_generation(self) -> None:
-        """Pause every server in place: running requests keep their KV cache and wait."""
-        await asyncio.gather(*(self._control(s, "/pause_generation", {"mode": "in_place"}) for s in self._usable()))
+        """Pause every server: running requests go back to its queue (SGLang's ``retract`` mode)
+        and recompute their context when generation continues; the cache can be flushed meanwhile."""
+        await asyncio.gather(*(self._control(s, "/pause_generation", {"mode": "retract"}) for s in self._usable()))
 
     async def continue_generation(self) -> None:
         await asyncio.gather(*(self._control(s, "/continue_generation", {}) for s in self._usable()))
@@ -335,7 +339,7 @@ class SGLangEngine:
         ``names`` (already checked) into every server and set the version. ``restorable``: the
         payload carries the bytes (not CUDA handles), so the journal can replay it."""
         self._check_open("update_weights")
-        body = {"load_format": "flattened_bucket", "flush_cache": True, "weight_version": str(weight_version)}
+        body = {"load_format": "flattened_bucket", "flush_cache": False, "weight_version": str(weight_version)}
 
         async def load(server: Server) -> None:
             await self._weight_update(server, "/update_weights_from_tensor",
@@ -353,7 +357,7 @@ class SGLangEngine:
         """Load the Hugging Face checkpoint in ``directory`` (every tensor) with
         ``/update_weights_from_disk`` into every server, and set the version."""
         self._check_open("load_weights_from_disk")
-        body = {"model_path": str(directory), "flush_cache": True, "weight_version": str(weight_version)}
+        body = {"model_path": str(directory), "flush_cache": False, "weight_version": str(weight_version)}
 
         async def load(server: Server) -> None:
             await self._weight_update(server, "/update_weights_from_disk", body, weight_version, session=False)
@@ -385,7 +389,7 @@ class SGLangEngine:
         names = self.table.check((name, tuple(shape)) for name, _, shape in description)
         body = {"names": names, "dtypes": [dtype for _, dtype, _ in description],
                 "shapes": [list(shape) for _, _, shape in description], "group_name": group_name,
-                "flush_cache": True, "weight_version": str(weight_version),
+                "flush_cache": False, "weight_version": str(weight_version),
                 "load_format": load_format if load_format != "per_tensor" else None}
         await asyncio.gather(*(self._weight_update(server, "/update_weights_from_distributed", body, weight_version)
                                for server in self._usable()))
@@ -419,7 +423,9 @@ class SGLangEngine:
             server.in_flight += 1
             try:
                 async with self.pool.admission(server):
-                    return await self._generate_on(server, ticket, prompt_ids, params)
+                    output = await self._generate_on(server, ticket, prompt_ids, params)
+                server.requests += 1
+                return output
             except ServerUnreachable as exc:
                 attempt += 1
                 if ticket.aborted:
@@ -430,7 +436,9 @@ class SGLangEngine:
                                         provider="sglang", plugin="plasmid-sglang") from exc
                 self._stats["retries"] += 1
                 self._suspect(server)
-                await self.pool.wait_usable(server, self.startup_timeout + 60)
+                await asyncio.sleep(backoff(attempt))
+                if not any(other.healthy.is_set() for other in self._reachable()):
+                    await self.pool.wait_usable(server, self.startup_timeout + 60)
             finally:
                 server.in_flight -= 1
 
@@ -476,8 +484,13 @@ class SGLangEngine:
 
     async def _weight_update(self, server: Server, path: str, body: dict[str, Any], weight_version: int,
                              session: bool = True) -> None:
-        """One weight update of ``server``: paused in place when it has requests in flight,
-        inside a begin/end weight-update session (``session``), then the version read back."""
+        """One weight update of ``server``, inside a begin/end weight-update session (``session``):
+        the version read back and the prefix cache flushed. When requests are in flight on it,
+        generation is paused around it in SGLang's ``retract`` mode: running requests go back to
+        the queue and recompute their context with the new weights when generation continues (a
+        paused-in-place request would keep its KV cache, and SGLang cannot flush a cache that a
+        running request holds). SGLang's own flush after an update gives up when any request runs,
+        even the health monitor's one-token check, so the flush is plasmid's, retried."""
 
         async def call(path: str, body: dict[str, Any]) -> Any:
             status, text = await request(server.url, path, body)
@@ -486,7 +499,7 @@ class SGLangEngine:
         async with self.pool.update_lock(server):
             paused = server.in_flight > 0
             if paused:
-                await call("/pause_generation", {"mode": "in_place"})
+                await call("/pause_generation", {"mode": "retract"})
             try:
                 if session:
                     await call("/begin_weight_update", {})
@@ -495,14 +508,15 @@ class SGLangEngine:
                 finally:
                     if session:
                         await call("/end_weight_update", {})
+                status, text = await request(server.url, "/model_info", method="GET")
+                served = expect_success(server.url, "/model_info", status, text).get("weight_version")
+                if parse_version(served) != weight_version:
+                    raise ServerCallFailed(f"{server.name}: after {path} with weight_version {weight_version} the "
+                                           f"server reports version {served!r}")
+                await self._flush(server)
             finally:
                 if paused:
                     await call("/continue_generation", {})
-            status, text = await request(server.url, "/model_info", method="GET")
-            served = expect_success(server.url, "/model_info", status, text).get("weight_version")
-            if parse_version(served) != weight_version:
-                raise ServerCallFailed(f"{server.name}: after {path} with weight_version {weight_version} the server "
-                                       f"reports version {served!r}")
 
     async def _flush(self, server: Server) -> None:
         deadline = time.monotonic() + self.flush_timeout
@@ -537,6 +551,7 @@ class SGLangEngine:
                     raise ProviderError(f"sglang: {server.name} did not answer ({exc}), {self.retries} retries used",
                                         provider="sglang", plugin="plasmid-sglang") from exc
                 self._suspect(server)
+                await asyncio.sleep(backoff(attempt + 1))
         raise AssertionError("unreachable")
 
     def _restore(self, server: Server) -> None:
@@ -552,12 +567,12 @@ class SGLangEngine:
             return expect_success(server.url, path, status, text)
 
         if journal.disk is not None:
-            call("/update_weights_from_disk", {"model_path": journal.disk, "flush_cache": True})
+            call("/update_weights_from_disk", {"model_path": journal.disk, "flush_cache": False})
         for _, payload in journal.payloads:
             call("/begin_weight_update", {})
             try:
                 call("/update_weights_from_tensor", {"serialized_named_tensors": [payload] * server.tp_size,
-                                                     "load_format": "flattened_bucket", "flush_cache": True})
+                                                     "load_format": "flattened_bucket", "flush_cache": False})
             finally:
                 call("/end_weight_update", {})
         call("/update_weight_version", {"new_version": str(version), "abort_all_requests": False})
@@ -604,6 +619,12 @@ class SGLangEngine:
             bad = next(t for t in token_ids if not 0 <= t < self.vocab_size)
             raise ValueError(f"sglang: {argument} holds token id {bad}, outside the vocabulary of the model at "
                              f"{self.model_path} (ids 0..{self.vocab_size - 1}); was it tokenized for another model?")
+
+
+def backoff(attempt: int) -> float:
+    """Seconds to wait before retry ``attempt`` (1, 2, ...) of a call that found its server silent:
+    0.25, 0.5, 1, ... up to 8 (a restart is awaited separately, through the health monitor)."""
+    return min(0.25 * 2 ** (attempt - 1), 8.0)
 
 
 def _stop_at_exit(engine: SGLangEngine, servers: list[Server]) -> None:

@@ -30,6 +30,7 @@ class Server:
     :ivar device: where it computes (``cpu`` or ``cuda``).
     :ivar memory_saver: whether it runs with ``enable_memory_saver`` (memory can be released).
     :ivar in_flight: ``generate`` calls assigned to it and not answered.
+    :ivar requests: ``generate`` calls it answered.
     :ivar failure: why it cannot be used any more (a restart failed, an attached server died).
     """
 
@@ -40,6 +41,7 @@ class Server:
     device: str = "cpu"
     memory_saver: bool = False
     in_flight: int = 0
+    requests: int = 0
     restarts: int = 0
     failure: str | None = None
     healthy: threading.Event = field(default_factory=threading.Event)

@@ -170,24 +170,31 @@ class ServerProcess:
                             f"(raise --sglang-startup-timeout); the end of {self.log_path}:\n{self.log_tail()}",
                             provider="sglang", plugin="plasmid-sglang")
 
-    def stop(self, grace: float = 10.0) -> None:
-        """Stop the server's process group: SIGTERM, then SIGKILL after ``grace`` seconds."""
+    def terminate(self) -> None:
+        """Ask the server to exit (SIGTERM to its launcher, which stops SGLang's own processes)
+        without waiting; :meth:`stop` waits. Signalling the whole group instead makes SGLang take
+        its scheduler's death for a crash and wait for crash diagnostics."""
+        if self.process is not None and self.process.poll() is None:
+            try:
+                os.kill(self.process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def stop(self, grace: float = 15.0) -> None:
+        """Stop the server: SIGTERM, up to ``grace`` seconds for it to exit (SGLang takes about
+        five), then SIGKILL to whatever is left of its process group."""
         if self.process is None:
             return
-        group = self.process.pid
-        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(group, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.process.wait(timeout=wait)
-                if sig == signal.SIGTERM:
-                    # the launcher is gone; its children may linger a moment
-                    _kill_group_quietly(group)
-                break
-            except subprocess.TimeoutExpired:
-                continue
+        self.terminate()
+        try:
+            self.process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+        _kill_group_quietly(self.process.pid)
+        try:
+            self.process.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            pass
         self.process = None
 
     def kill(self) -> None:

@@ -50,7 +50,8 @@ async def _flush(engines: Sequence[Any]) -> None:
 
 # ================================================================================================ sglang-tensor
 class TensorSync:
-    """``sglang-tensor``; built as ``TensorSync(config)``."""
+    """Trainer buckets packed into SGLang flattened buckets, through /update_weights_from_tensor
+    (colocate); built as ``TensorSync(config)``."""
 
     def __init__(self, config: Any) -> None:
         self.bucket_bytes: int = config.option.update_weight_buffer_size
@@ -125,7 +126,8 @@ async def load_packed_bucket(engine: Any, description: list[tuple[str, str, list
 
 # ================================================================================================ sglang-distributed
 class DistributedSync:
-    """``sglang-distributed``; built as ``DistributedSync(config)``."""
+    """Trainer buckets broadcast to the servers in a torch.distributed group, through
+    /update_weights_from_distributed (disaggregate); built as ``DistributedSync(config)``."""
 
     def __init__(self, config: Any) -> None:
         option = config.option
@@ -289,8 +291,9 @@ async def receive_bucket(engine: Any, name: str, description: list[tuple[str, st
 
 # ================================================================================================ sglang-disk
 class DiskSync:
-    """``sglang-disk``; built as ``DiskSync(config)``. Versions live in ``<--sync-dir>/v{version}``
-    (default ``<run dir>/weights``), the newest ``--sync-keep-versions`` kept (plasmid-sync's options)."""
+    """Versioned checkpoint directories loaded through /update_weights_from_disk; built as
+    ``DiskSync(config)``. Versions live in ``<--sync-dir>/v{version}`` (default ``<run dir>/weights``),
+    the newest ``--sync-keep-versions`` kept (plasmid-sync's options)."""
 
     def __init__(self, config: Any) -> None:
         from plasmid_sync.disk import sync_root
