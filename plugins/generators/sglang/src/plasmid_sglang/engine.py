@@ -2,10 +2,12 @@
 
 Built by the kernel as ``SGLangEngine(config)``. It launches ``--sglang-servers`` servers on
 ``--model`` (see :mod:`plasmid_sglang.server`; every ``--sglang-*`` native option applies), or
-attaches to ``--sglang-external-addrs``, and waits until they are healthy.
+attaches to ``--sglang-external-addrs``, and waits until they are healthy; with ``--sglang-router``
+an SGLang router fronts them (:mod:`plasmid_sglang.router`).
 
 - ``generate``: one ``/generate`` request with the prompt's token ids and log-probs (formats in
-  :mod:`plasmid_sglang.requests`), on the least loaded healthy server (:mod:`plasmid_sglang.pool`).
+  :mod:`plasmid_sglang.requests`), on the least loaded healthy server (:mod:`plasmid_sglang.pool`),
+  or through the router, which picks one.
   A request that finds its server silent is sent again from its prompt with the same seed (at
   most ``--sglang-request-retries`` times, with backoff), to another healthy server or, when
   there is none, to that one once the health monitor has restarted it (:mod:`plasmid_sglang.health`).
@@ -61,6 +63,7 @@ from plasmid_sglang.requests import (
     parse_version,
     score_request,
 )
+from plasmid_sglang.router import Router
 from plasmid_sglang.server import ServerProcess, parse_env, server_fields
 from plasmid_sglang.weights import TensorTable, as_torch, choose_transport, flattened_bucket, serialize
 
@@ -109,6 +112,16 @@ class SGLangEngine:
         servers = self._attach(addresses) if addresses else self._launch(config)
         self.pool = ServerPool(servers, int(option.sglang_max_concurrency))
         self.monitor: HealthMonitor | None = None
+        self.router: Router | None = None
+        if option.sglang_router:
+            self.router = Router(option.sglang_router_policy, list(option.sglang_router_arg or []),
+                                 Path(option.sglang_log_dir or Path(config.run_dir) / "sglang") / "router.log",
+                                 parse_env(option.sglang_server_env))
+            try:
+                self.router.start([server.url for server in servers], self.startup_timeout)
+            except BaseException:
+                self.close()
+                raise
         if float(option.sglang_health_interval) > 0:
             self.monitor = HealthMonitor(servers, interval=float(option.sglang_health_interval),
                                          max_restarts=max_restarts, startup_timeout=self.startup_timeout,
@@ -129,7 +142,7 @@ class SGLangEngine:
             values, texts = server_fields(option, self.model_path, ordinal)
             port = getattr(option, "sglang_port", None)
             process = ServerProcess(values, texts, env, log_dir / f"server-{ordinal}.log",
-                                    fixed_port=int(port) + index if port else None)
+                                    fixed_port=int(port) + ordinal if port else None)
             servers.append(Server(index, process=process, tp_size=int(values.get("tp_size") or 1),
                                   device=str(values["device"]), memory_saver=bool(values.get("enable_memory_saver"))))
         _stop_at_exit(self, servers)
@@ -213,7 +226,7 @@ class SGLangEngine:
         body = score_request(list(token_ids), prompt_length, temperature, self.vocab_size)
 
         async def call(server: Server) -> list[float]:
-            status, text = await request(server.url, "/generate", body, timeout=self.request_timeout)
+            status, text = await request(self._generate_url(server), "/generate", body, timeout=self.request_timeout)
             answer = self._generate_answer(server, status, text)
             return parse_score(answer, list(token_ids), prompt_length, temperature)
 
@@ -284,20 +297,20 @@ class SGLangEngine:
     async def flush_cache(self) -> None:
         """Flush every server's prefix cache, retrying while requests run (see the module docstring)."""
         self._check_open("flush_cache")
-        await asyncio.gather(*(self._with_recovery(server, self._flush) for server in self._usable()))
+        await asyncio.gather(*(self._with_recovery(server, self._flush) for server in self.usable_servers()))
 
     async def release_memory(self) -> None:
         """Release weights and KV cache on GPU servers with the memory saver; nothing on CPU."""
         self._check_open("release_memory")
         await asyncio.gather(*(self._control(server, "/release_memory_occupation", {})
-                               for server in self._usable() if self._can_release(server)))
+                               for server in self.usable_servers() if self._can_release(server)))
 
     async def resume_memory(self) -> None:
         """Take the memory back: weights first, then the KV cache (what ``release_memory`` released)."""
         self._check_open("resume_memory")
         for tags in (["weights"], ["kv_cache"]):
             await asyncio.gather(*(self._control(server, "/resume_memory_occupation", {"tags": tags})
-                                   for server in self._usable() if self._can_release(server)))
+                                   for server in self.usable_servers() if self._can_release(server)))
 
     async def shutdown(self) -> None:
         """Abort what runs, stop the monitor and every launched server; later calls raise."""
@@ -315,6 +328,8 @@ class SGLangEngine:
         self._closed = True
         if self.monitor is not None:
             self.monitor.stop()
+        if self.router is not None:
+            self.router.stop()
         launched = [server.process for server in self.servers if server.process is not None]
         for process in launched:
             process.terminate()
@@ -329,10 +344,11 @@ class SGLangEngine:
     async def pause_generation(self) -> None:
         """Pause every server: running requests go back to its queue (SGLang's ``retract`` mode)
         and recompute their context when generation continues; the cache can be flushed meanwhile."""
-        await asyncio.gather(*(self._control(s, "/pause_generation", {"mode": "retract"}) for s in self._usable()))
+        await asyncio.gather(*(self._control(server, "/pause_generation", {"mode": "retract"})
+                               for server in self.usable_servers()))
 
     async def continue_generation(self) -> None:
-        await asyncio.gather(*(self._control(s, "/continue_generation", {}) for s in self._usable()))
+        await asyncio.gather(*(self._control(s, "/continue_generation", {}) for s in self.usable_servers()))
 
     async def load_payload(self, names: list[str], payload: str, weight_version: int, *, restorable: bool) -> None:
         """Load one serialized flattened bucket (:func:`plasmid_sglang.weights.serialize`) holding
@@ -346,7 +362,7 @@ class SGLangEngine:
                                       {**body, "serialized_named_tensors": [payload] * server.tp_size},
                                       weight_version)
 
-        await asyncio.gather(*(self._with_recovery(server, load) for server in self._usable()))
+        await asyncio.gather(*(self._with_recovery(server, load) for server in self.usable_servers()))
         if restorable:
             self.journal.loaded_payload(names, payload)
         else:
@@ -362,20 +378,20 @@ class SGLangEngine:
         async def load(server: Server) -> None:
             await self._weight_update(server, "/update_weights_from_disk", body, weight_version, session=False)
 
-        await asyncio.gather(*(self._with_recovery(server, load) for server in self._usable()))
+        await asyncio.gather(*(self._with_recovery(server, load) for server in self.usable_servers()))
         self.journal.loaded_directory(str(directory))
         self._weight_version = weight_version
 
     def rank_count(self) -> int:
-        """Ranks this engine's servers bring to a distributed weight-update group."""
-        return sum(server.tp_size for server in self.servers)
+        """Ranks this engine's servers in service bring to a distributed weight-update group."""
+        return sum(server.tp_size for server in self.usable_servers())
 
     async def join_update_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
                                 group_name: str, backend: str) -> None:
         """Have every server join the weight-update group (blocks until every member joined):
         its ranks follow ``rank_offset``, server after server."""
         calls, offset = [], rank_offset
-        for server in self._usable():
+        for server in self.usable_servers():
             body = {"master_address": master_address, "master_port": master_port, "rank_offset": offset,
                     "world_size": world_size, "group_name": group_name, "backend": backend}
             calls.append(self._control(server, "/init_weights_update_group", body))
@@ -392,7 +408,7 @@ class SGLangEngine:
                 "flush_cache": False, "weight_version": str(weight_version),
                 "load_format": load_format if load_format != "per_tensor" else None}
         await asyncio.gather(*(self._weight_update(server, "/update_weights_from_distributed", body, weight_version)
-                               for server in self._usable()))
+                               for server in self.usable_servers()))
         self.journal.lost_track("the distributed weight-update group (--weight-sync sglang-distributed)")
         self._weight_version = weight_version
 
@@ -450,7 +466,8 @@ class SGLangEngine:
         status, version = Status.ABORTED, self._weight_version
         while not ticket.aborted:
             body = generate_request(prompt_ids + tokens, params, params.max_new_tokens - len(tokens))
-            http_status, text = await request(server.url, "/generate", body, timeout=self.request_timeout)
+            http_status, text = await request(self._generate_url(server), "/generate", body,
+                                              timeout=self.request_timeout)
             generated = parse_generate(self._generate_answer(server, http_status, text))
             tokens += generated.token_ids
             logprobs += generated.logprobs
@@ -463,7 +480,13 @@ class SGLangEngine:
             self._stats["continuations"] += 1
         return GenerationOutput(tokens, logprobs, status, version)
 
+    def _generate_url(self, server: Server) -> str:
+        """Where ``/generate`` goes: the router when there is one (it picks the server), else ``server``."""
+        return self.router.url if self.router is not None else server.url
+
     def _generate_answer(self, server: Server, status: int, text: str) -> dict[str, Any]:
+        if self.router is not None and status in (502, 503, 504):
+            raise ServerUnreachable(f"the SGLang router answered HTTP {status}: {text.strip()[:200]}")
         if status != 200:
             raise ProviderError(f"sglang generate: {server.name} answered HTTP {status}: {text.strip()[:500]}",
                                 provider="sglang", plugin="plasmid-sglang")
@@ -497,7 +520,7 @@ class SGLangEngine:
             return expect_success(server.url, path, status, text)
 
         async with self.pool.update_lock(server):
-            paused = server.in_flight > 0
+            paused = bool(self._tickets) if self.router is not None else server.in_flight > 0
             if paused:
                 await call("/pause_generation", {"mode": "retract"})
             try:
@@ -554,8 +577,9 @@ class SGLangEngine:
                 await asyncio.sleep(backoff(attempt + 1))
         raise AssertionError("unreachable")
 
-    def _restore(self, server: Server) -> None:
-        """Put the engine's current weights and version on a restarted ``server`` (monitor thread)."""
+    def _restore(self, server: Server, old_url: str) -> None:
+        """Put the engine's current weights and version on a restarted ``server`` (monitor thread),
+        and its new address in the router in place of ``old_url``."""
         journal = self.journal.snapshot()
         version = self._weight_version
         if journal.lost is not None and version > 0:
@@ -578,6 +602,8 @@ class SGLangEngine:
         call("/update_weight_version", {"new_version": str(version), "abort_all_requests": False})
         report(f"{server.name}: restored weight version {version} ({len(journal.payloads)} buckets"
                f"{', from ' + journal.disk if journal.disk else ''})")
+        if self.router is not None:
+            self.router.replace_worker(old_url, server.url, self.startup_timeout)
 
     # ----------------------------------------------------------------------------------------
     # Helpers
@@ -590,10 +616,14 @@ class SGLangEngine:
         else:
             server.healthy.set()  # nobody would look at it again: retry it directly
 
-    def _usable(self) -> list[Server]:
-        for server in self.servers:
-            server.check_usable()
-        return list(self.servers)
+    def usable_servers(self) -> list[Server]:
+        """The servers in service (a server out of service is left out of updates and flushes);
+        raises when none is."""
+        usable = [server for server in self.servers if server.failure is None]
+        if not usable:
+            self.servers[0].check_usable()
+        return usable
+
 
     def _reachable(self) -> list[Server]:
         return [server for server in self.servers if server.failure is None]

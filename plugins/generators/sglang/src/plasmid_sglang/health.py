@@ -37,10 +37,11 @@ def report(message: str) -> None:
 
 
 class HealthMonitor:
-    """Watches ``servers``; ``restore(server)`` puts the engine's weights back on a restarted one."""
+    """Watches ``servers``; ``restore(server, old_url)`` puts the engine's weights back on a
+    restarted one (and tells the router, if any, its new address)."""
 
     def __init__(self, servers: list[Server], *, interval: float, max_restarts: int, startup_timeout: float,
-                 restore: Callable[[Server], None]) -> None:
+                 restore: Callable[[Server, str], None]) -> None:
         self.servers = servers
         self.interval = interval
         self.max_restarts = max_restarts
@@ -111,11 +112,12 @@ class HealthMonitor:
             return
         server.restarts += 1
         report(f"{server.name}: {reason}; restarting it (restart {server.restarts} of {self.max_restarts})")
+        old_url = server.url
         try:
             server.process.stop()
             server.process.start()
             server.process.wait_healthy(self.startup_timeout)
-            self.restore(server)
+            self.restore(server, old_url)
         except Exception as exc:  # noqa: BLE001 - reported and kept as the server's failure
             server.failure = f"the restart failed: {type(exc).__name__}: {exc}"
             report(f"{server.name} is out of service: {server.failure}")

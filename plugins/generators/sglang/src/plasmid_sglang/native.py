@@ -48,7 +48,7 @@ NOT_NATIVE = {"model_path": "--model"}
 #: Fields plasmid fills in when not given, and why (values in :func:`plasmid_sglang.server.server_fields`).
 PLASMID_DEFAULTS = {
     "host": "127.0.0.1: servers are reached by this process only",
-    "port": "a free port per server",
+    "port": "a free port per server (given: the first port; each server of this process takes the next)",
     "random_seed": "--seed plus the server's number in this process",
     "device": "cuda when torch sees a GPU, else cpu",
     "attention_backend": "torch_native on cpu",

@@ -48,6 +48,15 @@ def plasmid_addoption(parser):
     group.addoption("--sglang-update-backend", default="auto", choices=["auto", "gloo", "nccl"],
                     help="torch.distributed backend of --weight-sync sglang-distributed (auto: nccl when the "
                          "trainer sees a GPU, else gloo)")
+    group.addoption("--sglang-router", action="store_true",
+                    help="front the servers with an SGLang router (package sglang-router); without it the engine "
+                         "sends each request to its least loaded server")
+    group.addoption("--sglang-router-policy", default="cache_aware",
+                    choices=["cache_aware", "round_robin", "random", "power_of_two"],
+                    help="the router's policy (default cache_aware: a shared prefix goes where it is cached)")
+    group.addoption("--sglang-router-arg", action="append", default=None, metavar="ARG",
+                    help="extra argument for sglang_router.launch_router, repeatable "
+                         "(--sglang-router-arg=--queue-size=256)")
     group.addoption("--sglang-update-timeout", type=float, default=600.0,
                     help="seconds the distributed weight-update group waits for its members (default 600)")
 

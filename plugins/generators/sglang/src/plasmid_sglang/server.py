@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -155,8 +156,8 @@ class ServerProcess:
         while time.monotonic() < deadline:
             if not self.alive():
                 code = self.process.returncode if self.process is not None else None
-                raise ProviderError(f"SGLang server (port {self.port}) exited with code {code} while starting; "
-                                    f"the end of {self.log_path}:\n{self.log_tail()}",
+                raise ProviderError(f"SGLang server (port {self.port}) exited with code {code} while starting: "
+                                    f"{self.log_error()}\nThe end of {self.log_path}:\n{self.log_tail()}",
                                     provider="sglang", plugin="plasmid-sglang")
             try:
                 status, _ = request_blocking(self.url, "/health_generate", method="GET", timeout=30)
@@ -202,6 +203,15 @@ class ServerProcess:
         if self.process is not None:
             _kill_group_quietly(self.process.pid)
             self.process.wait(timeout=10)
+
+    def log_error(self) -> str:
+        """The last ``SomeError: message`` line of the log (the cause of a failed start), or ``""``."""
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        causes = [line.strip() for line in text if re.match(r"^\s*[\w.]*(Error|Exception): ", line)]
+        return causes[-1] if causes else "(no error line in the log)"
 
     def log_tail(self, lines: int = 25) -> str:
         try:

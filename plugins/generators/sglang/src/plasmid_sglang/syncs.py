@@ -177,7 +177,7 @@ class DistributedSync:
 
 def engine_member(engine: Any) -> str:
     """(engine) Who the engine's servers are: a restarted server (new port) needs a new group."""
-    return process_token(engine) + "|" + ",".join(server.url for server in engine.servers)
+    return process_token(engine) + "|" + ",".join(server.url for server in engine.usable_servers())
 
 
 def engine_rank_count(engine: Any) -> int:
