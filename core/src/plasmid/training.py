@@ -59,3 +59,22 @@ def rollout_logprob_abs_diff(samples: Sequence[Sample], trainer_logprobs: torch.
         total += float(((trainer_logprobs[row, :length] - engine).abs() * row_mask).sum())
         count += float(row_mask.sum())
     return total / count if count else None
+
+
+def batch_metrics(samples: Sequence[Sample], advantages: torch.Tensor, mask: torch.Tensor,
+                  trainer_logprobs: torch.Tensor | None) -> dict[str, float]:
+    """The per-step metrics every trainer reports about the batch it trained on: advantage
+    mean/std over trained tokens, ``train_rollout_logprob_abs_diff`` (when both log-probs exist),
+    samples and trained tokens; ``advantages``, ``mask``, ``trainer_logprobs`` are ``[B, T]``."""
+    trained = advantages[mask > 0]
+    metrics = {
+        "train/advantage_mean": float(trained.mean()) if trained.numel() else 0.0,
+        "train/advantage_std": float(trained.std(unbiased=False)) if trained.numel() else 0.0,
+        "train/samples": float(len(samples)),
+        "train/tokens": float(mask.sum()),
+    }
+    if trainer_logprobs is not None:
+        diff = rollout_logprob_abs_diff(samples, trainer_logprobs, mask)
+        if diff is not None:
+            metrics["train/train_rollout_logprob_abs_diff"] = diff
+    return metrics

@@ -15,9 +15,9 @@ engine's process (module-level functions, plain-data arguments). Engines must be
   post ``/update_weights_from_distributed`` with the bucket's names, dtypes and shapes while the
   trainer broadcasts it (one flattened ``uint8`` tensor when every tensor's offset is aligned to
   its dtype, else tensor by tensor).
-- ``sglang-disk``: the trainer writes a versioned Hugging Face directory (plasmid-sync's ``disk``
-  layout: ``<--sync-dir>/v{version}``), each server loads it with ``/update_weights_from_disk``;
-  restarted servers reload it by path.
+- ``sglang-disk``: plasmid-sync's ``disk`` sync itself (registered under this name too): the
+  trainer writes ``<--sync-dir>/v{version}``, and since the engine has ``load_weights_from_disk``
+  each server loads it with ``/update_weights_from_disk``; restarted servers reload it by path.
 
 Every sync flushes the engines' prefix caches afterwards and reports the exported tensors' bytes
 and the number of buckets.
@@ -287,39 +287,3 @@ def check_bucket(engine: Any, description: list[tuple[str, str, list[int]]]) -> 
 async def receive_bucket(engine: Any, name: str, description: list[tuple[str, str, list[int]]], load_format: str,
                          weight_version: int) -> None:
     await engine.receive_bucket(name, description, load_format, weight_version)
-
-
-# ================================================================================================ sglang-disk
-class DiskSync:
-    """Versioned checkpoint directories loaded through /update_weights_from_disk; built as
-    ``DiskSync(config)``. Versions live in ``<--sync-dir>/v{version}`` (default ``<run dir>/weights``),
-    the newest ``--sync-keep-versions`` kept (plasmid-sync's options)."""
-
-    def __init__(self, config: Any) -> None:
-        from plasmid_sync.disk import sync_root
-
-        option = config.option
-        self.bucket_bytes: int = option.update_weight_buffer_size
-        self.root = sync_root(config)
-        self.model_dir = str(option.model) if option.model else ""
-        self.keep: int = max(1, int(getattr(option, "sync_keep_versions", 2)))
-        self.written: dict[int, tuple[int, int]] = {}
-
-    async def sync(self, trainer: Any, engines: Sequence[Any], weight_version: int) -> SyncReport:
-        from plasmid_sync.disk import prune_versions, version_dir, write_version
-
-        started = time.perf_counter()
-        if weight_version not in self.written:
-            self.written[weight_version] = await run_on(trainer, write_version, str(self.root), weight_version,
-                                                        self.bucket_bytes, self.model_dir)
-        directory = str(version_dir(self.root, weight_version))
-        await asyncio.gather(*(run_on(engine, load_directory, directory, weight_version) for engine in engines))
-        await _flush(engines)
-        prune_versions(self.root, self.keep)
-        moved, buckets = self.written[weight_version]
-        return _report(started, moved, buckets, weight_version)
-
-
-async def load_directory(engine: Any, directory: str, weight_version: int) -> None:
-    """(engine) Load a version directory into every server of ``engine``."""
-    await engine.load_weights_from_disk(directory, weight_version)

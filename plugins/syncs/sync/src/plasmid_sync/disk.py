@@ -162,7 +162,15 @@ def read_buckets(directory: str | Path, bucket_bytes: int) -> Iterator[list[tupl
 
 
 async def load_version(engine: Any, directory: str, weight_version: int, bucket_bytes: int) -> int:
-    """Load version directory ``directory`` into ``engine`` bucket by bucket; bytes loaded."""
+    """Load version directory ``directory`` into ``engine``; bytes loaded.
+
+    An engine that loads checkpoint directories natively (``load_weights_from_disk(directory,
+    weight_version)``, e.g. SGLang's ``/update_weights_from_disk``) is handed the directory;
+    any other engine gets it bucket by bucket through ``update_weights``."""
+    native = getattr(engine, "load_weights_from_disk", None)
+    if native is not None:
+        await native(directory, weight_version)
+        return sum(path.stat().st_size for path in Path(directory).glob("*.safetensors"))
     loaded = 0
     buckets = iter(read_buckets(directory, bucket_bytes))
     while (bucket := await asyncio.to_thread(next, buckets, None)) is not None:

@@ -51,7 +51,7 @@ import torch
 import torch.distributed as dist
 
 from plasmid.errors import UsageError
-from plasmid.training import check_samples, rollout_logprob_abs_diff, updates_per_rollout
+from plasmid.training import batch_metrics, check_samples, updates_per_rollout
 from plasmid.types import LossBatch, RolloutBatch, Sample
 from plasmid_megatron import batching, checkpoint
 from plasmid_megatron.converter import Converter
@@ -362,16 +362,8 @@ class MegatronTrainer:
         metrics = {f"train/{name}": sum(values) / len(values) for name, values in columns.items()}
         metrics["train/lr"] = per_update[-1]["lr"]
         metrics["train/skipped_updates"] = sum(update["skipped_updates"] for update in per_update)
-        mask = loss_batch.response_mask.cpu()
-        trained = loss_batch.advantages.cpu()[mask > 0]
-        metrics["train/advantage_mean"] = float(trained.mean()) if trained.numel() else 0.0
-        metrics["train/advantage_std"] = float(trained.std(unbiased=False)) if trained.numel() else 0.0
-        if trainer_old is not None:
-            diff = rollout_logprob_abs_diff(samples, trainer_old, mask)
-            if diff is not None:
-                metrics["train/train_rollout_logprob_abs_diff"] = diff
-        metrics["train/samples"] = float(len(samples))
-        metrics["train/tokens"] = float(mask.sum())
+        metrics.update(batch_metrics(samples, loss_batch.advantages.cpu(), loss_batch.response_mask.cpu(),
+                                     trainer_old))
         metrics["train/updates"] = float(len(per_update))
         metrics["train/seconds"] = time.perf_counter() - started
         return metrics

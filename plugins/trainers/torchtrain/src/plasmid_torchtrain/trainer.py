@@ -27,7 +27,7 @@ import torch
 
 from plasmid.errors import UsageError
 from plasmid.hf import load_causal_lm
-from plasmid.training import rollout_logprob_abs_diff
+from plasmid.training import batch_metrics
 from plasmid.types import LossBatch, RolloutBatch, Sample
 from plasmid_torchtrain import batching, checkpoint, critic, distributed, schedule, weights
 
@@ -186,16 +186,7 @@ class TorchTrainer:
         if self.critic is not None:
             metrics.update(_critic_batch_metrics(loss_batch))
             metrics["train/policy_updated"] = float(train_policy)
-        trained = mask > 0
-        advantages = loss_batch.advantages[trained]
-        metrics["train/advantage_mean"] = float(advantages.mean()) if advantages.numel() else 0.0
-        metrics["train/advantage_std"] = float(advantages.std(unbiased=False)) if advantages.numel() else 0.0
-        if trainer_old is not None:
-            diff = rollout_logprob_abs_diff(samples, trainer_old, mask)
-            if diff is not None:
-                metrics["train/train_rollout_logprob_abs_diff"] = diff
-        metrics["train/samples"] = float(len(samples))
-        metrics["train/tokens"] = float(mask.sum())
+        metrics.update(batch_metrics(samples, loss_batch.advantages, mask, trainer_old))
         metrics["train/updates"] = float(len(per_update) if train_policy else 0)
         metrics["train/seconds"] = time.perf_counter() - started
         return metrics
