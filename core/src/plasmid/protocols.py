@@ -206,7 +206,19 @@ class CriticLoss(Loss, Protocol):
 
 @runtime_checkable
 class Trainer(Protocol):
-    """Owns the policy (and reference/critic when the loss needs them) and updates it."""
+    """Owns the policy (and reference/critic when the loss needs them) and updates it.
+
+    A trainer made of several processes (a multi-process runtime builds one per rank, in an
+    initialised ``torch.distributed`` group) is one of two kinds:
+
+    - *rank-0 reads* (the default): every rank holds the whole policy; collective calls
+      (``train_step``, ``load``, ``offload``, ``onload``) go to every rank, the others
+      (``logprobs``, ``values``, ``save``, ``export_weights``) to rank 0 alone.
+    - *collective* (a class attribute ``collective = True``; megatron): the weights are sharded
+      over the ranks, so **every** method, and every pass over :meth:`export_weights`, must run
+      on every rank in the same order. The runtime then calls each on all ranks and uses rank 0's
+      result; a weight sync that exports on rank 0 has the other ranks export alongside it.
+    """
 
     async def logprobs(self, samples: list[Sample], temperature: float) -> list[list[float]]:
         """Log-probs of each sample's response tokens under the current policy."""

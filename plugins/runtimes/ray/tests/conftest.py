@@ -9,37 +9,19 @@ one math thread per actor.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-
 import pytest
 
-RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
 CLUSTER_CPUS = 4
 
 
 @pytest.fixture(scope="module")
 def ray_cluster():
     """A local Ray cluster for the test module (started once; actors see OMP_NUM_THREADS=1)."""
-    ray = pytest.importorskip("ray")
-    from plasmid_ray.cluster import ACTOR_ENV
+    pytest.importorskip("ray")
+    from plasmid_ray.testing import local_cluster
 
-    saved = {name: os.environ.get(name) for name in RAY_ENV}
-    os.environ.update(RAY_ENV)
-    temp_dir = tempfile.mkdtemp(prefix="plasmid-ray-", dir="/tmp")
-    ray.init(num_cpus=CLUSTER_CPUS, include_dashboard=False, _temp_dir=temp_dir,
-             runtime_env={"env_vars": dict(ACTOR_ENV)}, log_to_driver=True)
-    try:
+    with local_cluster(CLUSTER_CPUS) as ray:
         yield ray
-    finally:
-        ray.shutdown()
-        shutil.rmtree(temp_dir, ignore_errors=True)
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from plasmid.config import Config
@@ -101,13 +101,18 @@ class EngineHost:
 
 
 class TrainerWorker:
-    """Data-parallel rank ``rank`` of ``world`` trainer workers.
+    """Rank ``rank`` of ``world`` trainer workers.
 
     :meth:`setup` joins the ``torch.distributed`` group of the trainers (gloo on CPU, NCCL when
     a GPU is visible; rank 0's address, from :meth:`rendezvous_address`) and builds the loss and
     the trainer from the registry. The trainer plugin sees an initialised default process group
     and trains its shard (see plasmid-torchtrain's ``distributed`` module). Calls that touch the
     weights are serialised by a lock, so a weight export never reads a half-applied update.
+
+    A *collective* trainer (``collective = True``, see :class:`plasmid.protocols.Trainer`) needs
+    every rank in every export: rank 0 is then given the other workers (:meth:`lead`), and each
+    time a function run on it (:meth:`call`, :meth:`export_buckets`) starts an export, the others
+    run the same export alongside (:meth:`follow_export`) and drop what it yields.
     """
 
     def __init__(self, config: Config, rank: int, world: int, cpus: float) -> None:
@@ -115,6 +120,7 @@ class TrainerWorker:
         limit_threads(cpus)
         self.registry = load_registry(config)
         self.trainer: Any = None
+        self.followers: list[Any] = []
         self.lock = asyncio.Lock()
 
     async def ready(self) -> dict[str, Any]:
@@ -127,12 +133,14 @@ class TrainerWorker:
         return node_address(), free_port()
 
     async def setup(self, master_address: str, master_port: int) -> dict[str, Any]:
+        """Join the group, build the trainer; this process's description and whether the trainer
+        is collective."""
         if self.world > 1:
             await asyncio.to_thread(self._join_group, master_address, master_port)
         option = self.config.option
         loss = instantiate(self.registry.get("loss", option.loss), self.config)
         self.trainer = instantiate(self.registry.get("trainer", option.trainer), self.config, loss)
-        return describe_process()
+        return {**describe_process(), "collective": bool(getattr(self.trainer, "collective", False))}
 
     def _join_group(self, master_address: str, master_port: int) -> None:
         import datetime
@@ -143,6 +151,10 @@ class TrainerWorker:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         dist.init_process_group(backend=backend, init_method=f"tcp://{master_address}:{master_port}",
                                 rank=self.rank, world_size=self.world, timeout=datetime.timedelta(minutes=30))
+
+    async def lead(self, followers: list[Any]) -> None:
+        """Make this worker (rank 0 of a collective trainer) start ``followers``' exports with its own."""
+        self.followers = list(followers)
 
     async def train_step(self, batch: Any) -> dict[str, float]:
         async with self.lock:
@@ -160,8 +172,16 @@ class TrainerWorker:
         """The trainer's ``export_weights`` buckets as numpy arrays, one Ray object per bucket
         (a streaming generator: at most a few buckets are alive at a time)."""
         async with self.lock:
-            for bucket in self.trainer.export_weights(bucket_bytes):
+            for bucket in self._led().export_weights(bucket_bytes):
                 yield [(name, _as_numpy(tensor)) for name, tensor in bucket]
+
+    async def follow_export(self, bucket_bytes: int) -> int:
+        """Take part in an export that rank 0 leads (collective trainers); the tensors exported."""
+        def drain() -> int:
+            return sum(len(bucket) for bucket in self.trainer.export_weights(bucket_bytes))
+
+        async with self.lock:
+            return await asyncio.to_thread(drain)
 
     async def save(self, path: str) -> None:
         async with self.lock:
@@ -179,13 +199,36 @@ class TrainerWorker:
 
     async def call(self, fn: Callable[..., Any], args: tuple) -> Any:
         async with self.lock:
-            return await run_on(self.trainer, fn, *args)
+            return await run_on(self._led(), fn, *args)
 
     async def shutdown(self) -> None:
         import torch.distributed as dist
 
         if dist.is_initialized():
             dist.destroy_process_group()
+
+    def _led(self) -> Any:
+        """The trainer, or (rank 0 with followers) the trainer whose exports the followers join."""
+        return LeadingTrainer(self.trainer, self.followers) if self.followers else self.trainer
+
+
+class LeadingTrainer:
+    """A collective trainer on rank 0 whose :meth:`export_weights` first starts the same export
+    on the follower workers, and after its last bucket waits for theirs to end (so a follower's
+    failure is this export's failure). Every other attribute is the trainer's."""
+
+    def __init__(self, trainer: Any, followers: list[Any]) -> None:
+        self._trainer, self._followers = trainer, followers
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._trainer, name)
+
+    def export_weights(self, bucket_bytes: int) -> Iterator[Any]:
+        import ray
+
+        following = [follower.follow_export.remote(bucket_bytes) for follower in self._followers]
+        yield from self._trainer.export_weights(bucket_bytes)
+        ray.get(following)
 
 
 def _as_numpy(tensor: Any) -> Any:

@@ -1,10 +1,16 @@
-"""The data-parallel trainer workers and the driver-side :class:`TrainerProxy` over them.
+"""The trainer workers and the driver-side :class:`TrainerProxy` over them.
 
 Collective calls (``train_step``, ``load``, ``offload``/``onload``) go to every rank with the
 same arguments (the batch is put in the object store once) and return rank 0's result: the
 trainer plugin all-reduces gradients and metrics, so rank 0's metrics are the global ones.
 Calls that read the (identical) weights of one rank go to rank 0: ``logprobs``, ``values``,
 ``save``, ``export_weights`` and ``plasmid_call`` (a weight sync's trainer-side step).
+
+A *collective* trainer (``collective = True``: its weights are sharded over the ranks, as
+megatron's are) gets every call on every rank instead: ``logprobs``, ``values`` and ``save`` go
+to all ranks (rank 0's result is used), and an export on rank 0, whether the driver streams it
+or a weight sync's function starts it there, runs on the other ranks alongside
+(:class:`plasmid_ray.actors.LeadingTrainer`).
 """
 
 from __future__ import annotations
@@ -25,17 +31,29 @@ class TrainerProxy:
 
     def __init__(self, workers: list[Any], infos: list[dict[str, Any]]) -> None:
         self.workers, self.infos = workers, infos
+        #: whether every call must reach every rank (see the module docstring)
+        self.collective = bool(infos and infos[0].get("collective"))
 
     @property
     def rank0(self) -> Any:
         return self.workers[0]
 
+    async def _read(self, method: str, *args: Any) -> Any:
+        """Rank 0's answer to ``method``; asked of every rank when the trainer is collective."""
+        import ray
+
+        if not self.collective:
+            return await getattr(self.rank0, method).remote(*args)
+        shared = [ray.put(arg) for arg in args]
+        results = await asyncio.gather(*(getattr(worker, method).remote(*shared) for worker in self.workers))
+        return results[0]
+
     async def logprobs(self, samples: list[Sample], temperature: float) -> list[list[float]]:
-        return await self.rank0.logprobs.remote(samples, temperature)
+        return await self._read("logprobs", samples, temperature)
 
     async def values(self, samples: list[Sample]) -> list[list[float]]:
         """The critic's values (trainers whose loss needs a critic), from rank 0."""
-        return await self.rank0.values.remote(samples)
+        return await self._read("values", samples)
 
     async def train_step(self, batch: RolloutBatch) -> dict[str, float]:
         import ray
@@ -54,7 +72,7 @@ class TrainerProxy:
             yield ray.get(ref)
 
     async def save(self, path: str) -> None:
-        await self.rank0.save.remote(path)
+        await self._read("save", path)
 
     async def load(self, path: str) -> None:
         await asyncio.gather(*(worker.load.remote(path) for worker in self.workers))
@@ -103,6 +121,10 @@ async def start_trainers(config: Config, placement: Placement) -> TrainerProxy:
         for worker in workers:
             ray.kill(worker, no_restart=True)
         raise
+    proxy = TrainerProxy(workers, list(infos))
+    if proxy.collective and world > 1:
+        await workers[0].lead.remote(workers[1:])
     if world > 1:
-        report(f"{world} trainer workers joined one process group at {address}:{port}")
-    return TrainerProxy(workers, list(infos))
+        kind = "collective" if proxy.collective else "rank-0 reads"
+        report(f"{world} trainer workers joined one process group at {address}:{port} ({kind})")
+    return proxy
