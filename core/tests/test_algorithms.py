@@ -418,3 +418,31 @@ def test_check_samples_names_the_sample_that_cannot_be_trained():
                                                                        loss_mask=[1, 1])])
     with pytest.raises(ValueError, match="no prompt token"):
         check_samples([Sample(tokens=[1], response_length=1)])
+
+
+def test_index_chunks_and_step_metrics_over_updates():
+    from plasmid.training import index_chunks, update_metrics
+
+    assert index_chunks(5, None) == [[0, 1, 2, 3, 4]]
+    assert index_chunks(5, 2) == [[0, 1], [2, 3], [4]]
+    per_update = [{"loss": 1.0, "lr": 0.1, "skipped_updates": 1.0},
+                  {"loss": 3.0, "lr": 0.2, "skipped_updates": 0.0, "value_loss": 5.0}]
+    assert update_metrics(per_update) == {"train/loss": 2.0, "train/lr": 0.2, "train/skipped_updates": 1.0,
+                                          "train/value_loss": 5.0}
+    assert update_metrics([]) == {}
+
+
+def test_trainer_setup_needs_a_model_and_a_critic_loss_that_trains_the_critic():
+    from types import SimpleNamespace
+
+    from plasmid.errors import UsageError
+    from plasmid.training import check_trainer_setup
+
+    class CriticWithoutValueLoss:
+        needs_critic = True
+
+    with pytest.raises(UsageError, match="mytrainer: --model is not set"):
+        check_trainer_setup("mytrainer", SimpleNamespace(model=None), object())
+    with pytest.raises(UsageError, match="mytrainer: the loss CriticWithoutValueLoss needs a critic"):
+        check_trainer_setup("mytrainer", SimpleNamespace(model="m"), CriticWithoutValueLoss())
+    check_trainer_setup("mytrainer", SimpleNamespace(model="m"), object())

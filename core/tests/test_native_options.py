@@ -52,7 +52,8 @@ def test_fields_of_a_class_and_its_imported_base_are_read_from_source(package, m
     ("bool", ("bool", None)), ("Optional[int]", ("int", None)), ("float | None", ("float", None)),
     ("Union[str, None]", ("str", None)), ("Literal['x', 'y']", ("str", ("x", "y"))),
     ("torch.dtype", ("dtype", ("float32", "bfloat16", "float16"))), ("list[int]", None), ("Callable", None),
-    ("int | str", None),
+    ("int | str", None), ("Union[float, List[float]]", ("float", None)), ("list[int] | int", ("int", None)),
+    ("Optional[Union[float, List[float]]]", ("float", None)), ("Union[float, List[int]]", None),
 ])
 def test_scalar_annotations_become_option_types(annotation, expected):
     assert scalar_kind(ast.parse(annotation, mode="eval").body) == expected

@@ -176,8 +176,10 @@ def imported_file(path: Path, tree: ast.Module, name: str, *, root: Path, packag
 
 
 def scalar_kind(annotation: ast.expr) -> tuple[str, tuple[str, ...] | None] | None:
-    """``(kind, choices)`` of a scalar annotation (see :class:`NativeField`), or ``None``."""
-    annotation = strip_optional(annotation)
+    """``(kind, choices)`` of a scalar annotation (see :class:`NativeField`), or ``None``.
+    A field that takes one value or a list of them (``Union[float, List[float]]``) is the scalar:
+    an option gives one value."""
+    annotation = one_or_list_of(strip_optional(annotation))
     if isinstance(annotation, ast.Name) and annotation.id in ("bool", "int", "float", "str"):
         return annotation.id, None
     if isinstance(annotation, ast.Attribute) and ast.unparse(annotation) == "torch.dtype":
@@ -200,6 +202,23 @@ def strip_optional(annotation: ast.expr) -> ast.expr:
     if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
         rest = [side for side in (annotation.left, annotation.right) if not _is_none(side)]
         return rest[0] if len(rest) == 1 else annotation
+    return annotation
+
+
+def one_or_list_of(annotation: ast.expr) -> ast.expr:
+    """``X`` for ``Union[X, List[X]]`` and ``X | list[X]`` (either order); else the annotation."""
+    if isinstance(annotation, ast.Subscript) and name_of(annotation.value) == "Union" \
+            and isinstance(annotation.slice, ast.Tuple):
+        items = list(annotation.slice.elts)
+    elif isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+        items = [annotation.left, annotation.right]
+    else:
+        return annotation
+    if len(items) == 2:
+        for one, other in (items, items[::-1]):
+            if isinstance(other, ast.Subscript) and name_of(other.value) in ("List", "list") \
+                    and ast.dump(other.slice) == ast.dump(one):
+                return one
     return annotation
 
 

@@ -40,10 +40,20 @@ def char_tokenizer(alphabet: str = DIGITS_ALPHABET, max_length: int = 64) -> Any
                                    padding_side="left", model_max_length=max_length)
 
 
+#: Extra config fields of the tiny mixture-of-experts architectures (besides the common ones).
+TINY_MOE = {"num_experts": 4, "num_experts_per_tok": 2}
+
+
 def tiny_config(vocab_size: int, arch: str = "qwen2", hidden_size: int = 64, num_layers: int = 2,
                 num_heads: int = 4, num_kv_heads: int | None = None, max_positions: int = 64,
-                tie_word_embeddings: bool = True) -> Any:
-    """A Hugging Face config for a tiny ``arch`` (``qwen2`` or ``llama``) model; FFN is 4x hidden."""
+                tie_word_embeddings: bool = True, **overrides: Any) -> Any:
+    """A Hugging Face config for a tiny ``arch`` model; FFN is 4x hidden.
+
+    ``arch``: ``qwen2``, ``llama``, ``qwen3`` (head_dim hidden / heads), or the mixture-of-experts
+    ``qwen2_moe`` / ``qwen3_moe`` (:data:`TINY_MOE`: 4 experts of width hidden / 2, top-2, every layer
+    sparse, ``norm_topk_prob`` transformers' default False; qwen2_moe adds a shared expert of width
+    hidden). ``overrides`` are further config fields (e.g. ``norm_topk_prob=True``), applied last.
+    """
     import transformers
 
     common = dict(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=4 * hidden_size,
@@ -51,10 +61,18 @@ def tiny_config(vocab_size: int, arch: str = "qwen2", hidden_size: int = 64, num
                   num_key_value_heads=num_kv_heads or num_heads, max_position_embeddings=max_positions,
                   bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID,
                   tie_word_embeddings=tie_word_embeddings)
-    configs = {"qwen2": transformers.Qwen2Config, "llama": transformers.LlamaConfig}
+    configs = {"qwen2": transformers.Qwen2Config, "llama": transformers.LlamaConfig,
+               "qwen3": transformers.Qwen3Config, "qwen2_moe": transformers.Qwen2MoeConfig,
+               "qwen3_moe": transformers.Qwen3MoeConfig}
     if arch not in configs:
         raise ValueError(f"unknown tiny architecture {arch!r}; choose one of {sorted(configs)}")
-    return configs[arch](**common)
+    if arch in ("qwen3", "qwen3_moe"):
+        common["head_dim"] = hidden_size // num_heads
+    if arch in ("qwen2_moe", "qwen3_moe"):
+        common.update(TINY_MOE, moe_intermediate_size=hidden_size // 2)
+    if arch == "qwen2_moe":
+        common["shared_expert_intermediate_size"] = hidden_size
+    return configs[arch](**{**common, **overrides})
 
 
 def build_tiny_model(directory: str | os.PathLike, *, alphabet: str = DIGITS_ALPHABET, seed: int = 0,

@@ -34,6 +34,44 @@ def check_samples(samples: Sequence[Sample]) -> None:
                              f"{sample.response_length} response tokens")
 
 
+def check_trainer_setup(trainer: str, option: Any, loss: Any) -> None:
+    """What every trainer checks first (``UsageError`` naming ``trainer``): ``--model`` is set, and
+    a loss that ``needs_critic`` has ``value_loss`` to train the critic with."""
+    from plasmid.errors import UsageError
+
+    if not option.model:
+        raise UsageError(f"{trainer}: --model is not set; give a local Hugging Face model directory")
+    if getattr(loss, "needs_critic", False) and not callable(getattr(loss, "value_loss", None)):
+        raise UsageError(f"{trainer}: the loss {type(loss).__name__} needs a critic (needs_critic) but has no "
+                         f"value_loss(batch, values) to train it with (see plasmid.protocols.CriticLoss)")
+
+
+def index_chunks(size: int, chunk_size: int | None) -> list[list[int]]:
+    """Positions ``0 .. size - 1`` in consecutive runs of ``chunk_size`` (one run when it is unset):
+    a step's samples per optimizer update (``--global-batch-size``), or per micro-batch."""
+    chunk = max(1, chunk_size or size)
+    return [list(range(start, min(size, start + chunk))) for start in range(0, size, chunk)]
+
+
+def update_metrics(per_update: Sequence[dict[str, float]]) -> dict[str, float]:
+    """A step's ``train/<name>`` metrics from its updates' metrics (one dict per update): the mean
+    over the updates that report a name, except the learning rates (``lr``, ``critic_lr``: the last
+    update's) and skipped-update counts (``skipped_updates``, ``critic_skipped_updates``: summed)."""
+    columns: dict[str, list[float]] = {}
+    for update in per_update:
+        for name, value in update.items():
+            columns.setdefault(name, []).append(value)
+    metrics = {f"train/{name}": sum(values) / len(values) for name, values in columns.items()}
+    if per_update:
+        for name in ("lr", "critic_lr"):
+            if name in per_update[-1]:
+                metrics[f"train/{name}"] = per_update[-1][name]
+    for name in ("skipped_updates", "critic_skipped_updates"):
+        if name in columns:
+            metrics[f"train/{name}"] = sum(columns[name])
+    return metrics
+
+
 def updates_per_rollout(option: Any) -> int:
     """Optimizer updates per RL step: one per ``--global-batch-size`` samples of the step's
     ``--prompts-per-step`` x ``--n-samples-per-prompt`` (one when the global batch size is unset)."""
@@ -77,4 +115,22 @@ def batch_metrics(samples: Sequence[Sample], advantages: torch.Tensor, mask: tor
         diff = rollout_logprob_abs_diff(samples, trainer_logprobs, mask)
         if diff is not None:
             metrics["train/train_rollout_logprob_abs_diff"] = diff
+    return metrics
+
+
+def critic_batch_metrics(batch: Any) -> dict[str, float]:
+    """A critic's values before the update against the step's returns, over the trained tokens of
+    a :class:`plasmid.types.LossBatch` with ``values`` (and ``returns``) filled in:
+    ``train/value_mean``, ``train/returns_mean``, ``train/explained_variance``. Trainers with a
+    critic call it once per step on the whole batch."""
+    from plasmid import algorithms
+
+    trained = batch.response_mask > 0
+    values = batch.values[trained]
+    metrics = {"train/value_mean": float(values.mean()) if values.numel() else 0.0}
+    if batch.returns is not None:
+        returns = batch.returns[trained]
+        metrics["train/returns_mean"] = float(returns.mean()) if returns.numel() else 0.0
+        metrics["train/explained_variance"] = algorithms.explained_variance(batch.values, batch.returns,
+                                                                            batch.response_mask)
     return metrics

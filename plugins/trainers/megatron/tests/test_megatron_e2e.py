@@ -34,7 +34,7 @@ def test_a_short_run_trains_syncs_and_checkpoints(tmp_path):
     assert max(m["train/train_rollout_logprob_abs_diff"] for m in metrics) <= 1e-4
     checkpoint = next((tmp_path / "run" / "checkpoints").iterdir()) / "trainer"
     assert (checkpoint / "model" / "model.safetensors").is_file()
-    assert (checkpoint / "trainer_state" / "rank_00000.pt").is_file()
+    assert (checkpoint / "dist" / "metadata.json").is_file() and (checkpoint / "rng" / "rank_00000.pt").is_file()
 
 
 @pytest.mark.slow

@@ -31,6 +31,9 @@ def scalar_fields(cls):
         args = [a for a in typing.get_args(kind) if a is not type(None)]
         if typing.get_origin(kind) is typing.Union and len(args) == 1:
             kind = args[0]
+        elif typing.get_origin(kind) is typing.Union and len(args) == 2 and typing.get_origin(args[1]) is list \
+                and typing.get_args(args[1]) == (args[0],):
+            kind = args[0]          # one value or a list of them: the option gives one
         literal = typing.get_origin(kind) is typing.Literal and all(isinstance(a, str) for a in typing.get_args(kind))
         if kind in SCALARS or kind is torch.dtype or literal:
             names.add(field.name)

@@ -8,15 +8,11 @@ dominates). Updates use SGD so that equal weights mean equal gradients, paramete
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from multiprocess import run_ranks
 
 from plasmid.tiny import build_tiny_model
 
@@ -24,33 +20,10 @@ WORKER = Path(__file__).resolve().parent / "parallel_worker.py"
 COMPARED = ("train/loss", "train/pg_loss", "train/entropy", "train/grad_norm", "train/clip_frac", "train/approx_kl")
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def run_layout(model_dir: Path, out: Path, world_size: int, **settings) -> dict:
+    """``parallel_worker.py`` as ``world_size`` ranks on ``model_dir``; rank 0's result."""
     out.mkdir(parents=True)
-    payload = json.dumps({"model": str(model_dir), "out": str(out), **settings})
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    if world_size > 1:
-        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world_size))
-    processes = [subprocess.Popen([sys.executable, str(WORKER), payload], stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True,
-                                  env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)} if world_size > 1 else env)
-                 for rank in range(world_size)]
-    outputs = []
-    for process in processes:
-        try:
-            outputs.append(process.communicate(timeout=240)[0])
-        except subprocess.TimeoutExpired:
-            for other in processes:
-                other.kill()
-            raise
-    for rank, (process, output) in enumerate(zip(processes, outputs, strict=True)):
-        assert process.returncode == 0, f"rank {rank} of {settings} failed:\n{output[-4000:]}"
-    return json.loads((out / "result.json").read_text())
+    return run_ranks(WORKER, {"model": str(model_dir), "out": str(out), **settings}, world_size)
 
 
 def checkpoint_weights(out: Path) -> dict[str, np.ndarray]:
@@ -111,9 +84,54 @@ def test_distributed_optimizer_matches_the_replicated_one(model_dir, tmp_path):
         assert np.allclose(weights[name], value, atol=1e-7, rtol=0), name
 
 
-@pytest.mark.parametrize("layout", ["tp2", "dp2-distributed-adam"])
-def test_layout_resumes_exactly_from_its_checkpoint(layout, model_dir, tmp_path):
-    options = DISTRIBUTED_ADAM if layout == "dp2-distributed-adam" else LAYOUTS[layout]
-    got = run_layout(model_dir, tmp_path / layout, 2, options=options, resume=True)
+#: layouts whose checkpoint is resumed: in the same layout, and in a single process. Adam, so that
+#: its moments (split over tensor-parallel ranks, or over data-parallel ranks by the distributed
+#: optimizer) must be resharded too.
+RESUMED = {"tp2": {**ADAM, "tensor_model_parallel_size": 2}, "dp2-distributed-adam": DISTRIBUTED_ADAM}
+
+
+@pytest.fixture(scope="module")
+def resumed_run(model_dir, tmp_path_factory):
+    """``resumed_run(layout) -> (out, result)``: the 2-process run of ``RESUMED[layout]`` that
+    checkpoints after two steps and makes a third on the trainer that wrote the checkpoint and on
+    a fresh one that loads it (run once per module, shared by the tests below)."""
+    runs: dict[str, tuple[Path, dict]] = {}
+
+    def run(layout: str) -> tuple[Path, dict]:
+        if layout not in runs:
+            out = tmp_path_factory.mktemp("resumed") / layout
+            runs[layout] = out, run_layout(model_dir, out, 2, options=RESUMED[layout], resume=True)
+        return runs[layout]
+
+    return run
+
+
+@pytest.mark.parametrize("layout", sorted(RESUMED))
+def test_layout_resumes_exactly_from_its_checkpoint(layout, resumed_run):
+    _, got = resumed_run(layout)
     assert got["resumed_weights_equal"]
     assert got["third_resumed"]["train/loss"] == got["third"]["train/loss"]
+
+
+@pytest.mark.parametrize("layout", sorted(RESUMED))
+def test_a_checkpoint_resumes_in_a_single_process(layout, model_dir, resumed_run, tmp_path):
+    """Resharded into one process (TP=2 -> 1; DP=2 -> 1 with the distributed optimizer), the third
+    step equals the one the 2-process trainer made after writing the checkpoint: same loss, same
+    weights after the update, so Adam's moments and step count carried over. The same step from
+    the checkpoint's weights alone (a new Adam) lands elsewhere, so the comparison can fail."""
+    written, expected = resumed_run(layout)
+    options = {name: value for name, value in RESUMED[layout].items() if name != "tensor_model_parallel_size"}
+    got = run_layout(model_dir, tmp_path / "single", 1, options=options, resume_from=str(written / "ckpt"),
+                     fresh_optimizer=True)
+    assert got["counters"] == [2, 2]
+    for name in COMPARED:
+        assert got["third"][name] == pytest.approx(expected["third"][name], rel=1e-5, abs=1e-6), name
+    from safetensors.numpy import load_file
+
+    continued = load_file(str(written / "third.safetensors"))
+    resumed = load_file(str(tmp_path / "single" / "third.safetensors"))
+    fresh = load_file(str(tmp_path / "single" / "third_fresh.safetensors"))
+    assert set(resumed) == set(continued)
+    for name, value in continued.items():
+        assert np.allclose(resumed[name], value, atol=2e-6, rtol=0), name
+    assert max(float(np.abs(fresh[name] - value).max()) for name, value in continued.items()) > 1e-4

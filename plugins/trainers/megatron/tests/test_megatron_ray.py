@@ -16,9 +16,9 @@ import pytest
 
 pytest.importorskip("plasmid_ray")
 
-from plasmid.run import run_training  # noqa: E402
-
 from test_megatron_e2e import SHIM_PLUGIN  # noqa: E402
+
+from plasmid.run import run_training  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -44,4 +44,5 @@ def test_tensor_parallel_trainer_workers_train_and_sync(ray_cluster, tmp_path, s
     assert max(m["train/train_rollout_logprob_abs_diff"] for m in metrics) <= 1e-4
     checkpoint = next((run_dir / "checkpoints").iterdir()) / "trainer"
     assert (checkpoint / "model" / "model.safetensors").is_file()
-    assert sorted(p.name for p in (checkpoint / "trainer_state").iterdir()) == ["rank_00000.pt", "rank_00001.pt"]
+    assert (checkpoint / "dist" / "metadata.json").is_file()
+    assert sorted(p.name for p in (checkpoint / "rng").iterdir()) == ["rank_00000.pt", "rank_00001.pt"]

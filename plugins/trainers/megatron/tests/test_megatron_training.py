@@ -191,8 +191,9 @@ def test_checkpoint_layout(make_trainer, tmp_path):
     testing.run(make_trainer().save(str(tmp_path / "ckpt")))
     files = {p.name for p in (tmp_path / "ckpt" / "model").iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= files
-    assert (tmp_path / "ckpt" / "trainer_state" / "rank_00000.pt").is_file()
-    assert not (tmp_path / "ckpt.tmp").exists()
+    assert {"metadata.json", "common.pt"} <= {p.name for p in (tmp_path / "ckpt" / "dist").iterdir()}
+    assert (tmp_path / "ckpt" / "rng" / "rank_00000.pt").is_file()
+    assert not (tmp_path / "ckpt.tmp").exists() and not (tmp_path / "ckpt.old").exists()
 
 
 def test_offload_and_onload_are_no_ops_on_cpu(make_trainer):
@@ -218,9 +219,9 @@ def test_a_sample_without_reward_is_an_error_that_names_it(make_trainer):
         testing.run(make_trainer().train_step(batch))
 
 
-def test_a_critic_loss_is_refused(model_dir, tmp_path):
+def test_a_critic_loss_without_value_loss_is_refused(model_dir, tmp_path):
     critic_loss = type("CriticLoss", (NanLoss,), {"needs_critic": True})()
-    with pytest.raises(UsageError, match="needs a critic"):
+    with pytest.raises(UsageError, match="needs a critic .* has no value_loss"):
         MegatronTrainer(config_for(model_dir, tmp_path), critic_loss)
 
 

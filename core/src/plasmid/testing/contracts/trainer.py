@@ -75,9 +75,11 @@ def tensor_nbytes(tensor: Any) -> int:
 
 
 def as_numpy(tensor: Any) -> np.ndarray:
+    """A numpy view or copy of a torch tensor; bfloat16 (which numpy lacks) as float32, exactly."""
     if isinstance(tensor, np.ndarray):
         return tensor
-    return tensor.detach().cpu().numpy()
+    tensor = tensor.detach().cpu()
+    return (tensor.float() if tensor.dtype == torch.bfloat16 else tensor).numpy()
 
 
 def exported(trainer: Any, bucket_bytes: int = 1 << 40) -> dict[str, np.ndarray]:

@@ -20,6 +20,20 @@ group, ``d`` head dim, ``H`` hidden, ``F`` FFN, ``V`` vocabulary, ``Vp`` padded 
 
 TransformerEngine layer specs fuse the norms into the next linear layer
 (``linear_qkv.layer_norm_weight``, ``linear_fc1.layer_norm_weight``); both namings are mapped.
+
+Mixture-of-experts layers (``MoELayer`` with megatron's ``SequentialMLP`` experts; ``E`` experts,
+``e`` expert-parallel ranks holding ``E / e`` each, ``u`` expert-tensor-parallel ranks):
+
+- ``mlp.router.weight`` ``[E, H]`` = ``mlp.gate.weight``: replicated.
+- ``mlp.experts.local_experts.{i}.linear_fc1`` / ``linear_fc2``: expert ``r E/e + i`` of the
+  Hugging Face model on expert-parallel rank ``r`` (``mlp.experts.{r E/e + i}.{gate,up,down}_proj``),
+  laid out and split like the dense MLP but over the ``u`` expert-tensor-parallel ranks (megatron's
+  ``expert_tensor_parallel_size``, by default the tensor-parallel size). Such a :class:`Rule` has
+  ``expert=True``; ranks are passed to :meth:`Converter.rule` (expert-parallel) and
+  :meth:`Converter.shard` (expert-tensor-parallel).
+- ``mlp.shared_experts.linear_fc1`` / ``linear_fc2`` = ``mlp.shared_expert.{gate,up,down}_proj``:
+  split over the tensor-parallel ranks like the dense MLP; ``mlp.shared_experts.gate_weight``
+  ``[1, H]`` = ``mlp.shared_expert_gate.weight``: replicated.
 """
 
 from __future__ import annotations
@@ -52,6 +66,19 @@ LAYER_PARAMETERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "mlp.linear_fc1.layer_norm_weight": (REPLICATED, ("post_attention_layernorm.weight",)),
     "mlp.linear_fc1.weight": (GATE_UP, ("mlp.gate_proj.weight", "mlp.up_proj.weight")),
     "mlp.linear_fc2.weight": (ROW, ("mlp.down_proj.weight",)),
+    "mlp.router.weight": (REPLICATED, ("mlp.gate.weight",)),
+    "mlp.shared_experts.linear_fc1.weight": (GATE_UP, ("mlp.shared_expert.gate_proj.weight",
+                                                      "mlp.shared_expert.up_proj.weight")),
+    "mlp.shared_experts.linear_fc2.weight": (ROW, ("mlp.shared_expert.down_proj.weight",)),
+    "mlp.shared_experts.gate_weight": (REPLICATED, ("mlp.shared_expert_gate.weight",)),
+}
+
+_LOCAL_EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)\.(linear_fc1|linear_fc2)\.weight$")
+
+#: a routed expert's megatron linear -> (split, its Hugging Face suffixes under ``mlp.experts.N.``)
+EXPERT_PARAMETERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "linear_fc1": (GATE_UP, ("gate_proj.weight", "up_proj.weight")),
+    "linear_fc2": (ROW, ("down_proj.weight",)),
 }
 
 EMBEDDING = "model.embed_tokens.weight"
@@ -66,35 +93,79 @@ class Rule:
     :ivar hf_names: the Hugging Face tensors it is made of, in order.
     :ivar exported: ``False`` for the tied output layer's copy on the last pipeline stage, which
         is loaded from ``embed_tokens`` but never exported (the first stage exports it).
+    :ivar expert: a routed expert's weight: split over the expert-tensor-parallel ranks (not the
+        tensor-parallel ones), and held by one expert-parallel rank.
     """
 
     split: str
     hf_names: tuple[str, ...]
     exported: bool = True
+    expert: bool = False
 
 
 class Converter:
-    """Converts one model's weights for a tensor-parallel size ``tp_size``."""
+    """Converts one model's weights for a tensor-parallel size ``tp_size`` (and, for a
+    mixture-of-experts model, ``ep_size`` expert-parallel ranks and ``etp_size``
+    expert-tensor-parallel ranks; ``None``: the tensor-parallel size, megatron's default)."""
 
-    def __init__(self, spec: ModelSpec, tp_size: int, padded_vocab_size: int) -> None:
+    def __init__(self, spec: ModelSpec, tp_size: int, padded_vocab_size: int, *, ep_size: int = 1,
+                 etp_size: int | None = None) -> None:
+        etp_size = etp_size or tp_size
         if spec.num_kv_heads % tp_size:
             raise ValueError(f"--tensor-model-parallel-size {tp_size} must divide the model's "
                              f"{spec.num_kv_heads} key/value heads (num_key_value_heads)")
-        if spec.ffn_hidden_size % tp_size or padded_vocab_size % tp_size:
+        if (spec.has_dense_layers and spec.ffn_hidden_size % tp_size) or padded_vocab_size % tp_size:
             raise ValueError(f"--tensor-model-parallel-size {tp_size} must divide intermediate_size "
                              f"{spec.ffn_hidden_size} and the padded vocabulary {padded_vocab_size}")
+        if ep_size > 1 and not spec.is_moe:
+            raise ValueError(f"--expert-model-parallel-size {ep_size}: the {spec.family} model has no experts to "
+                             f"split; use --expert-model-parallel-size 1")
+        if spec.is_moe:
+            if spec.num_experts % ep_size:
+                raise ValueError(f"--expert-model-parallel-size {ep_size} must divide the model's {spec.num_experts} "
+                                 f"experts (num_experts)")
+            if spec.moe_ffn_hidden_size % etp_size:
+                raise ValueError(f"the expert-tensor-parallel size {etp_size} (--megatron-expert-tensor-parallel-size, "
+                                 f"default --tensor-model-parallel-size) must divide moe_intermediate_size "
+                                 f"{spec.moe_ffn_hidden_size}")
+            if spec.shared_expert_ffn_hidden_size % tp_size:
+                raise ValueError(f"--tensor-model-parallel-size {tp_size} must divide shared_expert_intermediate_size "
+                                 f"{spec.shared_expert_ffn_hidden_size}")
         self.spec = spec
         self.tp_size = tp_size
+        self.ep_size = ep_size
+        self.etp_size = etp_size
         self.padded_vocab_size = padded_vocab_size
+
+    @property
+    def local_experts(self) -> int:
+        """Experts per expert-parallel rank (0 for a dense model)."""
+        return self.spec.num_experts // self.ep_size
+
+    def parts(self, rule: Rule) -> int:
+        """How many ranks hold a piece of the parameter: the expert-tensor-parallel size for a
+        routed expert's weight, else the tensor-parallel size."""
+        return self.etp_size if rule.expert else self.tp_size
 
     # ---------------------------------------------------------------------------------------------
 
-    def rule(self, name: str, layer_offset: int = 0) -> Rule:
+    def rule(self, name: str, layer_offset: int = 0, ep_rank: int = 0) -> Rule:
         """The :class:`Rule` of megatron parameter ``name`` (as in ``GPTModel.named_parameters()``);
-        ``layer_offset`` is the global index of this pipeline stage's first layer."""
+        ``layer_offset`` is the global index of this pipeline stage's first layer, ``ep_rank`` the
+        expert-parallel rank whose local experts ``name`` refers to."""
         match = _LAYER.match(name)
         if match:
             layer, suffix = int(match.group(1)) + layer_offset, match.group(2)
+            expert = _LOCAL_EXPERT.match(suffix)
+            if expert:
+                local, linear = int(expert.group(1)), expert.group(2)
+                if not (self.spec.is_moe and 0 <= local < self.local_experts and 0 <= ep_rank < self.ep_size):
+                    raise KeyError(f"megatron parameter {name!r} of expert-parallel rank {ep_rank} does not fit "
+                                   f"{self.spec.num_experts} experts over {self.ep_size} expert-parallel ranks")
+                split, suffixes = EXPERT_PARAMETERS[linear]
+                index = ep_rank * self.local_experts + local
+                return Rule(split, tuple(f"model.layers.{layer}.mlp.experts.{index}.{s}" for s in suffixes),
+                            expert=True)
             if suffix not in LAYER_PARAMETERS:
                 raise KeyError(f"megatron parameter {name!r} has no Hugging Face counterpart in the converter "
                                f"(plasmid_megatron.converter.LAYER_PARAMETERS)")
@@ -111,12 +182,14 @@ class Converter:
         raise KeyError(f"megatron parameter {name!r} has no Hugging Face counterpart in the converter")
 
     def shard(self, rule: Rule, hf: Mapping[str, torch.Tensor] | Callable[[str], torch.Tensor],
-              tp_rank: int) -> torch.Tensor:
-        """Rank ``tp_rank``'s piece of the parameter, from the Hugging Face tensors ``hf``
+              tp_rank: int, etp_rank: int | None = None) -> torch.Tensor:
+        """Rank ``tp_rank``'s piece of the parameter (expert-tensor-parallel rank ``etp_rank``'s,
+        default ``tp_rank``, for a routed expert's weight), from the Hugging Face tensors ``hf``
         (a mapping, or a function from name to tensor)."""
         get = hf.__getitem__ if isinstance(hf, Mapping) else hf
         tensors = [get(name) for name in rule.hf_names]
-        t, r = self.tp_size, tp_rank
+        t = self.parts(rule)
+        r = (tp_rank if etp_rank is None else etp_rank) if rule.expert else tp_rank
         if rule.split == REPLICATED:
             return tensors[0]
         if rule.split == QKV:
@@ -133,9 +206,11 @@ class Converter:
         raise ValueError(f"unknown split {rule.split!r}")
 
     def merge(self, rule: Rule, shards: list[torch.Tensor]) -> list[tuple[str, torch.Tensor]]:
-        """The Hugging Face tensors of a parameter from the pieces of all ``tp_size`` ranks, in rank order."""
-        if len(shards) != self.tp_size:
-            raise ValueError(f"expected {self.tp_size} tensor-parallel shards, got {len(shards)}")
+        """The Hugging Face tensors of a parameter from the pieces of all :meth:`parts` ranks (the
+        tensor-parallel ones; the expert-tensor-parallel ones for a routed expert), in rank order."""
+        if len(shards) != self.parts(rule):
+            kind = "expert-tensor-parallel" if rule.expert else "tensor-parallel"
+            raise ValueError(f"expected {self.parts(rule)} {kind} shards, got {len(shards)}")
         names = rule.hf_names
         if rule.split == REPLICATED:
             return [(names[0], shards[0])]

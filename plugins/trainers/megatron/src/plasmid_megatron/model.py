@@ -26,6 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from plasmid_megatron import moe
 from plasmid_megatron.converter import Converter, Rule
 from plasmid_megatron.model_spec import ModelSpec
 from plasmid_megatron.parallel import Groups, ParallelSizes, all_gather
@@ -65,6 +66,7 @@ def transformer_config(spec: ModelSpec, sizes: ParallelSizes, native: dict[str, 
     from plasmid_megatron.native_options import check_against
 
     check_against(TransformerConfig, native)
+    moe.check_options(spec, native)
     te = uses_transformer_engine(native)
     dtype = params_dtype(native)
     kwargs: dict[str, Any] = {
@@ -74,11 +76,12 @@ def transformer_config(spec: ModelSpec, sizes: ParallelSizes, native: dict[str, 
         "pipeline_model_parallel_size": sizes.pp,
         "context_parallel_size": sizes.cp,
         "expert_model_parallel_size": sizes.ep,
+        "expert_tensor_parallel_size": sizes.etp,
         "params_dtype": dtype,
         "pipeline_dtype": dtype if sizes.pp > 1 else None,
         "variable_seq_lengths": sizes.pp > 1,
-        # megatron 0.16 refuses variable_seq_lengths with its default MoE dispatcher, even for a dense model
-        "moe_token_dispatcher_type": "alltoall" if sizes.pp > 1 else "allgather",
+        # the MoE token dispatcher (set for dense models too) and sequence parallelism for MoE with TP
+        **moe.layout_kwargs(spec, sizes.tp, sizes.pp, sizes.ep, transformer_engine=te, native=native),
         "calculate_per_token_loss": True,
         "transformer_impl": "transformer_engine" if te else "local",
         "use_cpu_initialization": not torch.cuda.is_available(),
@@ -89,22 +92,37 @@ def transformer_config(spec: ModelSpec, sizes: ParallelSizes, native: dict[str, 
     return TransformerConfig(**kwargs)
 
 
+def gpt_layer_spec(spec: ModelSpec, config: Any) -> Any:
+    """The transformer layer's ``ModuleSpec``: TransformerEngine's with ``transformer_impl
+    transformer_engine``, else megatron-core's local one (RMSNorm, qk-norm as the model has it).
+
+    For a mixture-of-experts model, the block spec of this pipeline stage's layers instead
+    (megatron's ``get_gpt_decoder_block_spec``): per layer, following ``config.moe_layer_freq``, the
+    layer spec above with ``num_experts=config.num_moe_experts`` (``MoELayer``: router, megatron's
+    ``SequentialMLP`` experts since ``moe_grouped_gemm`` is off, shared experts when configured) or
+    the dense one."""
+    if spec.is_moe:
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+
+        te = config.transformer_impl == "transformer_engine"
+        return get_gpt_decoder_block_spec(config, use_transformer_engine=te, normalization="RMSNorm")
+    if config.transformer_impl == "transformer_engine":
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
+
+        return get_gpt_layer_with_transformer_engine_spec(qk_layernorm=spec.qk_norm)
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+    return get_gpt_layer_local_spec(normalization="RMSNorm", qk_layernorm=spec.qk_norm)
+
+
 def build_gpt_model(spec: ModelSpec, config: Any, padded_vocab_size: int) -> Any:
     """This rank's stage of the ``GPTModel`` (uninitialised weights; load them next)."""
     from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
 
-    if config.transformer_impl == "transformer_engine":
-        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
-
-        layer_spec = get_gpt_layer_with_transformer_engine_spec(qk_layernorm=spec.qk_norm)
-    else:
-        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-
-        layer_spec = get_gpt_layer_local_spec(normalization="RMSNorm", qk_layernorm=spec.qk_norm)
     model = GPTModel(
         config=config,
-        transformer_layer_spec=layer_spec,
+        transformer_layer_spec=gpt_layer_spec(spec, config),
         vocab_size=padded_vocab_size,
         max_sequence_length=spec.max_position_embeddings,
         pre_process=parallel_state.is_pipeline_first_stage(),
@@ -115,9 +133,24 @@ def build_gpt_model(spec: ModelSpec, config: Any, padded_vocab_size: int) -> Any
         rotary_percent=spec.rotary_percent,
         rotary_base=spec.rope_theta,
     )
+    moe.build_hooks(model)
     if torch.cuda.is_available():
         model.cuda(torch.cuda.current_device())
     return model
+
+
+def in_training_precision(model: Any, config: Any) -> Any:
+    """``model`` ready for training in ``config``'s precision: unchanged in float32; with
+    ``bf16``/``fp16``, wrapped in megatron's ``Float16Module`` (as Megatron-LM does), which casts
+    every parameter (norms, value heads) to that dtype, floating inputs of the first stage to it and
+    the last stage's output back to float32. Megatron's local layers create their norms in float32
+    whatever ``params_dtype`` says, and its mixed-precision optimizer and checkpoints need one
+    dtype for all trained parameters. Call it after the weights are loaded, before DDP."""
+    if not (config.bf16 or config.fp16):
+        return model
+    from megatron.core.transformer.module import Float16Module
+
+    return Float16Module(config, model)
 
 
 def layer_offset(model: Any) -> int:
@@ -166,16 +199,36 @@ def hf_tensor_reader(model_dir: str | Path) -> Callable[[str], torch.Tensor]:
 
 
 @torch.no_grad()
-def load_hf_weights(model: Any, converter: Converter, read: Callable[[str], torch.Tensor], tp_rank: int) -> None:
-    """Copy every parameter of this rank's ``model`` from the Hugging Face tensors ``read`` gives."""
+def load_hf_weights(model: Any, converter: Converter, read: Callable[[str], torch.Tensor], tp_rank: int, *,
+                    ep_rank: int | None = None, etp_rank: int | None = None) -> None:
+    """Copy every parameter of this rank's ``model`` from the Hugging Face tensors ``read`` gives.
+
+    ``tp_rank``: this rank's tensor-parallel rank; ``ep_rank`` / ``etp_rank``: its expert-parallel
+    and expert-tensor-parallel ranks (which experts, and which piece of each, it holds); by default
+    megatron's parallel state's, read only when the model has routed experts."""
     model = unwrapped(model)
     offset = layer_offset(model)
+    ranks: tuple[int, int] | None = None if ep_rank is None or etp_rank is None else (ep_rank, etp_rank)
     for name, param in model.named_parameters():
-        value = converter.shard(converter.rule(name, offset), read, tp_rank)
+        if ranks is None and _LOCAL_EXPERT_PARAMETER in name:
+            ranks = _expert_ranks(ep_rank, etp_rank)
+        expert_rank, expert_tp_rank = ranks or (0, tp_rank)
+        value = converter.shard(converter.rule(name, offset, expert_rank), read, tp_rank, expert_tp_rank)
         if tuple(value.shape) != tuple(param.shape):
             raise ValueError(f"megatron parameter {name} has shape {tuple(param.shape)} but the converted Hugging "
                              f"Face tensor has {tuple(value.shape)}: --model's config.json and weights disagree")
         param.data.copy_(value.to(dtype=param.dtype))
+
+
+#: in the names of routed experts' parameters (megatron's SequentialMLP)
+_LOCAL_EXPERT_PARAMETER = ".mlp.experts.local_experts."
+
+
+def _expert_ranks(ep_rank: int | None, etp_rank: int | None) -> tuple[int, int]:
+    from megatron.core import parallel_state
+
+    return (parallel_state.get_expert_model_parallel_rank() if ep_rank is None else ep_rank,
+            parallel_state.get_expert_tensor_parallel_rank() if etp_rank is None else etp_rank)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -186,41 +239,51 @@ def load_hf_weights(model: Any, converter: Converter, read: Callable[[str], torc
 def export_hf_weights(model: Any, converter: Converter, groups: Groups) -> Iterator[tuple[str, torch.Tensor]]:
     """The model's weights in Hugging Face names, each once, as full (unsharded) CPU tensors.
 
-    A collective over the tensor- and pipeline-parallel groups: every rank must iterate it to
-    the end, and every rank receives every tensor. The tied output layer and the vocabulary
-    padding are left out. Order: pipeline stages in order, parameters in model order.
+    A collective over the tensor-, expert- and pipeline-parallel groups: every rank must iterate
+    it to the end, and every rank receives every tensor. The tied output layer and the vocabulary
+    padding are left out. Order: pipeline stages in order, parameters in model order; a routed
+    expert's parameter (``local_experts.{i}``) yields expert-parallel rank 0's expert first, then
+    rank 1's, and so on (experts ``i``, ``E/e + i``, ...).
     """
     model = unwrapped(model)
     offset = layer_offset(model)
-    local: list[tuple[Rule, torch.Tensor]] = []
+    local: list[tuple[str, Rule, torch.Tensor]] = []
     for name, param in model.named_parameters():
-        rule = converter.rule(name, offset)
+        rule = converter.rule(name, offset, groups.ep_rank)
         if rule.exported:
-            local.append((rule, param))
+            local.append((name, rule, param))
 
-    def merged(rule: Rule, param: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
-        shards = [param.detach()] if rule.split == "replicated" else all_gather(param.detach(), groups.tp_group,
-                                                                                 groups.tp_size)
+    def merged(name: str, rule: Rule, param: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
         if rule.split == "replicated":
-            shards = shards * converter.tp_size
-        return [(hf_name, tensor.to("cpu", copy=True).contiguous()) for hf_name, tensor in
-                converter.merge(rule, shards)]
+            shards = [param.detach()] * converter.parts(rule)
+        elif rule.expert:
+            shards = all_gather(param.detach(), groups.etp_group, groups.etp_size)
+        else:
+            shards = all_gather(param.detach(), groups.tp_group, groups.tp_size)
+        tensors = [tensor for _, tensor in converter.merge(rule, shards)]
+        if not rule.expert or groups.ep_size == 1:
+            return [(hf_name, tensor.to("cpu", copy=True).contiguous())
+                    for hf_name, tensor in zip(rule.hf_names, tensors, strict=True)]
+        # every expert-parallel rank holds other experts under the same parameter name
+        per_rank = [all_gather(tensor, groups.ep_group, groups.ep_size) for tensor in tensors]
+        return [(hf_name, per_rank[position][rank].to("cpu", copy=True).contiguous())
+                for rank in range(groups.ep_size)
+                for position, hf_name in enumerate(converter.rule(name, offset, rank).hf_names)]
 
     if groups.pp_size == 1:
-        for rule, param in local:
-            yield from merged(rule, param)
+        for entry in local:
+            yield from merged(*entry)
         return
 
     # pipeline stages take turns: the owner gathers and converts, then broadcasts over its pipeline
     catalog: list[Any] = [None] * groups.pp_size
-    shapes = [(rule, _merged_shapes(converter, rule, param), str(param.dtype).removeprefix("torch."))
-              for rule, param in local]
-    dist.all_gather_object(catalog, [(rule.split, rule.hf_names, shape, dtype) for rule, shape, dtype in shapes],
-                           group=groups.pp_group)
+    dist.all_gather_object(catalog, [(*_merged_shapes(converter, name, offset, groups.ep_size, rule, param),
+                                      str(param.dtype).removeprefix("torch."))
+                                     for name, rule, param in local], group=groups.pp_group)
     device = next(iter(model.parameters())).device
     for stage, entries in enumerate(catalog):
         source = dist.get_global_rank(groups.pp_group, stage)
-        for position, (_, hf_names, shape, dtype) in enumerate(entries):
+        for position, (hf_names, shape, dtype) in enumerate(entries):
             if stage == groups.pp_rank:
                 tensors = merged(*local[position])
             else:
@@ -232,8 +295,14 @@ def export_hf_weights(model: Any, converter: Converter, groups: Groups) -> Itera
                 yield hf_name, moved.to("cpu").contiguous() if moved.device.type != "cpu" else moved
 
 
-def _merged_shapes(converter: Converter, rule: Rule, param: torch.Tensor) -> list[tuple[int, ...]]:
-    """Shapes of the Hugging Face tensors a parameter merges into (without communicating)."""
-    fake = [torch.empty(param.shape, dtype=torch.float32, device="meta") for _ in range(converter.tp_size)]
-    return [tuple(tensor.shape) for _, tensor in converter.merge(rule, fake)]
+def _merged_shapes(converter: Converter, name: str, offset: int, ep_size: int, rule: Rule,
+                   param: torch.Tensor) -> tuple[list[str], list[tuple[int, ...]]]:
+    """Names and shapes of the Hugging Face tensors that ``export_hf_weights`` yields for a
+    parameter, in its order (without communicating)."""
+    fake = [torch.empty(param.shape, dtype=torch.float32, device="meta") for _ in range(converter.parts(rule))]
+    shapes = [tuple(tensor.shape) for _, tensor in converter.merge(rule, fake)]
+    if not rule.expert or ep_size == 1:
+        return list(rule.hf_names), shapes
+    names = [hf_name for rank in range(ep_size) for hf_name in converter.rule(name, offset, rank).hf_names]
+    return names, shapes * ep_size
 

@@ -3,29 +3,57 @@
 Read from the model directory's ``config.json`` as plain JSON (no torch, no transformers), for the
 families whose layers megatron's GPT layer maps one to one:
 
-========  ============================================  ===================================
-family    ``model_type``                                what differs
-========  ============================================  ===================================
-llama     ``llama``, ``mistral`` (no sliding window)    no biases (``attention_bias`` false)
-qwen2     ``qwen2``                                     bias on q, k, v projections
-qwen3     ``qwen3``                                     RMSNorm on q and k per head, ``head_dim``
-========  ============================================  ===================================
+=========  ============================================  ===================================
+family     ``model_type``                                what differs
+=========  ============================================  ===================================
+llama      ``llama``, ``mistral`` (no sliding window)    no biases (``attention_bias`` false)
+qwen2      ``qwen2``                                     bias on q, k, v projections
+qwen3      ``qwen3``                                     RMSNorm on q and k per head, ``head_dim``
+qwen2_moe  ``qwen2_moe``                                 as qwen2 (``qkv_bias``), mixture-of-experts
+                                                         MLP with a sigmoid-gated shared expert
+qwen3_moe  ``qwen3_moe``                                 as qwen3, mixture-of-experts MLP
+=========  ============================================  ===================================
 
 All of them: pre-norm RMSNorm, SwiGLU MLP (``silu(gate) * up``), rotary position embeddings
 (``rope_type`` default, over ``partial_rotary_factor`` of each head), grouped-query attention,
 tied or untied output embeddings. Anything else is refused with the reason, rather than built
 into a model whose log-probs would silently differ from the engine's.
+
+Mixture of experts (transformers' ``Qwen2MoeSparseMoeBlock`` / ``Qwen3MoeSparseMoeBlock``), and the
+megatron ``TransformerConfig`` fields that reproduce it:
+
+- router ``mlp.gate`` (``[num_experts, hidden]``, no bias): ``softmax`` over all experts (float32),
+  the ``num_experts_per_tok`` largest, divided by their sum when ``norm_topk_prob``. Megatron's
+  ``TopKRouter`` with the softmax score function computes either order: ``moe_router_pre_softmax``
+  (softmax over all experts, then top-k, no renormalisation) is ``norm_topk_prob`` false; its default
+  (top-k of the logits, then a softmax over those k) equals the renormalised probabilities, so it is
+  ``norm_topk_prob`` true. ``moe_router_topk`` = ``num_experts_per_tok``, no capacity factor (dropless,
+  as transformers), no load-balancing loss unless asked for (it changes gradients, not log-probs);
+- experts: SwiGLU MLPs of ``moe_intermediate_size`` (``moe_ffn_hidden_size``), each token's outputs
+  weighted by its router probabilities and summed (megatron scales before ``down_proj``, which has no
+  bias: the same linear map);
+- qwen2_moe's shared expert: a SwiGLU MLP of ``shared_expert_intermediate_size``
+  (``moe_shared_expert_intermediate_size``) applied to every token, times
+  ``sigmoid(shared_expert_gate(x))`` (``moe_shared_expert_gate``), added to the experts' sum;
+- which layers are sparse: layer ``i`` (0-based) is a mixture-of-experts layer when ``num_experts > 0``,
+  ``i`` is not in ``mlp_only_layers`` and ``(i + 1) % decoder_sparse_step == 0``; the others are dense
+  MLPs of ``intermediate_size``. Megatron's ``moe_layer_freq`` takes that pattern as a list (its integer
+  form puts the first sparse layer at 0, so the list is always used).
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-FAMILIES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
+FAMILIES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen2_moe": "qwen2_moe",
+            "qwen3_moe": "qwen3_moe"}
+#: families whose layers may be mixture-of-experts
+MOE_FAMILIES = ("qwen2_moe", "qwen3_moe")
 
 
 class UnsupportedModel(ValueError):
@@ -36,10 +64,19 @@ class UnsupportedModel(ValueError):
 class ModelSpec:
     """The shape of the model, independent of how it is parallelised.
 
-    :ivar family: ``llama``, ``qwen2`` or ``qwen3`` (see the module docstring).
+    :ivar family: ``llama``, ``qwen2``, ``qwen3``, ``qwen2_moe`` or ``qwen3_moe`` (see the module docstring).
     :ivar vocab_size: the Hugging Face vocabulary size (rows of ``embed_tokens``).
     :ivar head_dim: channels per attention head (``kv_channels`` in megatron).
+    :ivar ffn_hidden_size: the dense MLP's width (``intermediate_size``; the dense layers of a
+        mixture-of-experts model).
     :ivar rotary_percent: fraction of each head's channels that are rotated.
+    :ivar has_qkv_bias: biases on the q, k, v projections (qwen2; qwen2_moe's ``qkv_bias``).
+    :ivar num_experts: routed experts per sparse layer; 0 for a dense model.
+    :ivar moe_topk: experts per token (``num_experts_per_tok``).
+    :ivar moe_ffn_hidden_size: each routed expert's width (``moe_intermediate_size``).
+    :ivar shared_expert_ffn_hidden_size: the shared expert's width; 0 without one.
+    :ivar norm_topk_prob: whether the k chosen probabilities are renormalised to sum to 1.
+    :ivar moe_layers: per layer, ``True`` for a mixture-of-experts layer (all ``False`` when dense).
     """
 
     family: str
@@ -56,14 +93,30 @@ class ModelSpec:
     max_position_embeddings: int
     tie_word_embeddings: bool
     attention_dropout: float = 0.0
+    has_qkv_bias: bool = False
+    num_experts: int = 0
+    moe_topk: int = 0
+    moe_ffn_hidden_size: int = 0
+    shared_expert_ffn_hidden_size: int = 0
+    norm_topk_prob: bool = False
+    moe_layers: tuple[bool, ...] = ()
 
     @property
     def qkv_bias(self) -> bool:
-        return self.family == "qwen2"
+        return self.has_qkv_bias
 
     @property
     def qk_norm(self) -> bool:
-        return self.family == "qwen3"
+        return self.family in ("qwen3", "qwen3_moe")
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether any layer is a mixture of experts (megatron builds ``MoELayer`` MLPs)."""
+        return any(self.moe_layers)
+
+    @property
+    def has_dense_layers(self) -> bool:
+        return not all(self.moe_layers) if self.moe_layers else True
 
     @property
     def heads_per_group(self) -> int:
@@ -93,6 +146,24 @@ class ModelSpec:
             qk_layernorm=self.qk_norm,
             attention_dropout=self.attention_dropout,
             hidden_dropout=0.0,
+            **self.moe_config_kwargs(),
+        )
+
+    def moe_config_kwargs(self) -> dict[str, Any]:
+        """The mixture-of-experts ``TransformerConfig`` fields (none for a dense model); see the
+        module docstring for why each value reproduces transformers' block."""
+        if not self.is_moe:
+            return {}
+        return dict(
+            num_moe_experts=self.num_experts,
+            moe_router_topk=self.moe_topk,
+            moe_ffn_hidden_size=self.moe_ffn_hidden_size,
+            moe_router_score_function="softmax",
+            moe_router_pre_softmax=not self.norm_topk_prob,
+            moe_shared_expert_intermediate_size=self.shared_expert_ffn_hidden_size or None,
+            moe_shared_expert_gate=self.shared_expert_ffn_hidden_size > 0,
+            moe_layer_freq=[int(sparse) for sparse in self.moe_layers],
+            moe_expert_capacity_factor=None,
         )
 
 
@@ -119,6 +190,8 @@ def spec_from_config(config: dict[str, Any], where: str = "config.json") -> Mode
         raise refuse(f"hidden_act {config.get('hidden_act')!r} (only silu, as SwiGLU)")
     if family == "llama" and (config.get("attention_bias") or config.get("mlp_bias")):
         raise refuse("attention_bias / mlp_bias are set (biases on o_proj and the MLP are not mapped)")
+    if family in ("qwen3", "qwen3_moe") and config.get("attention_bias"):
+        raise refuse("attention_bias is set (a bias on o_proj is not mapped)")
     if config.get("use_sliding_window") or (model_type == "mistral" and config.get("sliding_window")):
         raise refuse("sliding-window attention is on")
     rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
@@ -132,11 +205,14 @@ def spec_from_config(config: dict[str, Any], where: str = "config.json") -> Mode
     head_dim = int(config.get("head_dim") or hidden_size // num_heads)
     if num_heads % num_kv_heads:
         raise refuse(f"num_attention_heads {num_heads} is not a multiple of num_key_value_heads {num_kv_heads}")
+    num_layers = int(config["num_hidden_layers"])
+    moe = _moe_fields(config, family, num_layers, refuse) if family in MOE_FAMILIES else {}
+    qkv_bias = family == "qwen2" or (family == "qwen2_moe" and bool(config.get("qkv_bias", True)))
     return ModelSpec(
         family=family,
         vocab_size=int(config["vocab_size"]),
         hidden_size=hidden_size,
-        num_layers=int(config["num_hidden_layers"]),
+        num_layers=num_layers,
         num_heads=num_heads,
         num_kv_heads=num_kv_heads,
         head_dim=head_dim,
@@ -147,4 +223,38 @@ def spec_from_config(config: dict[str, Any], where: str = "config.json") -> Mode
         max_position_embeddings=int(config.get("max_position_embeddings", 4096)),
         tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
         attention_dropout=float(config.get("attention_dropout", 0.0) or 0.0),
+        has_qkv_bias=qkv_bias,
+        **moe,
     )
+
+
+def _moe_fields(config: dict[str, Any], family: str, num_layers: int,
+                refuse: Callable[[str], UnsupportedModel]) -> dict[str, Any]:
+    """The :class:`ModelSpec` mixture-of-experts fields of a qwen2_moe / qwen3_moe config
+    (transformers' defaults where a key is missing)."""
+    # transformers 5 writes qwen3_moe's count as num_local_experts (its attribute_map), the hub as num_experts
+    num_experts = config.get("num_experts", config.get("num_local_experts", 60 if family == "qwen2_moe" else 128))
+    num_experts = int(num_experts or 0)
+    step = int(config.get("decoder_sparse_step", 1) or 1)
+    dense_only = {int(layer) for layer in config.get("mlp_only_layers") or ()}
+    layers = tuple(num_experts > 0 and layer not in dense_only and (layer + 1) % step == 0
+                   for layer in range(num_layers))
+    if not any(layers):
+        return {"moe_layers": layers}
+    topk = int(config.get("num_experts_per_tok", 4 if family == "qwen2_moe" else 8))
+    if not 0 < topk <= num_experts:
+        raise refuse(f"num_experts_per_tok {topk} is not in 1..num_experts ({num_experts})")
+    shared = 0
+    if family == "qwen2_moe":
+        shared = int(config.get("shared_expert_intermediate_size", 5632))
+        if shared <= 0:
+            raise refuse(f"shared_expert_intermediate_size {shared} (transformers builds a shared expert "
+                         f"of that width in every sparse layer; megatron needs a positive width)")
+    return {
+        "num_experts": num_experts,
+        "moe_topk": topk,
+        "moe_ffn_hidden_size": int(config.get("moe_intermediate_size", 1408 if family == "qwen2_moe" else 768)),
+        "shared_expert_ffn_hidden_size": shared,
+        "norm_topk_prob": bool(config.get("norm_topk_prob", False)),
+        "moe_layers": layers,
+    }

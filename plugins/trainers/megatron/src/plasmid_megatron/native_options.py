@@ -53,7 +53,9 @@ CONFIG_CLASSES = {
 NOT_NATIVE = {
     **dict.fromkeys(("num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
                      "ffn_hidden_size", "normalization", "layernorm_epsilon", "add_bias_linear", "add_qkv_bias",
-                     "gated_linear_unit", "qk_layernorm", "activation_func"), "--model's config.json"),
+                     "gated_linear_unit", "qk_layernorm", "activation_func", "num_moe_experts", "moe_ffn_hidden_size",
+                     "moe_router_topk", "moe_router_pre_softmax", "moe_shared_expert_intermediate_size",
+                     "moe_shared_expert_gate", "moe_layer_freq"), "--model's config.json"),
     "tensor_model_parallel_size": "--tensor-model-parallel-size",
     "pipeline_model_parallel_size": "--pipeline-model-parallel-size",
     "context_parallel_size": "--context-parallel-size",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
@@ -21,18 +21,31 @@ import torch.distributed as dist
 
 @dataclass(frozen=True)
 class ParallelSizes:
-    """``tp * pp * cp * dp == world size``; ``ep`` splits experts within ``dp * cp``."""
+    """``tp * pp * cp * dp == world size``; ``ep`` splits experts within ``dp * cp``.
+
+    Expert layers are laid out separately (megatron's expert groups): ``etp * ep * pp`` must divide
+    the world size, ``etp`` being the expert-tensor-parallel size (``None``: ``tp``, megatron's default).
+    """
 
     tp: int = 1
     pp: int = 1
     cp: int = 1
     ep: int = 1
+    etp: int | None = None
+
+    @property
+    def expert_tp(self) -> int:
+        return self.etp or self.tp
 
     def data_parallel_size(self, world_size: int) -> int:
         model_parallel = self.tp * self.pp * self.cp
         if world_size % model_parallel:
             raise ValueError(f"the world size {world_size} is not a multiple of tensor x pipeline x context "
                              f"parallel sizes {self.tp} x {self.pp} x {self.cp}")
+        experts = self.expert_tp * self.ep * self.pp
+        if world_size % experts:
+            raise ValueError(f"the world size {world_size} is not a multiple of expert-tensor x expert x pipeline "
+                             f"parallel sizes {self.expert_tp} x {self.ep} x {self.pp}")
         return world_size // model_parallel
 
 
@@ -69,14 +82,16 @@ def init_model_parallel(sizes: ParallelSizes, seed: int) -> None:
         current = ParallelSizes(parallel_state.get_tensor_model_parallel_world_size(),
                                 parallel_state.get_pipeline_model_parallel_world_size(),
                                 parallel_state.get_context_parallel_world_size(),
-                                parallel_state.get_expert_model_parallel_world_size())
-        if current != sizes:
+                                parallel_state.get_expert_model_parallel_world_size(),
+                                parallel_state.get_expert_tensor_parallel_world_size())
+        if replace(current, etp=current.expert_tp) != replace(sizes, etp=sizes.expert_tp):
             parallel_state.destroy_model_parallel()
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(tensor_model_parallel_size=sizes.tp,
                                                  pipeline_model_parallel_size=sizes.pp,
                                                  context_parallel_size=sizes.cp,
-                                                 expert_model_parallel_size=sizes.ep)
+                                                 expert_model_parallel_size=sizes.ep,
+                                                 expert_tensor_parallel_size=sizes.expert_tp)
     tensor_parallel.model_parallel_cuda_manual_seed(seed)
 
 
@@ -93,7 +108,12 @@ def _free_port() -> int:
 
 @dataclass(frozen=True)
 class Groups:
-    """This rank's place in the parallel layout (megatron's groups, read once)."""
+    """This rank's place in the parallel layout (megatron's groups, read once).
+
+    ``dp_*`` is the pure data-parallel group (without context parallelism): the ``cp`` ranks of a
+    context-parallel group share one data-parallel rank and process the same samples, each holding
+    its chunks of every sequence (:mod:`plasmid_megatron.context_parallel`).
+    """
 
     tp_rank: int
     tp_size: int
@@ -101,11 +121,21 @@ class Groups:
     pp_size: int
     dp_rank: int
     dp_size: int
+    cp_rank: int
     cp_size: int
     tp_group: object
     pp_group: object
     dp_group: object
+    cp_group: object
     pp_last_rank: int
+    #: expert parallelism (mixture-of-experts layers): this rank's expert-parallel rank, size and
+    #: group, and the expert-tensor-parallel ones that split each expert's weights
+    ep_rank: int = 0
+    ep_size: int = 1
+    ep_group: object = None
+    etp_rank: int = 0
+    etp_size: int = 1
+    etp_group: object = None
 
     @property
     def first_stage(self) -> bool:
@@ -123,9 +153,13 @@ def current_groups() -> Groups:
         tp_rank=ps.get_tensor_model_parallel_rank(), tp_size=ps.get_tensor_model_parallel_world_size(),
         pp_rank=ps.get_pipeline_model_parallel_rank(), pp_size=ps.get_pipeline_model_parallel_world_size(),
         dp_rank=ps.get_data_parallel_rank(), dp_size=ps.get_data_parallel_world_size(),
-        cp_size=ps.get_context_parallel_world_size(),
+        cp_rank=ps.get_context_parallel_rank(), cp_size=ps.get_context_parallel_world_size(),
         tp_group=ps.get_tensor_model_parallel_group(), pp_group=ps.get_pipeline_model_parallel_group(),
-        dp_group=ps.get_data_parallel_group(), pp_last_rank=ps.get_pipeline_model_parallel_last_rank(),
+        dp_group=ps.get_data_parallel_group(), cp_group=ps.get_context_parallel_group(),
+        pp_last_rank=ps.get_pipeline_model_parallel_last_rank(),
+        ep_rank=ps.get_expert_model_parallel_rank(), ep_size=ps.get_expert_model_parallel_world_size(),
+        ep_group=ps.get_expert_model_parallel_group(), etp_rank=ps.get_expert_tensor_parallel_rank(),
+        etp_size=ps.get_expert_tensor_parallel_world_size(), etp_group=ps.get_expert_tensor_parallel_group(),
     )
 
 

@@ -20,9 +20,16 @@ def plasmid_addoption(parser):
     group = parser.getgroup("megatron", "the megatron-core trainer (--trainer megatron)")
     group.addoption("--tensor-model-parallel-size", type=int, default=1, help="tensor-parallel ranks")
     group.addoption("--pipeline-model-parallel-size", type=int, default=1, help="pipeline stages")
-    group.addoption("--context-parallel-size", type=int, default=1, help="context-parallel ranks (not supported yet)")
+    group.addoption("--context-parallel-size", type=int, default=1,
+                    help="context-parallel ranks: each sequence is split over this many ranks (2 chunks each, "
+                         "load-balanced for causal attention); needs TransformerEngine's attention (CUDA with "
+                         "transformer_engine installed)")
     group.addoption("--expert-model-parallel-size", type=int, default=1,
-                    help="expert-parallel ranks (not supported yet: no MoE family is converted)")
+                    help="expert-parallel ranks: each mixture-of-experts layer's routed experts are split over "
+                         "this many (data-parallel) ranks, tokens exchanged all-to-all; must divide num_experts. "
+                         "Mixture-of-experts models only (qwen2_moe, qwen3_moe); each expert's weights are split "
+                         "further over --megatron-expert-tensor-parallel-size ranks (default: the tensor-parallel "
+                         "size)")
     group.addoption("--max-tokens-per-micro-batch", type=int, default=None,
                     help="pack micro-batches by a budget of padded tokens (samples x longest) instead of "
                          "--micro-batch-size samples each")

@@ -6,26 +6,49 @@ the "training" group (``--lr``, ``--lr-schedule``, ``--lr-warmup-steps``, ``--mi
 ``--weight-decay``, ``--adam-beta1/2``, ``--clip-grad``, ``--global-batch-size``,
 ``--micro-batch-size``), ``--num-rollouts`` (length of the LR schedule), and this plugin's group:
 the parallel sizes, ``--max-tokens-per-micro-batch``, ``--make-vocab-size-divisible-by`` and the
-native ``--megatron-*`` fields (:mod:`plasmid_megatron.native_options`).
+native ``--megatron-*`` fields (:mod:`plasmid_megatron.native_options`). With a loss that
+``needs_critic`` (PPO), also ``--critic-lr`` and ``--critic-warmup-steps`` (:mod:`plasmid_megatron.critic`).
 
 How a step runs (every rank of the trainer's world calls the same methods with the same batch):
 
-1. log-probs of the policy before the update (and of the reference), each data-parallel rank on its
-   share of the samples, then summed over the data-parallel group so every rank has all of them;
-2. ``loss.advantages`` on the whole batch (identical on every rank);
+1. log-probs of the policy before the update (and of the reference), and with a critic its values
+   (``LossBatch.values``: the value of each response token's state, read at the position that
+   predicts the token), each data-parallel rank on its share of the samples, then summed over the
+   data-parallel group so every rank has all of them;
+2. ``loss.advantages`` on the whole batch (identical on every rank; PPO's returns too);
 3. one optimizer update per ``--global-batch-size`` samples (default: one per step): megatron's
    ``get_forward_backward_func`` over this rank's micro-batches, gradients accumulated by megatron's
    ``DistributedDataParallel`` into ``param.main_grad`` and reduced over data-parallel ranks, then
    the optimizer from ``get_megatron_optimizer`` (Adam; distributed with
-   ``--megatron-use-distributed-optimizer``) after clipping to ``--clip-grad``.
+   ``--megatron-use-distributed-optimizer``) after clipping to ``--clip-grad``. With a critic, each
+   update trains the policy on ``loss.policy_loss`` and then the critic, the same way with its own
+   model, optimizer and LR schedule (``--critic-lr``, the policy's schedule shape), on
+   ``loss.value_loss``; for the first ``--critic-warmup-steps`` steps only the critic is trained
+   (``train/policy_updated`` is 0, ``train/updates`` counts policy updates). The critic reports
+   ``train/value_loss`` (and the loss's other metrics), ``train/critic_grad_norm``,
+   ``train/critic_lr``, ``train/critic_skipped_updates``, and on the step's values before the
+   update ``train/value_mean``, ``train/returns_mean``, ``train/explained_variance``.
 
-The loss of a micro-batch is ``loss.policy_loss`` of its rows, normalised by the update's totals over
-all data-parallel ranks; megatron is told so (``calculate_per_token_loss`` with no further scaling),
-so the summed gradient equals one big batch's. An update whose gradient norm is not finite is skipped.
+The loss of a micro-batch is ``loss.policy_loss`` (the critic's: ``loss.value_loss``) of its rows,
+normalised by the update's totals over all data-parallel ranks; megatron is told so
+(``calculate_per_token_loss`` with no further scaling), so the summed gradient equals one big
+batch's. An update whose gradient norm is not finite is skipped.
+
+Context parallelism (``--context-parallel-size`` > 1): the ranks of a context-parallel group share a
+data-parallel rank's samples, each holding two of the ``2 * cp`` chunks of every sequence
+(:mod:`plasmid_megatron.batching`); per-token log-probs and entropy are summed over the group, so the
+loss is the same on each, and megatron sums the gradients over data-parallel x context-parallel ranks
+(why that is exact: :mod:`plasmid_megatron.context_parallel`). It needs TransformerEngine's attention
+(GPU); megatron-core's local attention refuses it, and so does the trainer, with a UsageError.
 
 Learning rate: megatron's ``OptimizerParamScheduler``, stepped before each update, so update ``u``
 (0-based) uses its value at ``u + 1``: warmup is ``lr * (u + 1) / warmup`` (as the torch trainer),
 decay reaches ``--min-lr`` at the last update. Weight decay skips biases and norms (megatron's rule).
+
+Checkpoints (``save``/``load``): a Hugging Face ``model/`` of the policy for engines and
+``--model``, and a megatron-core distributed checkpoint of the policy and critic (weights, optimizer
+state, LR schedules) and the counters, which resumes in any parallel layout
+(:mod:`plasmid_megatron.checkpoint`, :mod:`plasmid_megatron.sharded_state`).
 
 All torch and megatron work runs on one worker thread owned by the trainer (CUDA's current device
 and megatron's state are per thread or global); the async methods await it, so an event loop shared
@@ -41,7 +64,6 @@ import concurrent.futures
 import functools
 import math
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -51,14 +73,25 @@ import torch
 import torch.distributed as dist
 
 from plasmid.errors import UsageError
-from plasmid.training import batch_metrics, check_samples, updates_per_rollout
+from plasmid.training import (
+    batch_metrics,
+    check_samples,
+    check_trainer_setup,
+    critic_batch_metrics,
+    index_chunks,
+    update_metrics,
+    updates_per_rollout,
+)
 from plasmid.types import LossBatch, RolloutBatch, Sample
-from plasmid_megatron import batching, checkpoint
+from plasmid_megatron import batching, checkpoint, moe, offload, passes, sharded_state
+from plasmid_megatron.context_parallel import check_attention, sum_over_context_parallel
 from plasmid_megatron.converter import Converter
+from plasmid_megatron.critic import MegatronCritic, critic_lr_settings
 from plasmid_megatron.model import (
     build_gpt_model,
     export_hf_weights,
     hf_tensor_reader,
+    in_training_precision,
     load_hf_weights,
     params_dtype,
     transformer_config,
@@ -89,23 +122,18 @@ class MegatronTrainer:
     Also reads every ``--megatron-*`` option given (see :mod:`plasmid_megatron.native_options`).
     """
 
+    #: every method is a collective over the trainer's ranks (see :class:`plasmid.protocols.Trainer`)
+    collective = True
+
     reads_options = ("model", "temperature", "seed", "lr", "lr_schedule", "lr_warmup_steps", "min_lr",
                      "weight_decay", "adam_beta1", "adam_beta2", "clip_grad", "global_batch_size", "micro_batch_size",
                      "num_rollouts", "prompts_per_step", "n_samples_per_prompt", "tensor_model_parallel_size",
                      "pipeline_model_parallel_size", "context_parallel_size", "expert_model_parallel_size",
-                     "max_tokens_per_micro_batch", "make_vocab_size_divisible_by")
+                     "max_tokens_per_micro_batch", "make_vocab_size_divisible_by", "critic_lr", "critic_warmup_steps")
 
     def __init__(self, config: Any, loss: Any) -> None:
         option = config.option
-        if not option.model:
-            raise UsageError("megatron: --model is not set; give a local Hugging Face model directory")
-        if getattr(loss, "needs_critic", False):
-            raise UsageError(f"megatron: the loss {type(loss).__name__} needs a critic (needs_critic), which this "
-                             f"trainer does not build yet; choose another --loss")
-        if option.context_parallel_size > 1 or option.expert_model_parallel_size > 1:
-            raise UsageError("megatron: --context-parallel-size and --expert-model-parallel-size > 1 are not "
-                             "supported yet (sequences are not split over context-parallel ranks, and no MoE model "
-                             "family is converted)")
+        check_trainer_setup("megatron", option, loss)
         self.config = config
         self.loss = loss
         self.model_dir = Path(option.model)
@@ -116,14 +144,24 @@ class MegatronTrainer:
         self.sizes = ParallelSizes(option.tensor_model_parallel_size, option.pipeline_model_parallel_size,
                                    option.context_parallel_size, option.expert_model_parallel_size)
         self.native = native_values(option)
+        self.sizes = replace(self.sizes, etp=self.native["TransformerConfig"].get("expert_tensor_parallel_size"))
         try:
             self.spec = read_model_spec(self.model_dir)
         except UnsupportedModel as exc:
             raise UsageError(f"megatron: {exc}") from None
+        if self.sizes.ep > 1 and not self.spec.is_moe:
+            raise UsageError(f"megatron: --expert-model-parallel-size {self.sizes.ep} needs a mixture-of-experts "
+                             f"model (qwen2_moe, qwen3_moe); {self.model_dir} is a dense {self.spec.family} model: "
+                             f"use --expert-model-parallel-size 1")
+        check_attention(self.spec, self.sizes, self.native["TransformerConfig"])   # CP > 1: TransformerEngine's
         #: train_step calls completed (RL steps trained on).
         self.steps = 0
-        #: optimizer updates made (skipped ones included).
+        #: optimizer updates of the policy made (skipped ones included).
         self.updates = 0
+        #: with a critic: the first this many steps train only the critic (--critic-warmup-steps).
+        self.critic_warmup_steps: int = getattr(option, "critic_warmup_steps", 0) or 0
+        #: the critic (:mod:`plasmid_megatron.critic`), built when the loss needs_critic; else None.
+        self.critic: MegatronCritic | None = None
         self._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="plasmid-megatron")
         self._run(self._build)
 
@@ -135,6 +173,11 @@ class MegatronTrainer:
         """Log-probs of each sample's response tokens (``[response_length]`` each) under the
         current policy at ``temperature``; masked tokens included."""
         return await self._arun(self.compute_logprobs, samples, temperature)
+
+    async def values(self, samples: list[Sample]) -> list[list[float]]:
+        """The critic's value of each response token's state (``[response_length]`` each, read at
+        the position that predicts the token); only when the loss needs a critic."""
+        return await self._arun(self.compute_values, samples)
 
     async def train_step(self, batch: RolloutBatch) -> dict[str, float]:
         """One RL step on ``batch`` (see the module docstring); ``train/...`` float metrics."""
@@ -160,20 +203,26 @@ class MegatronTrainer:
             yield pending
 
     async def save(self, path: str) -> None:
-        """Write checkpoint directory ``path`` (layout in :mod:`plasmid_megatron.checkpoint`)."""
+        """Write checkpoint directory ``path``, atomically (layout in :mod:`plasmid_megatron.checkpoint`):
+        the policy as a Hugging Face model in ``model/``, and a megatron distributed checkpoint of
+        the policy's and the critic's weights, optimizer and scheduler state and the counters."""
         await self._arun(self.save_checkpoint, path)
 
     async def load(self, path: str) -> None:
-        """Restore weights, optimizer, scheduler, RNG and counters from checkpoint ``path``."""
+        """Restore weights, optimizer, scheduler and counters (policy and critic) from checkpoint
+        ``path``, which may have been written in another parallel layout; the random generators too
+        when the layout is the same."""
         await self._arun(self.load_checkpoint, path)
 
     async def offload(self) -> None:
-        """On CUDA: move the optimizer state and gradient buffers to the CPU (colocated engines
-        get the memory). Without CUDA there is nothing to free: a no-op."""
+        """On CUDA: free the device memory of the weights (policy, reference, critic), their
+        optimizer state and gradient buffers; weights and optimizer state wait in pinned host
+        memory (:mod:`plasmid_megatron.offload`), so colocated engines get the memory. Without CUDA
+        there is nothing to free: a no-op."""
         await self._arun(self._offload)
 
     async def onload(self) -> None:
-        """Undo :meth:`offload` (a no-op without CUDA)."""
+        """Undo :meth:`offload`: every tensor back in place, gradients zero (a no-op without CUDA)."""
         await self._arun(self._onload)
 
     def close(self) -> None:
@@ -194,13 +243,15 @@ class MegatronTrainer:
         self.device = device()
         padded = self.spec.padded_vocab_size(option.make_vocab_size_divisible_by, self.sizes.tp)
         try:
-            self.converter = Converter(self.spec, self.sizes.tp, padded)
+            self.converter = Converter(self.spec, self.sizes.tp, padded, ep_size=self.sizes.ep,
+                                       etp_size=self.sizes.expert_tp)
             self.transformer_config = transformer_config(self.spec, self.sizes, self.native["TransformerConfig"])
         except ValueError as exc:
             raise UsageError(f"megatron: {exc}") from None
         read = hf_tensor_reader(self.model_dir)
         model = build_gpt_model(self.spec, self.transformer_config, padded)
         load_hf_weights(model, self.converter, read, self.groups.tp_rank)
+        model = in_training_precision(model, self.transformer_config)
 
         ddp_values = self.native["DistributedDataParallelConfig"]
         check_against(DistributedDataParallelConfig, ddp_values)
@@ -224,14 +275,34 @@ class MegatronTrainer:
         if self.loss.needs_ref:
             reference = build_gpt_model(self.spec, self.transformer_config, padded)
             load_hf_weights(reference, self.converter, read, self.groups.tp_rank)
+            reference = in_training_precision(reference, self.transformer_config)
             self.ref_model = reference.requires_grad_(False).eval()
 
-    def _make_scheduler(self, option: Any) -> Any:
+        if getattr(self.loss, "needs_critic", False):
+            critic_lr, critic_min_lr = critic_lr_settings(option)
+            self.critic = MegatronCritic(
+                spec=self.spec, config=self.transformer_config, converter=self.converter, read=read,
+                padded_vocab_size=padded, groups=self.groups, device=self.device,
+                ddp_config=DistributedDataParallelConfig(**ddp_values),
+                optimizer_config=replace(optimizer_config, lr=critic_lr, min_lr=critic_min_lr),
+                make_scheduler=lambda optimizer: self._make_scheduler(option, optimizer, critic_lr, critic_min_lr))
+
+        #: device memory of everything above, freed by offload() and restored by onload()
+        self.memory = offload.MemoryStash(lambda: self._device_state()[0], lambda: self._device_state()[1],
+                                          device=self.device)
+
+    def _make_scheduler(self, option: Any, optimizer: Any = None, lr: float | None = None,
+                        min_lr: float | None = None) -> Any:
+        """The LR schedule of ``optimizer`` (default: the policy's) from ``lr`` to ``min_lr``
+        (default ``--lr``, ``--min-lr``), shaped by ``--lr-schedule`` and ``--lr-warmup-steps``."""
         from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
         total = option.num_rollouts * updates_per_rollout(option)
         warmup = option.lr_warmup_steps
-        return OptimizerParamScheduler(self.optimizer, init_lr=0.0, max_lr=option.lr, min_lr=option.min_lr,
+        lr = option.lr if lr is None else lr
+        min_lr = option.min_lr if min_lr is None else min_lr
+        optimizer = self.optimizer if optimizer is None else optimizer
+        return OptimizerParamScheduler(optimizer, init_lr=0.0, max_lr=lr, min_lr=min_lr,
                                        lr_warmup_steps=warmup, lr_decay_steps=max(total, warmup + 1),
                                        lr_decay_style=option.lr_schedule, start_wd=option.weight_decay,
                                        end_wd=option.weight_decay, wd_incr_steps=1, wd_incr_style="constant")
@@ -268,45 +339,37 @@ class MegatronTrainer:
         values = self._forward_logprobs(self.model, samples, range(len(samples)), width, temperature)
         return [values[row, : sample.response_length].tolist() for row, sample in enumerate(samples)]
 
+    def compute_values(self, samples: list[Sample]) -> list[list[float]]:
+        if self.critic is None:
+            raise ValueError(f"megatron: the loss {type(self.loss).__name__} has no critic (needs_critic is false): "
+                             f"there are no values to compute")
+        if not samples:
+            return []
+        check_samples(samples)
+        width = max(s.response_length for s in samples)
+        values = self._critic_values(samples, range(len(samples)), width)
+        return [values[row, : sample.response_length].tolist() for row, sample in enumerate(samples)]
+
+    def _critic_values(self, samples: Sequence[Sample], rows: Sequence[int], width: int) -> torch.Tensor:
+        """``[len(samples), width]`` float32 CPU critic values of ``rows``, identical on every rank."""
+        return self.critic.values(self._micro_batches(samples, rows, width), len(samples), width)
+
     def _forward_logprobs(self, model: Any, samples: Sequence[Sample], rows: Sequence[int], width: int,
                           temperature: float) -> torch.Tensor:
         """``[len(samples), width]`` float32 CPU log-probs of ``rows`` (zeros elsewhere and beyond each
         response), without gradient, identical on every rank."""
-        from megatron.core.pipeline_parallel import get_forward_backward_func
+        def read(logits: torch.Tensor, micro: batching.MicroBatch) -> torch.Tensor:
+            return self._logprobs_of(logits, micro, temperature, with_entropy=False)[0]
 
-        micro_batches = self._micro_batches(samples, rows, width)
-        model.eval()
-
-        def forward_step(data_iterator: Iterator[batching.MicroBatch], chunk: Any) -> tuple[Any, Callable]:
-            micro = next(data_iterator)
-            output = chunk(micro.input_ids, micro.position_ids, None)
-
-            def collect(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
-                logprobs, _ = self._logprobs_of(logits, micro, temperature, with_entropy=False)
-                return (logits.new_zeros(()), self._no_tokens(),
-                        {"rows": micro.rows, "logprobs": logprobs.float().cpu(), "counts": micro.counts})
-
-            return output, collect
-
-        with torch.no_grad():
-            outputs = get_forward_backward_func()(
-                forward_step_func=forward_step, data_iterator=iter(micro_batches), model=[model],
-                num_microbatches=len(micro_batches), seq_length=max(m.length for m in micro_batches),
-                micro_batch_size=max(m.size for m in micro_batches), forward_only=True)
-        values = torch.zeros((len(samples), width), dtype=torch.float32)
-        if self.groups.last_stage:
-            for output in outputs:
-                if output["counts"]:
-                    values[output["rows"]] = output["logprobs"]
-        values = values.to(self.device)
-        all_reduce_sum(values, self.groups.pp_group, self.groups.pp_size)   # other stages hold zeros
-        all_reduce_sum(values, self.groups.dp_group, self.groups.dp_size)   # disjoint rows per rank
-        return values.cpu()
+        return passes.forward_rows(model, self._micro_batches(samples, rows, width), len(samples), width, read,
+                                   self.groups, self.device)
 
     def _logprobs_of(self, logits: torch.Tensor, micro: batching.MicroBatch, temperature: float, *,
                      with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``[b, T]`` log-probs (and entropy) of the micro-batch's response tokens from this rank's
-        ``[b, s, V_local]`` logits, zero beyond each response."""
+        ``[b, s, V_local]`` logits, zero beyond each response. With context parallelism each rank
+        computes the tokens whose predicting position it holds and the results are summed over the
+        context-parallel group, so every rank returns all of them (:mod:`plasmid_megatron.context_parallel`)."""
         local_vocab = logits.shape[-1]
         picked = logits.gather(1, micro.predicting.unsqueeze(-1).expand(-1, -1, local_vocab))     # [b, T, V_local]
         logprobs, entropy = vocab_parallel_logprobs(
@@ -314,27 +377,33 @@ class MegatronTrainer:
             vocab_size=self.spec.vocab_size, tp_group=self.groups.tp_group, tp_size=self.groups.tp_size,
             with_entropy=with_entropy)
         zero = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
-        logprobs = torch.where(micro.in_response, logprobs, zero)
+        here = micro.in_response & micro.held
+        logprobs = sum_over_context_parallel(torch.where(here, logprobs, zero), self.groups.cp_group,
+                                             self.groups.cp_size)
         if entropy is not None:
-            entropy = torch.where(micro.in_response, entropy, zero)
+            entropy = sum_over_context_parallel(torch.where(here, entropy, zero), self.groups.cp_group,
+                                                self.groups.cp_size)
         return logprobs, entropy
 
     def _micro_batches(self, samples: Sequence[Sample], rows: Sequence[int], width: int) -> list[batching.MicroBatch]:
-        """This data-parallel rank's micro-batches of ``rows``; a rank without rows gets one
-        stand-in micro-batch (``counts=False``) so that it still takes part in every collective."""
+        """This data-parallel rank's micro-batches of ``rows`` (this context-parallel rank's chunks of
+        them); a rank without rows gets one stand-in micro-batch (``counts=False``) so that it still
+        takes part in every collective."""
         lengths = [len(s.tokens) for s in samples]
         mine = batching.shard_for_data_parallel(lengths, rows, self.groups.dp_size)[self.groups.dp_rank]
         plans = batching.plan_micro_batches(lengths, mine, micro_batch_size=self.micro_batch_size,
                                             max_tokens=self.max_tokens_per_micro_batch)
         pad_to = self.groups.tp_size if self.transformer_config.sequence_parallel else 1
-        made = [batching.make_micro_batch(samples, plan, width=width, pad_id=0, pad_to=pad_to) for plan in plans]
+        make = functools.partial(batching.make_micro_batch, samples, width=width, pad_id=0, pad_to=pad_to,
+                                 cp_size=self.groups.cp_size, cp_rank=self.groups.cp_rank)
+        made = [make(plan) for plan in plans]
         if not made:
-            made = [batching.make_micro_batch(samples, [rows[0]], width=width, pad_id=0, pad_to=pad_to,
-                                              counts=False)]
+            made = [make([rows[0]], counts=False)]
+        if self.groups.ep_size > 1:     # expert-parallel ranks exchange tokens in every forward pass
+            most = moe.most_micro_batches(lengths, rows, self.groups.dp_size, micro_batch_size=self.micro_batch_size,
+                                          max_tokens=self.max_tokens_per_micro_batch)
+            made += [make([rows[0]], counts=False) for _ in range(most - len(made))]
         return [micro.to(self.device) for micro in made]
-
-    def _no_tokens(self) -> torch.Tensor:
-        return torch.zeros((), dtype=torch.int, device=self.device)
 
     # ---------------------------------------------------------------------------------------------
     # training
@@ -351,20 +420,22 @@ class MegatronTrainer:
         advantages, returns = self.loss.advantages(loss_batch)
         loss_batch.advantages, loss_batch.returns = advantages, returns
 
-        per_update = [self._update(samples, loss_batch, chunk)
-                      for chunk in _chunks(len(samples), self.global_batch_size or len(samples))]
+        train_policy = self.critic is None or self.steps >= self.critic_warmup_steps
+        per_update = []
+        for chunk in index_chunks(len(samples), self.global_batch_size):
+            update = self._update(samples, loss_batch, chunk) if train_policy else {}
+            if self.critic is not None:
+                update.update(self._critic_update(samples, loss_batch, chunk))
+            per_update.append(update)
         self.steps += 1
 
-        columns: dict[str, list[float]] = defaultdict(list)
-        for update in per_update:
-            for name, value in update.items():
-                columns[name].append(value)
-        metrics = {f"train/{name}": sum(values) / len(values) for name, values in columns.items()}
-        metrics["train/lr"] = per_update[-1]["lr"]
-        metrics["train/skipped_updates"] = sum(update["skipped_updates"] for update in per_update)
+        metrics = update_metrics(per_update)
+        if self.critic is not None:
+            metrics.update(critic_batch_metrics(loss_batch))
+            metrics["train/policy_updated"] = float(train_policy)
         metrics.update(batch_metrics(samples, loss_batch.advantages.cpu(), loss_batch.response_mask.cpu(),
                                      trainer_old))
-        metrics["train/updates"] = float(len(per_update))
+        metrics["train/updates"] = float(len(per_update) if train_policy else 0)
         metrics["train/seconds"] = time.perf_counter() - started
         return metrics
 
@@ -386,6 +457,7 @@ class MegatronTrainer:
         ref = None
         if self.ref_model is not None:
             ref = self._forward_logprobs(self.ref_model, samples, rows, width, self.temperature)
+        values = self._critic_values(samples, rows, width) if self.critic is not None else None
         on = functools.partial(_to, device=self.device)
         batch = LossBatch(
             rewards=on(torch.tensor([s.reward for s in samples], dtype=torch.float32)),
@@ -394,6 +466,7 @@ class MegatronTrainer:
             old_logprobs=on(trainer_old if trainer_old is not None else rollout),
             ref_logprobs=on(ref),
             rollout_logprobs=on(rollout),
+            values=on(values),
             total_tokens=int(mask.sum()),
             total_samples=len(samples),
         )
@@ -429,6 +502,15 @@ class MegatronTrainer:
         self.updates += 1
         return {**totals, "grad_norm": grad_norm, "lr": lr, "skipped_updates": float(skipped)}
 
+    def _critic_update(self, samples: list[Sample], loss_batch: LossBatch, chunk: list[int]) -> dict[str, float]:
+        """One critic optimizer update on the samples ``chunk`` (:meth:`MegatronCritic.update`)."""
+        index = torch.tensor(chunk, dtype=torch.long, device=self.device)
+        step_batch = replace(loss_batch, total_tokens=int(loss_batch.response_mask[index].sum()),
+                             total_samples=len(chunk))
+        micro_batches = self._micro_batches(samples, chunk, int(loss_batch.response_mask.shape[1]))
+        return self.critic.update(micro_batches, step_batch, self.loss, reduce_metrics=self._reduced_metrics,
+                                  optimizer_step=self._optimizer_step)
+
     def _micro_loss(self, micro: batching.MicroBatch, step_batch: LossBatch,
                     logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
         """The loss plugin's loss of one micro-batch (megatron's ``loss_func``)."""
@@ -440,11 +522,13 @@ class MegatronTrainer:
         if not micro.counts:
             value = value * 0.0
             metrics = dict.fromkeys(metrics, 0.0)
-        return value, self._no_tokens(), {"loss": float(value.detach()), **{k: float(v) for k, v in metrics.items()}}
+        reported = {"loss": float(value.detach()), **{name: float(metric) for name, metric in metrics.items()}}
+        return value, passes.no_tokens(self.device), reported
 
     def _reduced_metrics(self, outputs: list[dict[str, float]]) -> dict[str, float]:
         """Micro-batch metrics summed over micro-batches and data-parallel ranks (they are
-        normalised by the update's totals), from the last pipeline stage to every rank."""
+        normalised by the update's totals), from the last pipeline stage to every rank. Not over
+        context-parallel ranks: they all computed the same loss and metrics of the same samples."""
         names = sorted({name for output in outputs for name in output}) if self.groups.last_stage else None
         names = broadcast_object(names, self.groups.pp_last_rank, self.groups.pp_group, self.groups.pp_size)
         sums = torch.zeros(len(names), dtype=torch.float64)
@@ -456,26 +540,28 @@ class MegatronTrainer:
         all_reduce_sum(sums, self.groups.dp_group, self.groups.dp_size)
         return dict(zip(names, sums.cpu().tolist(), strict=True))
 
-    def _optimizer_step(self) -> tuple[float, bool]:
-        """Clip and apply the accumulated gradients; ``(grad norm before clipping, skipped)``.
+    def _optimizer_step(self, optimizer: Any = None) -> tuple[float, bool]:
+        """Clip and apply the accumulated gradients of ``optimizer`` (default: the policy's; the
+        critic's passes its own); ``(grad norm before clipping, skipped)``.
 
         Megatron's ``ChainedOptimizer.step`` in its parts, so that an update with a non-finite
         gradient norm is dropped instead of written into the weights."""
         from megatron.core.optimizer.clip_grads import clip_grad_by_total_norm_fp32
 
-        if self.optimizer.prepare_grads():          # fp16 loss scaling found an overflow
-            self.optimizer.zero_grad()
+        optimizer = self.optimizer if optimizer is None else optimizer
+        if optimizer.prepare_grads():          # fp16 loss scaling found an overflow
+            optimizer.zero_grad()
             return math.nan, True
-        grad_norm = float(self.optimizer.get_grad_norm())
+        grad_norm = float(optimizer.get_grad_norm())
         if not math.isfinite(grad_norm):
-            self.optimizer.zero_grad()
+            optimizer.zero_grad()
             return grad_norm, True
-        for optimizer in getattr(self.optimizer, "chained_optimizers", [self.optimizer]):
-            parameters = optimizer.get_parameters()
-            if parameters and optimizer.config.clip_grad > 0.0:
-                clip_grad_by_total_norm_fp32(parameters, max_norm=optimizer.config.clip_grad, total_norm=grad_norm,
-                                             use_decoupled_grad=_decoupled_grad(optimizer.config))
-        self.optimizer.step_with_ready_grads()
+        for part in getattr(optimizer, "chained_optimizers", [optimizer]):
+            parameters = part.get_parameters()
+            if parameters and part.config.clip_grad > 0.0:
+                clip_grad_by_total_norm_fp32(parameters, max_norm=part.config.clip_grad, total_norm=grad_norm,
+                                             use_decoupled_grad=_decoupled_grad(part.config))
+        optimizer.step_with_ready_grads()
         return grad_norm, False
 
     # ---------------------------------------------------------------------------------------------
@@ -483,59 +569,66 @@ class MegatronTrainer:
     # ---------------------------------------------------------------------------------------------
 
     def save_checkpoint(self, path: str) -> None:
-        state = {
-            "optimizer": self.optimizer.state_dict(),
-            "distributed_optimizer": [optimizer.get_parameter_state_dp_reshardable()
-                                      for optimizer in self._sharded_optimizers()],
-            "scheduler": self.scheduler.state_dict(),
-            "rng": checkpoint.rng_state(),
-            "steps": self.steps,
-            "updates": self.updates,
-            "layout": self._layout(),
-        }
+        """Write checkpoint ``path`` (layout: :mod:`plasmid_megatron.checkpoint`): the policy's
+        Hugging Face export, and one megatron distributed checkpoint of the policy's (and the
+        critic's) weights, optimizer and scheduler state, with the counters and this layout."""
+        state = sharded_state.sharded_state_dict(self._trainables(), self._saved_counters(), loading=False)
         checkpoint.write(path, hf_tensors=export_hf_weights(self.model, self.converter, self.groups),
-                         model_dir=self.model_dir, state=state)
+                         model_dir=self.model_dir, sharded_state=state, rng=checkpoint.rng_state())
 
     @torch.no_grad()
     def load_checkpoint(self, path: str) -> None:
-        state = checkpoint.read_state(path)
-        if state["layout"] != self._layout():
-            raise ValueError(f"checkpoint {path} was written with the parallel layout {state['layout']}, this trainer "
-                             f"runs {self._layout()}: resume with the same sizes (its model/ directory loads "
-                             f"into any layout as --model)")
-        read = hf_tensor_reader(Path(path) / checkpoint.MODEL_SUBDIR)
-        load_hf_weights(self.model, self.converter, read, self.groups.tp_rank)
-        self.optimizer.reload_model_params()
-        self.optimizer.load_state_dict(state["optimizer"])
-        for optimizer, shard in zip(self._sharded_optimizers(), state["distributed_optimizer"], strict=True):
-            _unshare_steps(optimizer.optimizer)
-            optimizer.load_parameter_state_from_dp_reshardable(_marked_unpadded(shard))
-        self.scheduler.load_state_dict(state["scheduler"])
-        checkpoint.set_rng_state(state["rng"])
-        self.steps = state["steps"]
-        self.updates = state["updates"]
+        """Resume from checkpoint ``path``, written in this or any other parallel layout (megatron
+        reshards it); the random generators only when the layout is the same (else each rank keeps
+        its ``--seed`` states)."""
+        trainables = self._trainables()
+        sharded_state.check_saved(checkpoint.read_common(path), trainables, path)
+        wanted = sharded_state.sharded_state_dict(trainables, {}, loading=True)
+        runtime = sharded_state.runtime_values(wanted)
+        saved = sharded_state.restore(trainables, runtime, checkpoint.read(path, wanted))
+        self.steps = saved["steps"]
+        self.updates = saved["updates"]
+        if saved["layout"] == self._layout():
+            checkpoint.set_rng_state(checkpoint.read_rng(path))
 
-    def _sharded_optimizers(self) -> list[Any]:
-        """The distributed (state-sharding) optimizers among megatron's chained ones."""
-        chained = getattr(self.optimizer, "chained_optimizers", [self.optimizer])
-        return [optimizer for optimizer in chained if hasattr(optimizer, "get_parameter_state_dp_reshardable")]
+    def _trainables(self) -> list[sharded_state.Trainable]:
+        """What a checkpoint saves and resumes: the policy, and the critic when there is one."""
+        parts = [sharded_state.Trainable("policy", self.model, self.optimizer, self.scheduler)]
+        if self.critic is not None:
+            parts.append(sharded_state.Trainable("critic", self.critic.model, self.critic.optimizer,
+                                                 self.critic.scheduler))
+        return parts
+
+    def _saved_counters(self) -> dict[str, Any]:
+        return {"steps": self.steps, "updates": self.updates, "layout": self._layout(),
+                "parts": sharded_state.describe(self._trainables())}
 
     def _layout(self) -> dict[str, int]:
         return {"world": dist.get_world_size(), "tp": self.groups.tp_size, "pp": self.groups.pp_size,
-                "dp": self.groups.dp_size}
+                "dp": self.groups.dp_size, "ep": self.groups.ep_size, "etp": self.groups.etp_size}
 
     def _offload(self) -> None:
         if self.device.type != "cuda":
             return
-        self.optimizer.offload_to_cpu()
-        self.model.offload_grad_buffers()
+        torch.cuda.synchronize()
+        self.memory.offload()
         torch.cuda.empty_cache()
 
     def _onload(self) -> None:
         if self.device.type != "cuda":
             return
-        self.model.restore_grad_buffers()
-        self.optimizer.restore_from_cpu()
+        self.memory.onload()
+        torch.cuda.synchronize()
+
+    def _device_state(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """``(kept, discarded)`` tensors of :attr:`memory`: the weights of the policy, reference
+        and critic and their optimizers' state; their gradient buffers."""
+        ddp_models = [self.model] + ([self.critic.model] if self.critic is not None else [])
+        optimizers = [self.optimizer] + ([self.critic.optimizer] if self.critic is not None else [])
+        models = ddp_models + ([self.ref_model] if self.ref_model is not None else [])
+        kept = [param for model in models for param in model.parameters()]
+        kept += [tensor for optimizer in optimizers for tensor in offload.optimizer_tensors(optimizer)]
+        return kept, [buffer for model in ddp_models for buffer in offload.grad_buffers(model)]
 
 
 # -------------------------------------------------------------------------------------------------
@@ -547,29 +640,6 @@ def _finalize_model_grads(model: list[Any], num_tokens: Any = None, **kwargs: An
     from megatron.core.distributed import finalize_model_grads
 
     finalize_model_grads(model, None, **kwargs)
-
-
-def _unshare_steps(inner: Any) -> None:
-    """Give every parameter its own Adam ``step`` tensor. megatron 0.16's distributed optimizer,
-    with torch's Adam (no TransformerEngine/apex), loads one ``step`` tensor into every parameter's
-    state; torch then increments that shared tensor once per parameter and the bias correction
-    goes wrong after a resume."""
-    for state in inner.state.values():
-        if isinstance(state.get("step"), torch.Tensor):
-            state["step"] = state["step"].clone()
-
-
-def _marked_unpadded(shard: dict[Any, Any]) -> dict[Any, Any]:
-    """A distributed optimizer's ``get_parameter_state_dp_reshardable()`` made loadable: megatron
-    0.16's ``load_parameter_state_from_dp_reshardable`` skips entries whose ``padding`` flag is set
-    but its saver writes no flag (it saves no padding entries)."""
-    for key, per_dtype in shard.items():
-        if isinstance(key, int):
-            for buckets in per_dtype.values():
-                for bucket in buckets:
-                    for entry in bucket:
-                        entry.setdefault("padding", False)
-    return shard
 
 
 def _explained(function: Callable[..., Any], *args: Any) -> Any:
@@ -591,8 +661,3 @@ def _decoupled_grad(optimizer_config: Any) -> bool:
 
 def _to(tensor: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
     return None if tensor is None else tensor.to(device)
-
-
-def _chunks(size: int, chunk_size: int) -> Iterator[list[int]]:
-    for start in range(0, size, max(1, chunk_size)):
-        yield list(range(start, min(size, start + chunk_size)))

@@ -25,9 +25,14 @@ from typing import Any
 
 import torch
 
-from plasmid.errors import UsageError
 from plasmid.hf import load_causal_lm
-from plasmid.training import batch_metrics
+from plasmid.training import (
+    batch_metrics,
+    check_trainer_setup,
+    critic_batch_metrics,
+    index_chunks,
+    update_metrics,
+)
 from plasmid.types import LossBatch, RolloutBatch, Sample
 from plasmid_torchtrain import batching, checkpoint, critic, distributed, schedule, weights
 
@@ -48,11 +53,7 @@ class TorchTrainer:
 
     def __init__(self, config: Any, loss: Any) -> None:
         option = config.option
-        if not option.model:
-            raise UsageError("torchtrain: --model is not set; give a local Hugging Face model directory")
-        if getattr(loss, "needs_critic", False) and not callable(getattr(loss, "value_loss", None)):
-            raise UsageError(f"the loss {type(loss).__name__} needs a critic (needs_critic) but has no "
-                             f"value_loss(batch, values) to train it with (see plasmid.protocols.CriticLoss)")
+        check_trainer_setup("torchtrain", option, loss)
         self.config = config
         self.loss = loss
         self.model_dir = Path(option.model)
@@ -163,7 +164,7 @@ class TorchTrainer:
         train_policy = self.steps >= self.critic_warmup_steps
 
         per_update: list[dict[str, float]] = []
-        for chunk in _chunks(len(samples), self.global_batch_size or len(samples)):
+        for chunk in map(torch.tensor, index_chunks(len(samples), self.global_batch_size)):
             step_batch = replace(loss_batch.select(chunk), total_tokens=int(loss_batch.response_mask[chunk].sum()),
                                  total_samples=len(chunk))
             step_rows = padded.rows(chunk)
@@ -175,16 +176,10 @@ class TorchTrainer:
             per_update.append(update)
         self.steps += 1
 
-        metrics = {f"train/{name}": sum(values) / len(values) for name, values in _transpose(per_update).items()}
-        for name in ("lr", "critic_lr"):
-            if name in per_update[-1]:
-                metrics[f"train/{name}"] = per_update[-1][name]
-        for name in ("skipped_updates", "critic_skipped_updates"):
-            if name in per_update[-1]:
-                metrics[f"train/{name}"] = sum(update[name] for update in per_update)
+        metrics = update_metrics(per_update)
         mask = loss_batch.response_mask
         if self.critic is not None:
-            metrics.update(_critic_batch_metrics(loss_batch))
+            metrics.update(critic_batch_metrics(loss_batch))
             metrics["train/policy_updated"] = float(train_policy)
         metrics.update(batch_metrics(samples, loss_batch.advantages, mask, trainer_old))
         metrics["train/updates"] = float(len(per_update) if train_policy else 0)
@@ -247,7 +242,9 @@ class TorchTrainer:
         return self.dp.gather_rows(torch.cat(parts), padded.size) if sharded else torch.cat(parts)
 
     def _row_chunks(self, size: int, sharded: bool) -> Iterator[torch.Tensor]:
-        return self.dp.micro_batches(size, self.micro_batch_size) if sharded else _chunks(size, self.micro_batch_size)
+        if sharded:
+            return self.dp.micro_batches(size, self.micro_batch_size)
+        return map(torch.tensor, index_chunks(size, self.micro_batch_size))
 
     def _loss_batch(self, samples: list[Sample], padded: batching.PaddedBatch) -> tuple[LossBatch, Any]:
         """The step's :class:`LossBatch`, and the trainer's old log-probs (``None`` when the loss
@@ -327,31 +324,3 @@ class TorchTrainer:
             self.critic_optimizer.step()
         self.critic_scheduler.step()
         return {**totals, "critic_grad_norm": grad_norm, "critic_lr": lr, "critic_skipped_updates": float(skipped)}
-
-
-def _chunks(size: int, chunk_size: int) -> Iterator[torch.Tensor]:
-    """Consecutive index ranges ``[0, chunk_size), [chunk_size, 2 chunk_size), ...`` of ``range(size)``."""
-    for start in range(0, size, max(1, chunk_size)):
-        yield torch.arange(start, min(size, start + chunk_size))
-
-
-def _transpose(rows: list[dict[str, float]]) -> dict[str, list[float]]:
-    columns: dict[str, list[float]] = defaultdict(list)
-    for row in rows:
-        for name, value in row.items():
-            columns[name].append(value)
-    return columns
-
-
-def _critic_batch_metrics(batch: LossBatch) -> dict[str, float]:
-    """The critic's values before the update against the returns of the whole step."""
-    from plasmid import algorithms
-
-    trained = batch.response_mask > 0
-    values, returns = batch.values[trained], batch.returns[trained] if batch.returns is not None else None
-    metrics = {"train/value_mean": float(values.mean()) if values.numel() else 0.0}
-    if returns is not None:
-        metrics["train/returns_mean"] = float(returns.mean()) if returns.numel() else 0.0
-        metrics["train/explained_variance"] = algorithms.explained_variance(batch.values, batch.returns,
-                                                                            batch.response_mask)
-    return metrics
