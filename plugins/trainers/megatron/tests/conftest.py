@@ -25,3 +25,22 @@ if _megatron_installed():
     megatron_cpu_shim.install()
 else:
     collect_ignore_glob = ["test_*.py"]
+
+
+if _megatron_installed():
+    import pytest
+
+    @pytest.fixture(autouse=True)
+    def _one_thread():
+        """One math thread per test process: multi-process tests start several at once on 2 cores."""
+        import torch
+
+        torch.set_num_threads(1)
+
+    @pytest.fixture(scope="session")
+    def model_dir(tmp_path_factory):
+        """The tiny Qwen2 (tied embeddings, QKV bias, 4 heads over 2 key/value heads) most tests
+        train; read-only. Modules that need other models define their own ``model_dir``."""
+        from plasmid.tiny import build_tiny_model
+
+        return build_tiny_model(tmp_path_factory.mktemp("megatron") / "tiny", num_kv_heads=2)

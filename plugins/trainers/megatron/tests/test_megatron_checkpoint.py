@@ -16,19 +16,8 @@ from plasmid_megatron.model import unwrapped
 
 from plasmid import testing
 from plasmid.testing.contracts.trainer import exported, make_rollout_batch
-from plasmid.tiny import build_tiny_model
 
 VOCAB = 16
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("megatron-checkpoint") / "tiny", num_kv_heads=2)
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ from test_megatron_parallel import COMPARED, checkpoint_weights, run_layout
 from plasmid import testing
 from plasmid.errors import UsageError
 from plasmid.testing.contracts.trainer import make_rollout_batch
-from plasmid.tiny import build_tiny_model
 from plasmid.types import Sample
 
 # ------------------------------------------------------------------------------------------------
@@ -85,11 +84,6 @@ def test_micro_batch_of_each_rank_holds_every_predicting_position_once():
 # ------------------------------------------------------------------------------------------------
 # the trainer
 # ------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("context-parallel") / "tiny", num_kv_heads=2)
 
 
 def test_without_an_attention_that_splits_sequences_the_trainer_refuses(model_dir, tmp_path):

@@ -5,15 +5,8 @@ from __future__ import annotations
 
 import plasmid_grpo.plugin
 import plasmid_megatron.plugin
-import pytest
-import torch
 
 from plasmid.testing.contracts.trainer import TrainerContract
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    torch.set_num_threads(1)
 
 
 class TestMegatronContract(TrainerContract):

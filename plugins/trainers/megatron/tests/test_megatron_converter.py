@@ -25,11 +25,6 @@ FAMILIES = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    torch.set_num_threads(1)
-
-
 def build_tiny_qwen3(directory):
     import transformers
 

@@ -21,20 +21,9 @@ from plasmid_megatron.model import unwrapped
 from plasmid import testing
 from plasmid.hf import load_causal_lm
 from plasmid.testing.contracts.trainer import TrainerContract, exported, make_rollout_batch
-from plasmid.tiny import build_tiny_model
 
 VOCAB = 16
 WORKER = Path(__file__).resolve().parent / "critic_worker.py"
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("megatron-critic") / "tiny", num_kv_heads=2)
 
 
 @pytest.fixture

@@ -40,11 +40,6 @@ MODELS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    torch.set_num_threads(1)
-
-
 def build_moe_model(directory, arch, **overrides):
     """A tiny MoE model with decisive routing: router weights and experts scaled up from
     transformers' std 0.02 initialisation, so that the router order, the top-k choice and the

@@ -15,7 +15,6 @@ from plasmid_megatron.offload import MemoryStash, optimizer_tensors
 
 from plasmid import testing
 from plasmid.testing.contracts.trainer import exported, make_rollout_batch
-from plasmid.tiny import build_tiny_model
 
 VOCAB = 16
 CPU = torch.device("cpu")
@@ -46,11 +45,6 @@ def test_a_storage_both_kept_and_discarded_is_kept():
     stash.offload()
     stash.onload()
     assert torch.equal(shared, torch.arange(6, dtype=torch.float32))
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("offload") / "tiny", num_kv_heads=2)
 
 
 def make_trainer(model_dir, tmp_path, **options):

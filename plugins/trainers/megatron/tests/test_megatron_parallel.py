@@ -14,8 +14,6 @@ import numpy as np
 import pytest
 from multiprocess import run_ranks
 
-from plasmid.tiny import build_tiny_model
-
 WORKER = Path(__file__).resolve().parent / "parallel_worker.py"
 COMPARED = ("train/loss", "train/pg_loss", "train/entropy", "train/grad_norm", "train/clip_frac", "train/approx_kl")
 
@@ -30,11 +28,6 @@ def checkpoint_weights(out: Path) -> dict[str, np.ndarray]:
     from safetensors.numpy import load_file
 
     return load_file(str(out / "ckpt" / "model" / "model.safetensors"))
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("parallel") / "tiny", num_kv_heads=2)
 
 
 @pytest.fixture(scope="module")

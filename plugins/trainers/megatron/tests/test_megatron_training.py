@@ -18,19 +18,8 @@ from plasmid_megatron.trainer import MegatronTrainer, _explained
 from plasmid import testing
 from plasmid.errors import UsageError
 from plasmid.testing.contracts.trainer import exported, make_rollout_batch
-from plasmid.tiny import build_tiny_model
 
 VOCAB = 16
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("megatron") / "tiny", num_kv_heads=2)
 
 
 def config_for(model_dir, tmp_path, plugin=plasmid_megatron.plugin, trainer="megatron", **options):
