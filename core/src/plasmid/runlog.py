@@ -17,17 +17,21 @@ class RunLog:
     """Appends one JSON object per step to ``metrics.jsonl`` and keeps the curve and progress.
 
     A resumed run appends: entries for steps at or after the resume point are dropped first,
-    so the file always reads as one uninterrupted run.
+    so the file always reads as one uninterrupted run. The curve is redrawn at most every
+    ``plot_seconds`` (on a step that is a multiple of ``plot_every``) and when the run ends:
+    drawing takes a few hundred milliseconds, which a fast loop should not pay every few steps.
     """
 
     def __init__(self, run_dir: Path, total_steps: int, stream: TextIO | None = None,
-                 plot_every: int = 10) -> None:
+                 plot_every: int = 10, plot_seconds: float = 60.0) -> None:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / "metrics.jsonl"
         self.total_steps = total_steps
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
         self.plot_every = max(1, plot_every)
+        self.plot_seconds = plot_seconds
+        self.plotted_at: float | None = None
         self.history: list[dict[str, Any]] = []
         self.started = time.perf_counter()
 
@@ -44,7 +48,8 @@ class RunLog:
         with self.path.open("a") as handle:
             handle.write(json.dumps(entry) + "\n")
         self._progress(step, entry)
-        if step % self.plot_every == 0 or step + 1 == self.total_steps:
+        due = self.plotted_at is None or time.perf_counter() - self.plotted_at >= self.plot_seconds
+        if (step % self.plot_every == 0 and due and step > 0) or step + 1 == self.total_steps:
             self.plot()
         return entry
 
@@ -70,16 +75,17 @@ class RunLog:
         """Redraw ``reward_curve.png`` (training reward and eval accuracy per step); skipped,
         with no error, when matplotlib is not installed."""
         try:
-            import matplotlib
-
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
+            from matplotlib.backends.backend_agg import FigureCanvasAgg
+            from matplotlib.figure import Figure
         except ImportError:
             return None
+        self.plotted_at = time.perf_counter()
         steps = [e["step"] for e in self.history if "rollout/reward_mean" in e]
         rewards = [e["rollout/reward_mean"] for e in self.history if "rollout/reward_mean" in e]
         evals = [(e["step"], e["eval/accuracy"]) for e in self.history if "eval/accuracy" in e]
-        figure, axes = plt.subplots(figsize=(7, 4))
+        figure = Figure(figsize=(7, 4))
+        FigureCanvasAgg(figure)
+        axes = figure.subplots()
         axes.plot(steps, rewards, label="train reward (mean)", linewidth=1)
         if evals:
             axes.plot(*zip(*evals, strict=True), "o-", label="eval accuracy (greedy)", markersize=3)
@@ -90,7 +96,6 @@ class RunLog:
         target = self.run_dir / "reward_curve.png"
         figure.tight_layout()
         figure.savefig(target, dpi=80)
-        plt.close(figure)
         return target
 
 

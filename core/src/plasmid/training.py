@@ -81,22 +81,35 @@ def updates_per_rollout(option: Any) -> int:
     return max(1, math.ceil(samples / option.global_batch_size))
 
 
+def pad_rows(rows: Sequence[Sequence[float]], width: int, *, fill: float = 0,
+             dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``[len(rows), width]`` tensor of ``rows``, each right-padded with ``fill`` to ``width``
+    (per-token lists of a batch: ids, masks, log-probs). Built in one tensor construction, not one
+    per row: trainers call it on every step's whole batch."""
+    if not rows:
+        return torch.empty((0, width), dtype=dtype)
+    return torch.tensor([list(row) + [fill] * (width - len(row)) for row in rows], dtype=dtype)
+
+
+def response_mask(samples: Sequence[Sample], width: int) -> torch.Tensor:
+    """``[B, width]`` float32: each sample's ``loss_mask`` (ones when unset), 0 beyond its response."""
+    return pad_rows([s.loss_mask if s.loss_mask is not None else [1] * s.response_length for s in samples], width)
+
+
 def rollout_logprob_abs_diff(samples: Sequence[Sample], trainer_logprobs: torch.Tensor,
                              mask: torch.Tensor) -> float | None:
     """``train_rollout_logprob_abs_diff``: the mean over trained tokens of
     ``|trainer log-prob - engine log-prob|`` (``trainer_logprobs`` and ``mask`` are ``[B, T]``
     aligned with ``samples``' responses). Samples without rollout log-probs are skipped;
     ``None`` when none has them. After a correct weight sync this is float rounding (<= 1e-4)."""
-    total, count = 0.0, 0.0
-    for row, sample in enumerate(samples):
-        if sample.rollout_logprobs is None:
-            continue
-        length = sample.response_length
-        engine = torch.tensor(sample.rollout_logprobs, dtype=torch.float32)
-        row_mask = mask[row, :length]
-        total += float(((trainer_logprobs[row, :length] - engine).abs() * row_mask).sum())
-        count += float(row_mask.sum())
-    return total / count if count else None
+    width = mask.shape[1]
+    has = torch.tensor([s.rollout_logprobs is not None for s in samples], dtype=torch.float32)
+    engine = pad_rows([s.rollout_logprobs or () for s in samples], width)
+    counted = mask.float() * has.unsqueeze(1)
+    count = float(counted.sum())
+    if not count:
+        return None
+    return float(((trainer_logprobs.float() - engine).abs() * counted).sum()) / count
 
 
 def batch_metrics(samples: Sequence[Sample], advantages: torch.Tensor, mask: torch.Tensor,

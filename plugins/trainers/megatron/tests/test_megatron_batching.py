@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from plasmid_megatron import batching
 
+from plasmid.training import response_mask
 from plasmid.types import Sample
 
 
@@ -49,4 +50,4 @@ def test_micro_batch_tensors_right_pad_and_point_at_the_response():
 def test_response_mask_uses_the_loss_mask():
     samples = [Sample(tokens=[1, 2, 3, 4], response_length=3, loss_mask=[1, 0, 1]),
                Sample(tokens=[1, 2], response_length=1)]
-    assert torch.equal(batching.response_mask(samples, 3), torch.tensor([[1.0, 0.0, 1.0], [1.0, 0.0, 0.0]]))
+    assert torch.equal(response_mask(samples, 3), torch.tensor([[1.0, 0.0, 1.0], [1.0, 0.0, 0.0]]))

@@ -25,11 +25,11 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
 
+from plasmid.compute import compute_executor
 from plasmid.errors import ProviderError, UsageError
 from plasmid.hf import load_causal_lm
 from plasmid.types import GenerationOutput, SamplingParams, Status
@@ -63,7 +63,8 @@ class TorchEngine:
         self._decoder = Decoder(self.model, shared_generator)
         self._weights = WeightTable(self.model, self.model_path)
         self._weight_version = 0
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torchgen")
+        #: the process's compute thread, shared with a trainer in the same process (plasmid.compute)
+        self._worker = compute_executor()
         self._closed = False
         # Per-event-loop state, (re)made by _bind().
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -184,7 +185,6 @@ class TorchEngine:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._batcher
             self._batcher = None
-        self._worker.shutdown(wait=False, cancel_futures=True)
 
     # ----------------------------------------------------------------------------------------
     # Metrics

@@ -81,23 +81,6 @@ class MicroBatch:
                           self.held.to(device), self.sequence_length, self.counts)
 
 
-def response_mask(samples: Sequence[Sample], width: int) -> torch.Tensor:
-    """``[B, width]`` float32: each sample's ``loss_mask`` (ones when unset), 0 beyond its response."""
-    mask = torch.zeros((len(samples), width), dtype=torch.float32)
-    for row, sample in enumerate(samples):
-        values = sample.loss_mask if sample.loss_mask is not None else [1] * sample.response_length
-        mask[row, : sample.response_length] = torch.tensor(values, dtype=torch.float32)
-    return mask
-
-
-def per_token(values: Sequence[Sequence[float]], width: int) -> torch.Tensor:
-    """Right-pad per-response-token lists with zeros into ``[B, width]`` float32."""
-    out = torch.zeros((len(values), width), dtype=torch.float32)
-    for row, row_values in enumerate(values):
-        out[row, : len(row_values)] = torch.tensor(list(row_values), dtype=torch.float32)
-    return out
-
-
 def shard_for_data_parallel(lengths: Sequence[int], rows: Sequence[int], dp_size: int) -> list[list[int]]:
     """Split ``rows`` (positions into ``lengths``) over ``dp_size`` ranks with balanced token counts.
 

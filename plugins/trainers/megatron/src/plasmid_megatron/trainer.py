@@ -50,8 +50,9 @@ Checkpoints (``save``/``load``): a Hugging Face ``model/`` of the policy for eng
 state, LR schedules) and the counters, which resumes in any parallel layout
 (:mod:`plasmid_megatron.checkpoint`, :mod:`plasmid_megatron.sharded_state`).
 
-All torch and megatron work runs on one worker thread owned by the trainer (CUDA's current device
-and megatron's state are per thread or global); the async methods await it, so an event loop shared
+All torch and megatron work runs on one thread, the process's compute thread
+(:mod:`plasmid.compute`, shared with an engine in the same process; CUDA's current device and
+megatron's state are per thread or global); the async methods await it, so an event loop shared
 with engines keeps serving. Without CUDA, megatron-core's optimizer and RNG tracker call CUDA; that
 is refused with an explanation unless the process was prepared for it (only the tests do, with
 ``tests/megatron_cpu_shim.py``).
@@ -60,7 +61,6 @@ is refused with an explanation unless the process was prepared for it (only the 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import functools
 import math
 import time
@@ -72,6 +72,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from plasmid.compute import compute_executor
 from plasmid.errors import UsageError
 from plasmid.training import (
     batch_metrics,
@@ -79,6 +80,8 @@ from plasmid.training import (
     check_trainer_setup,
     critic_batch_metrics,
     index_chunks,
+    pad_rows,
+    response_mask,
     update_metrics,
     updates_per_rollout,
 )
@@ -162,7 +165,8 @@ class MegatronTrainer:
         self.critic_warmup_steps: int = getattr(option, "critic_warmup_steps", 0) or 0
         #: the critic (:mod:`plasmid_megatron.critic`), built when the loss needs_critic; else None.
         self.critic: MegatronCritic | None = None
-        self._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="plasmid-megatron")
+        #: the process's compute thread (plasmid.compute): all torch and megatron work runs on it
+        self._worker = compute_executor()
         self._run(self._build)
 
     # ---------------------------------------------------------------------------------------------
@@ -224,10 +228,6 @@ class MegatronTrainer:
     async def onload(self) -> None:
         """Undo :meth:`offload`: every tensor back in place, gradients zero (a no-op without CUDA)."""
         await self._arun(self._onload)
-
-    def close(self) -> None:
-        """Stop the worker thread (megatron's process groups stay: they are process-global)."""
-        self._worker.shutdown(wait=True)
 
     # ---------------------------------------------------------------------------------------------
     # building
@@ -447,9 +447,9 @@ class MegatronTrainer:
             if sample.reward is None or not math.isfinite(sample.reward):
                 raise ValueError(f"sample {position} (index {sample.index}, group {sample.group_index}) has reward "
                                  f"{sample.reward!r}: every sample must be scored with a finite reward before training")
-        mask = batching.response_mask(samples, width)
+        mask = response_mask(samples, width)
         have_rollout = all(s.rollout_logprobs is not None for s in samples)
-        rollout = batching.per_token([s.rollout_logprobs for s in samples], width) if have_rollout else None
+        rollout = pad_rows([s.rollout_logprobs for s in samples], width) if have_rollout else None
         rows = range(len(samples))
         trainer_old = None
         if self.loss.needs_old_logprobs or rollout is None:

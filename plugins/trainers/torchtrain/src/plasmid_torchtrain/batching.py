@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from plasmid import ops
-from plasmid.training import check_samples
+from plasmid.training import check_samples, pad_rows, response_mask
 from plasmid.types import Sample
 
 
@@ -56,29 +56,15 @@ class PaddedBatch:
 def pad_samples(samples: Sequence[Sample], pad_id: int) -> PaddedBatch:
     """Pad ``samples`` into a :class:`PaddedBatch`; errors name the offending sample."""
     check_samples(samples)
-    batch_size = len(samples)
     longest = max(len(s.tokens) for s in samples)
     width = max(s.response_length for s in samples)
-    input_ids = torch.full((batch_size, longest), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((batch_size, longest), dtype=torch.long)
-    response_mask = torch.zeros((batch_size, width), dtype=torch.float32)
-    for row, sample in enumerate(samples):
-        input_ids[row, : len(sample.tokens)] = torch.tensor(sample.tokens, dtype=torch.long)
-        attention_mask[row, : len(sample.tokens)] = 1
-        loss_mask = sample.loss_mask if sample.loss_mask is not None else [1] * sample.response_length
-        response_mask[row, : sample.response_length] = torch.tensor(loss_mask, dtype=torch.float32)
+    input_ids = pad_rows([s.tokens for s in samples], longest, fill=pad_id, dtype=torch.long)
+    attention_mask = pad_rows([[1] * len(s.tokens) for s in samples], longest, dtype=torch.long)
+    mask = response_mask(samples, width)
     prompt_lengths = torch.tensor([s.prompt_length for s in samples], dtype=torch.long)
     response_lengths = torch.tensor([s.response_length for s in samples], dtype=torch.long)
     in_response = torch.arange(width).unsqueeze(0) < response_lengths.unsqueeze(1)
-    return PaddedBatch(input_ids, attention_mask, prompt_lengths, response_lengths, response_mask, in_response)
-
-
-def per_token_tensor(values: Sequence[Sequence[float]], width: int) -> torch.Tensor:
-    """Right-pad per-response-token lists (one per sample) with zeros into ``[B, width]`` float32."""
-    out = torch.zeros((len(values), width), dtype=torch.float32)
-    for row, row_values in enumerate(values):
-        out[row, : len(row_values)] = torch.tensor(list(row_values), dtype=torch.float32)
-    return out
+    return PaddedBatch(input_ids, attention_mask, prompt_lengths, response_lengths, mask, in_response)
 
 
 def response_logprobs(model: Any, batch: PaddedBatch, temperature: float, *,

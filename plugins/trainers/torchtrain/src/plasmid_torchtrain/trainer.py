@@ -13,7 +13,6 @@ with the engine's.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import math
 import time
@@ -25,12 +24,14 @@ from typing import Any
 
 import torch
 
+from plasmid.compute import run_compute
 from plasmid.hf import load_causal_lm
 from plasmid.training import (
     batch_metrics,
     check_trainer_setup,
     critic_batch_metrics,
     index_chunks,
+    pad_rows,
     update_metrics,
 )
 from plasmid.types import LossBatch, RolloutBatch, Sample
@@ -96,18 +97,18 @@ class TorchTrainer:
     async def logprobs(self, samples: list[Sample], temperature: float) -> list[list[float]]:
         """Log-probs of each sample's response tokens (``[response_length]`` each) under the
         current policy at ``temperature``; masked tokens included."""
-        return await asyncio.to_thread(self.compute_logprobs, samples, temperature)
+        return await run_compute(self.compute_logprobs, samples, temperature)
 
     async def values(self, samples: list[Sample]) -> list[list[float]]:
         """The critic's value of each response token's state (``[response_length]`` each);
         only when the loss needs a critic."""
-        return await asyncio.to_thread(self.compute_values, samples)
+        return await run_compute(self.compute_values, samples)
 
     async def train_step(self, batch: RolloutBatch) -> dict[str, float]:
         """One RL step on ``batch``: old/ref log-probs, advantages, then one optimizer update per
         ``--global-batch-size`` samples (default: one for the whole batch), each accumulated over
         micro-batches of ``--micro-batch-size`` samples. Metrics are ``train/...`` floats."""
-        return await asyncio.to_thread(self.run_train_step, batch)
+        return await run_compute(self.run_train_step, batch)
 
     def export_weights(self, bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
         """The policy's weights in Hugging Face names (each tensor once; a tied ``lm_head`` is
@@ -116,12 +117,12 @@ class TorchTrainer:
 
     async def save(self, path: str) -> None:
         """Write checkpoint directory ``path`` (layout in :mod:`plasmid_torchtrain.checkpoint`)."""
-        await asyncio.to_thread(self.save_checkpoint, path)
+        await run_compute(self.save_checkpoint, path)
 
     async def load(self, path: str) -> None:
         """Restore weights, optimizer, scheduler, RNG and counters from checkpoint ``path``, so
         that training continues exactly as if it had not stopped."""
-        await asyncio.to_thread(self.load_checkpoint, path)
+        await run_compute(self.load_checkpoint, path)
 
     async def offload(self) -> None:
         """Nothing to do: the model lives in CPU memory, which engines do not compete for."""
@@ -255,7 +256,7 @@ class TorchTrainer:
                 raise ValueError(f"sample {position} (index {sample.index}, group {sample.group_index}) has reward "
                                  f"{sample.reward!r}: every sample must be scored with a finite reward before training")
         have_rollout = all(s.rollout_logprobs is not None for s in samples)
-        rollout = batching.per_token_tensor([s.rollout_logprobs for s in samples], width) if have_rollout else None
+        rollout = pad_rows([s.rollout_logprobs for s in samples], width) if have_rollout else None
         trainer_old = None
         if self.loss.needs_old_logprobs or rollout is None:
             trainer_old = self._no_grad_logprobs(self.model, padded, self.temperature, sharded=True)
