@@ -38,7 +38,7 @@ class SingleTurn:
         prefix = list(sample.tokens) if resumed else sample.prompt_tokens
         old_logprobs = list(sample.rollout_logprobs or [])[:old_length]
         old_mask = [0] * old_length if self.mask_offpolicy else list(sample.loss_mask or [1] * old_length)[:old_length]
-        budget = replace(params, max_new_tokens=params.max_new_tokens - old_length)
+        budget = replace(params, max_new_tokens=params.max_new_tokens - old_length) if old_length else params
         output = await ctx.engine_for(sample).generate(prefix, budget)
         sample.tokens = prefix + list(output.token_ids)
         sample.response_length = old_length + len(output.token_ids)

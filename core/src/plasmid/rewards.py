@@ -67,7 +67,8 @@ class RewardSet:
     async def _component_values(self, component: RewardComponent, samples: list[Sample]) -> list[float]:
         if component.is_group:
             try:
-                raw = await asyncio.wait_for(component.fn(samples), self.timeout)
+                async with asyncio.timeout(self.timeout):
+                    raw = await component.fn(samples)
                 if len(raw) != len(samples):
                     raise ValueError(f"group reward returned {len(raw)} values for {len(samples)} samples")
                 return [self._as_float(component, value) for value in raw]
@@ -79,7 +80,8 @@ class RewardSet:
 
     async def _one(self, component: RewardComponent, sample: Sample) -> float:
         try:
-            value = await asyncio.wait_for(component.fn(sample), self.timeout)
+            async with asyncio.timeout(self.timeout):      # a timer, not a task per sample (wait_for)
+                value = await component.fn(sample)
             return self._as_float(component, value)
         except Exception as exc:  # noqa: BLE001 - reported with the plugin's name
             self._failed(component, sample, exc)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from plasmid.tiny import BOS_ID, DIGITS_ALPHABET, SPECIAL_TOKENS
 
 #: character -> id in :func:`plasmid.tiny.char_tokenizer` (its ids follow the special tokens).
@@ -26,6 +28,12 @@ class PromptEncoder:
             self._tokenizer = load_tokenizer(str(model))
 
     def __call__(self, prompt: str) -> list[int]:
+        """The prompt's token ids (a fresh list; tasks repeat their prompts, so each text is
+        tokenized once)."""
+        return list(self._encode(prompt))
+
+    @functools.lru_cache(maxsize=1 << 16)  # noqa: B019 - one encoder per run; the cache lives as long
+    def _encode(self, prompt: str) -> tuple[int, ...]:
         if self._tokenizer is None:
-            return char_token_ids(prompt)
-        return list(self._tokenizer(prompt)["input_ids"])
+            return tuple(char_token_ids(prompt))
+        return tuple(self._tokenizer(prompt)["input_ids"])
