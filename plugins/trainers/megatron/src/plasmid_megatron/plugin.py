@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from plasmid import hookimpl
 from plasmid.errors import UsageError
-from plasmid_megatron.native_options import native_fields, parse_bool
+from plasmid.native_options import add_options
+from plasmid_megatron.native_options import native_fields
 
 PARALLEL_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
                   "expert_model_parallel_size")
@@ -39,16 +40,7 @@ def plasmid_addoption(parser):
     native = parser.getgroup("megatron native", "megatron-core config fields, generated from the installed "
                              "version (TransformerConfig, OptimizerConfig, DistributedDataParallelConfig); "
                              "unset means megatron's default")
-    for field in native_fields():
-        kwargs = {"dest": field.dest, "default": None, "metavar": field.kind.upper()}
-        if field.kind == "bool":
-            kwargs.update(type=parse_bool, nargs="?", const=True, metavar="BOOL")
-        elif field.kind in ("int", "float"):
-            kwargs["type"] = int if field.kind == "int" else float
-        if field.choices:
-            kwargs.update(choices=list(field.choices), metavar=None)
-        text = f"{'/'.join(field.owners)}.{field.name} (default {field.default}). {field.doc}"
-        native.addoption(field.flag, help=text.replace("%", "%%"), **kwargs)
+    add_options(native, native_fields())
 
 
 @hookimpl
