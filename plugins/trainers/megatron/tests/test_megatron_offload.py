@@ -26,7 +26,7 @@ def test_stash_frees_storages_and_restores_tensors_and_views():
     moments = torch.randn(16)
     grads = torch.randn(32)
     original = weights.clone(), moments.clone()
-    stash = MemoryStash(lambda: [weights, view, moments], lambda: [grads], device=CPU)
+    stash = MemoryStash(lambda: ([weights, view, moments], [grads]), device=CPU)
     freed = stash.offload()
     assert freed == (32 + 16 + 32) * 4
     assert all(t.untyped_storage().nbytes() == 0 for t in (weights, view, moments, grads))
@@ -41,7 +41,7 @@ def test_stash_frees_storages_and_restores_tensors_and_views():
 
 def test_a_storage_both_kept_and_discarded_is_kept():
     shared = torch.arange(6, dtype=torch.float32)
-    stash = MemoryStash(lambda: [shared[:3]], lambda: [shared[3:]], device=CPU)
+    stash = MemoryStash(lambda: ([shared[:3]], [shared[3:]]), device=CPU)
     stash.offload()
     stash.onload()
     assert torch.equal(shared, torch.arange(6, dtype=torch.float32))

@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from plasmid_sync.tensors import PROCESS_STATE, process_token, tensor_bytes
+from plasmid_sync.tensors import PROCESS_STATE, GroupCycle, process_token, tensor_bytes
 
 from plasmid.remote import run_on
 from plasmid.types import SyncReport
@@ -135,25 +135,21 @@ class DistributedSync:
         self.backend: str = getattr(option, "sglang_update_backend", "auto")
         self.timeout: float = float(getattr(option, "sglang_update_timeout", 600.0))
         self.key = f"sglang-distributed-{uuid.uuid4().hex[:12]}"
-        self.members: list[str] | None = None
-        self.group_name = ""
-        self.groups_made = 0
+        self.group = GroupCycle(self.key)
 
     async def sync(self, trainer: Any, engines: Sequence[Any], weight_version: int) -> SyncReport:
         started, moved, buckets = time.perf_counter(), 0, 0
         members = list(await asyncio.gather(run_on(trainer, process_token),
                                             *(run_on(engine, engine_member) for engine in engines)))
-        if members != self.members:
-            await self._make_group(trainer, engines)
-            self.members = members
+        name = await self.group.ensure(members, lambda new: self._make_group(new, trainer, engines))
         await run_on(trainer, start_export, self.key, self.bucket_bytes)
         try:
             while (described := await run_on(trainer, describe_next_bucket, self.key)) is not None:
                 description, load_format, nbytes = described
                 await asyncio.gather(*(run_on(engine, check_bucket, description) for engine in engines))
                 await asyncio.gather(
-                    run_on(trainer, broadcast_bucket, self.key, self.group_name),
-                    *(run_on(engine, receive_bucket, self.group_name, description, load_format, weight_version)
+                    run_on(trainer, broadcast_bucket, self.key, name),
+                    *(run_on(engine, receive_bucket, name, description, load_format, weight_version)
                       for engine in engines))
                 moved, buckets = moved + nbytes, buckets + 1
         finally:
@@ -161,9 +157,7 @@ class DistributedSync:
         await _flush(engines)
         return _report(started, moved, buckets, weight_version)
 
-    async def _make_group(self, trainer: Any, engines: Sequence[Any]) -> None:
-        self.groups_made += 1
-        name = f"{self.key}-{self.groups_made}"
+    async def _make_group(self, name: str, trainer: Any, engines: Sequence[Any]) -> None:
         ranks = list(await asyncio.gather(*(run_on(engine, engine_rank_count) for engine in engines)))
         world = 1 + sum(ranks)
         host, port, backend = await run_on(trainer, group_address, self.backend)
@@ -172,7 +166,6 @@ class DistributedSync:
             run_on(trainer, join_as_sender, self.key, name, host, port, world, backend, self.timeout),
             *(run_on(engine, join_as_receiver, host, port, offset, world, name, backend)
               for engine, offset in zip(engines, offsets, strict=True)))
-        self.group_name = name
 
 
 def engine_member(engine: Any) -> str:

@@ -29,7 +29,7 @@ from typing import Any
 
 from plasmid.remote import run_on
 from plasmid.types import SyncReport
-from plasmid_sync.tensors import PROCESS_STATE, process_token, require_separate_processes, tensor_bytes
+from plasmid_sync.tensors import PROCESS_STATE, GroupCycle, process_token, require_separate_processes, tensor_bytes
 
 
 class BroadcastSync:
@@ -41,36 +41,29 @@ class BroadcastSync:
         self.backend: str = getattr(option, "broadcast_backend", "auto")
         self.timeout: float = float(getattr(option, "broadcast_timeout", 600.0))
         self.key = f"broadcast-{uuid.uuid4().hex}"
-        self.members: list[str] | None = None
-        self.group_name = ""
-        self.groups_made = 0
+        self.group = GroupCycle(self.key)
 
     async def sync(self, trainer: Any, engines: Sequence[Any], weight_version: int) -> SyncReport:
         require_separate_processes("broadcast", trainer, engines)
         started = time.perf_counter()
         members = list(await asyncio.gather(run_on(trainer, process_token), *(run_on(e, process_token)
                                                                                for e in engines)))
-        if members != self.members:
-            await self._make_group(trainer, engines)
-            self.members = members
+        name = await self.group.ensure(members, lambda new: self._make_group(new, trainer, engines))
         sent, *_ = await asyncio.gather(
-            run_on(trainer, send_weights, self.group_name, self.bucket_bytes),
-            *(run_on(engine, receive_weights, self.group_name, weight_version) for engine in engines))
+            run_on(trainer, send_weights, name, self.bucket_bytes),
+            *(run_on(engine, receive_weights, name, weight_version) for engine in engines))
         await asyncio.gather(*(engine.flush_cache() for engine in engines))
         moved, buckets = sent
         return SyncReport(bytes=moved, seconds=time.perf_counter() - started, weight_version=weight_version,
                           buckets=buckets)
 
-    async def _make_group(self, trainer: Any, engines: Sequence[Any]) -> None:
-        self.groups_made += 1
-        name = f"{self.key}-{self.groups_made}"
+    async def _make_group(self, name: str, trainer: Any, engines: Sequence[Any]) -> None:
         world = 1 + len(engines)
         host, port, backend = await run_on(trainer, open_store, name, world, self.backend, self.timeout)
         await asyncio.gather(
             run_on(trainer, join_group, name, self.key, host, port, 0, world, backend, self.timeout),
             *(run_on(engine, join_group, name, self.key, host, port, rank + 1, world, backend, self.timeout)
               for rank, engine in enumerate(engines)))
-        self.group_name = name
 
 
 @dataclass

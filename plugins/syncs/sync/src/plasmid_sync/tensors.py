@@ -68,3 +68,26 @@ def require_separate_processes(sync: str, trainer: Any, engines: Sequence[Any]) 
     if local:
         raise UsageError(f"--weight-sync {sync} moves weights between processes, but {', '.join(local)} "
                          f"run in this process; use it with --runtime ray, or choose inprocess, disk or delta")
+
+
+class GroupCycle:
+    """The process group a weight sync keeps between the trainer and its engines: named
+    ``<key>-<n>`` and formed again (``n + 1``) whenever the processes behind them change, an
+    engine restarted or a server replaced (``members``: one token per side, as from
+    :func:`process_token`). Used by ``broadcast`` and by plasmid-sglang's ``sglang-distributed``."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.members: list[str] | None = None
+        self.name = ""
+        self.formed = 0
+
+    async def ensure(self, members: list[str], form: Any) -> str:
+        """The current group's name; first ``await form(new name)`` when ``members`` differ from
+        those it was formed for (the first call always forms it)."""
+        if members != self.members:
+            name = f"{self.key}-{self.formed + 1}"
+            await form(name)
+            self.formed += 1
+            self.name, self.members = name, list(members)
+        return self.name

@@ -53,18 +53,17 @@ def distinct_storages(tensors: Iterable[torch.Tensor], device: torch.device) -> 
 class MemoryStash:
     """Moves the storages of some tensors out of device memory and back.
 
-    :param kept: called at each :meth:`offload`, returns the tensors whose contents must survive
-        (weights, optimizer moments, fp32 main weights).
-    :param discarded: likewise, the tensors whose contents may be dropped (gradient buffers);
-        a storage in both is kept.
+    :param tensors: called at each :meth:`offload`, returns ``(kept, discarded)``: the tensors
+        whose contents must survive (weights, optimizer moments, fp32 main weights), and those whose
+        contents may be dropped (gradient buffers); a storage in both is kept.
     :param device: only storages on this device are moved (optimizer step counters and the like
         that already live on the host stay).
     Called by the trainer on its worker thread; not thread-safe.
     """
 
-    def __init__(self, kept: Callable[[], Iterable[torch.Tensor]],
-                 discarded: Callable[[], Iterable[torch.Tensor]] = tuple, *, device: torch.device) -> None:
-        self.kept, self.discarded, self.device = kept, discarded, torch.device(device)
+    def __init__(self, tensors: Callable[[], tuple[Iterable[torch.Tensor], Iterable[torch.Tensor]]], *,
+                 device: torch.device) -> None:
+        self.tensors, self.device = tensors, torch.device(device)
         self._stashed: list[_Stashed] = []
 
     @property
@@ -81,9 +80,10 @@ class MemoryStash:
         """Free the storages (a no-op when already offloaded); the bytes freed."""
         if self._stashed:
             return 0
-        kept = distinct_storages(self.kept(), self.device)
+        kept_tensors, discarded_tensors = self.tensors()
+        kept = distinct_storages(kept_tensors, self.device)
         kept_keys = {storage.data_ptr() for storage in kept}
-        dropped = [s for s in distinct_storages(self.discarded(), self.device) if s.data_ptr() not in kept_keys]
+        dropped = [s for s in distinct_storages(discarded_tensors, self.device) if s.data_ptr() not in kept_keys]
         pin = self.device.type == "cuda"
         for storage in kept:
             nbytes = storage.nbytes()

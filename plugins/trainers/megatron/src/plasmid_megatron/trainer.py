@@ -288,8 +288,7 @@ class MegatronTrainer:
                 make_scheduler=lambda optimizer: self._make_scheduler(option, optimizer, critic_lr, critic_min_lr))
 
         #: device memory of everything above, freed by offload() and restored by onload()
-        self.memory = offload.MemoryStash(lambda: self._device_state()[0], lambda: self._device_state()[1],
-                                          device=self.device)
+        self.memory = offload.MemoryStash(self._device_state, device=self.device)
 
     def _make_scheduler(self, option: Any, optimizer: Any = None, lr: float | None = None,
                         min_lr: float | None = None) -> Any:
