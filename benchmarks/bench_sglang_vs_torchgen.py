@@ -1,6 +1,6 @@
 """Throughput of ``--engine sglang`` against ``--engine torchgen`` on the same batch, in one run.
 
-Builds the quickstart's tiny model (``plasmid.tiny.build_tiny_model``) in a temporary directory,
+Builds the quickstart's tiny model (``plasmid_torch.tiny.build_tiny_model``) in a temporary directory,
 starts one engine of each kind on it (the sglang engine launches one SGLang server), and times,
 alternately, each answering ``--batch`` concurrent ``generate`` calls of exactly ``--new-tokens``
 tokens (temperature 1, no stop tokens) on the same prompts. Prints the median over ``--repeats``
@@ -29,10 +29,10 @@ import plasmid_sglang.plugin as sglang_plugin
 import plasmid_torchgen.plugin as torchgen_plugin
 import torch
 
-from plasmid.hf import load_tokenizer
 from plasmid.testing import build, make_config
-from plasmid.tiny import build_tiny_model
 from plasmid.types import SamplingParams
+from plasmid_torch.hf import load_tokenizer
+from plasmid_torch.tiny import build_tiny_model
 
 
 def addition_prompts(tokenizer, count: int, seed: int) -> list[list[int]]:

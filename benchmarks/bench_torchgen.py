@@ -1,6 +1,6 @@
 """Throughput of the torchgen engine against Hugging Face ``generate`` on the same batch.
 
-Builds the quickstart's tiny model (``plasmid.tiny.build_tiny_model``, 132k parameters) in a
+Builds the quickstart's tiny model (``plasmid_torch.tiny.build_tiny_model``, 132k parameters) in a
 temporary directory and times, alternately in one process:
 
 (a) the ``torchgen`` engine answering ``--batch`` concurrent ``generate`` calls of exactly
@@ -27,10 +27,10 @@ from pathlib import Path
 import plasmid_torchgen.plugin as torchgen_plugin
 import torch
 
-from plasmid.hf import load_causal_lm, load_tokenizer
 from plasmid.testing import build, make_config
-from plasmid.tiny import PAD_ID, build_tiny_model
 from plasmid.types import SamplingParams
+from plasmid_torch.hf import load_causal_lm, load_tokenizer
+from plasmid_torch.tiny import PAD_ID, build_tiny_model
 
 
 def addition_prompts(tokenizer, count: int, seed: int) -> list[list[int]]:

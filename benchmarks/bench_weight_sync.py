@@ -36,10 +36,10 @@ import plasmid_torchgen.plugin as torchgen_plugin
 import plasmid_torchtrain.plugin as torchtrain_plugin
 import torch
 
-from plasmid.hf import load_causal_lm
 from plasmid.testing import build, make_config
-from plasmid.testing.contracts.trainer import make_rollout_batch
-from plasmid.tiny import build_tiny_model
+from plasmid_torch.hf import load_causal_lm
+from plasmid_torch.testing.contracts.trainer import make_rollout_batch
+from plasmid_torch.tiny import build_tiny_model
 
 PLUGINS = (sync_plugin, grpo_plugin, torchtrain_plugin, torchgen_plugin)
 MB = 1024 * 1024

@@ -21,7 +21,7 @@ STARTED = time.perf_counter()
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-from plasmid.tiny import build_tiny_model  # noqa: E402  (the model recipe only)
+from plasmid_torch.tiny import build_tiny_model  # noqa: E402  (the model recipe only)
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--seed", type=int, default=0)

@@ -65,7 +65,7 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_one(tmp_path):
 
 
 def test_any_local_model_directory_trains_llama_style(tmp_path):
-    from plasmid.tiny import build_tiny_model
+    from plasmid_torch.tiny import build_tiny_model
 
     model = build_tiny_model(tmp_path / "llama", arch="llama", seed=3)
     run_dir = tmp_path / "run"

@@ -28,3 +28,24 @@ def test_plasmid_plugins_command_imports_no_heavy_framework():
 def test_building_a_config_imports_no_heavy_framework():
     loaded = _modules_after("from plasmid.testing import make_config\nmake_config(lr=0.1)")
     assert not loaded & set(HEAVY)
+
+
+
+def test_every_kernel_module_imports_no_heavy_framework():
+    """Every module of the plasmid package, imported in one fresh process: torch and the other
+    heavy frameworks live in libraries and plugins (plasmid-torch, ...), never in the kernel."""
+    probe = (
+        "import pkgutil, sys\n"
+        "import plasmid\n"
+        "names = [m.name for m in pkgutil.walk_packages(plasmid.__path__, 'plasmid.')]\n"
+        "for name in names:\n"
+        "    __import__(name)\n"
+        "print(len(names))\n"
+        "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert out.returncode == 0, f"importing every kernel module failed:\n{out.stderr}"
+    count, modules = out.stdout.strip().splitlines()[-2:]
+    assert int(count) > 20, f"only {count} kernel modules found"
+    heavy = set(modules.split()) & set(HEAVY)
+    assert not heavy, f"importing every kernel module pulled in {sorted(heavy)}"

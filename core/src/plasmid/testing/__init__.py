@@ -25,19 +25,28 @@ from plasmid.registry import Registry
 from plasmid.startup import resolve_choices
 
 _CONTRACTS = {
-    "RewardContract": "reward",
-    "FilterContract": "filter",
-    "DataSourceContract": "datasource",
-    "LossContract": "loss",
-    "GeneratorContract": "generator",
-    "TrainerContract": "trainer",
-    "WeightSyncContract": "weightsync",
+    "RewardContract": "plasmid.testing.contracts.reward",
+    "FilterContract": "plasmid.testing.contracts.filter",
+    "DataSourceContract": "plasmid.testing.contracts.datasource",
+    # The families that need torch: their suites live in the plasmid-torch library.
+    "LossContract": "plasmid_torch.testing.contracts.loss",
+    "GeneratorContract": "plasmid_torch.testing.contracts.generator",
+    "TrainerContract": "plasmid_torch.testing.contracts.trainer",
+    "WeightSyncContract": "plasmid_torch.testing.contracts.weightsync",
 }
 
 
 def __getattr__(name: str) -> Any:
     if name in _CONTRACTS:
-        module = importlib.import_module(f"plasmid.testing.contracts.{_CONTRACTS[name]}")
+        target = _CONTRACTS[name]
+        try:
+            module = importlib.import_module(target)
+        except ModuleNotFoundError as exc:
+            library = target.split(".")[0]
+            if library != "plasmid" and exc.name is not None and exc.name.split(".")[0] == library:
+                raise ImportError(f"{name} needs the {library.replace('_', '-')} library: "
+                                  f"pip install {library.replace('_', '-')}", name=library) from exc
+            raise
         return getattr(module, name)
     raise AttributeError(name)
 

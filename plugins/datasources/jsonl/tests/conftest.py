@@ -7,7 +7,7 @@ import pytest
 from plasmid_jsonl import plugin
 
 from plasmid.testing import make_config
-from plasmid.tiny import DIGITS_ALPHABET, build_tiny_model
+from plasmid_torch.tiny import DIGITS_ALPHABET, build_tiny_model
 
 #: The example file shipped with the package: the 100 mod10 prompts.
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "mod10.jsonl"

@@ -4,8 +4,8 @@ import pytest
 from plasmid_jsonl import plugin
 
 from plasmid.errors import UsageError
-from plasmid.hf import load_tokenizer
 from plasmid.testing import build
+from plasmid_torch.hf import load_tokenizer
 
 
 def jsonl_source(config):

@@ -4,8 +4,8 @@ import pytest
 from plasmid_jsonl import plugin
 
 from plasmid.errors import UsageError
-from plasmid.hf import load_tokenizer
 from plasmid.testing import build
+from plasmid_torch.hf import load_tokenizer
 
 ROWS = [{"prompt": "1+2=", "label": "3", "metadata": {"a": 1, "b": 2}},
         {"prompt": "4+4=", "label": "8", "metadata": {"a": 4, "b": 4}},

@@ -8,9 +8,9 @@ from plasmid_tasks.encoding import char_token_ids
 from plasmid_tasks.tasks import TASK_NAMES, make_task
 
 from plasmid.errors import UsageError
-from plasmid.hf import load_tokenizer
 from plasmid.testing import build, make_config
-from plasmid.tiny import char_tokenizer
+from plasmid_torch.hf import load_tokenizer
+from plasmid_torch.tiny import char_tokenizer
 
 
 def quickstart_config(tmp_path, **options):

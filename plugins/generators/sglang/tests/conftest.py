@@ -29,7 +29,7 @@ else:
 def tiny_llama(tmp_path_factory) -> Path:
     """A tiny Llama (SGLang's Llama implements ``/get_weights_by_name``; its Qwen2 does not):
     vocabulary 16, tied embeddings, 4096 positions (the contract's abort test generates long)."""
-    from plasmid.tiny import build_tiny_model
+    from plasmid_torch.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("sglang-model") / "llama", arch="llama", seed=0,
                             max_positions=4096)

@@ -86,7 +86,7 @@ def test_command_line_forms_of_booleans_numbers_and_text():
 
 @needs_sglang
 def test_plasmid_fills_what_was_not_given_and_keeps_what_was(tmp_path):
-    from plasmid.tiny import build_tiny_model
+    from plasmid_torch.tiny import build_tiny_model
 
     model = build_tiny_model(tmp_path / "m")
     config = testing.make_config(plasmid_sglang.plugin, configure=False, seed=7, sglang_dtype="bfloat16",

@@ -20,7 +20,7 @@ import torch
 from sglang_test_support import reset
 
 from plasmid import testing
-from plasmid.testing.contracts.weightsync import WeightSyncContract
+from plasmid_torch.testing.contracts.weightsync import WeightSyncContract
 
 plasmid_grpo_plugin = pytest.importorskip("plasmid_grpo.plugin")
 plasmid_torchtrain_plugin = pytest.importorskip("plasmid_torchtrain.plugin")

@@ -12,7 +12,7 @@ import torch
 from plasmid_sglang.weights import TensorTable, as_torch, choose_transport, flattened_bucket, serialize
 from sglang_test_support import sglang_installed
 
-from plasmid.tiny import build_tiny_model
+from plasmid_torch.tiny import build_tiny_model
 
 
 @pytest.fixture(scope="module")

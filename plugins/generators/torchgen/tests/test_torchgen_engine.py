@@ -11,8 +11,8 @@ import torch
 
 from plasmid.errors import ProviderError, UsageError
 from plasmid.testing import build, make_config, make_registry, run
-from plasmid.tiny import BOS_ID, build_tiny_model
 from plasmid.types import SamplingParams, Status
+from plasmid_torch.tiny import BOS_ID, build_tiny_model
 
 torch.set_num_threads(1)
 

@@ -22,8 +22,8 @@ import torch
 from plasmid_grpo.loss import GRPOLoss
 
 from plasmid import testing
-from plasmid.algorithms import GROUP_STD_EPS
 from plasmid.types import LossBatch
+from plasmid_torch.algorithms import GROUP_STD_EPS
 
 A = 0.5 / (math.sqrt(0.5) + GROUP_STD_EPS)
 LN2 = math.log(2.0)

@@ -22,9 +22,9 @@ import pytest
 import torch
 
 from plasmid import testing
-from plasmid.algorithms import GROUP_STD_EPS, WHITEN_EPS
 from plasmid.errors import UsageError
 from plasmid.types import LossBatch
+from plasmid_torch.algorithms import GROUP_STD_EPS, WHITEN_EPS
 
 A = 0.5 / (math.sqrt(0.5) + GROUP_STD_EPS)
 MASK = [[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [1.0, 0.0, 0.0], [1.0, 1.0, 0.0]]

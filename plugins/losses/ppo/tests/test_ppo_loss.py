@@ -22,8 +22,8 @@ import pytest
 import torch
 
 from plasmid import testing
-from plasmid.algorithms import WHITEN_EPS
 from plasmid.types import LossBatch
+from plasmid_torch.algorithms import WHITEN_EPS
 
 MASK = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 1.0]])
 VALUES = torch.tensor([[0.5, 0.6, 9.0], [0.2, 9.0, 0.4]])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import plasmid_reinforce_pp.plugin
 
-from plasmid.testing.contracts.loss import LossContract
+from plasmid_torch.testing.contracts.loss import LossContract
 
 
 class TestReinforcePlusPlusContract(LossContract):

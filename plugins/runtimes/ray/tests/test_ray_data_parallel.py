@@ -22,8 +22,8 @@ from plasmid_ray.trainer import start_trainers  # noqa: E402
 from ray import cloudpickle  # noqa: E402
 
 from plasmid import testing  # noqa: E402
-from plasmid.testing.contracts.trainer import exported, make_rollout_batch  # noqa: E402
-from plasmid.tiny import build_tiny_model  # noqa: E402
+from plasmid_torch.testing.contracts.trainer import exported, make_rollout_batch  # noqa: E402
+from plasmid_torch.tiny import build_tiny_model  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the functions below run in the actors
 

@@ -13,8 +13,8 @@ ray = pytest.importorskip("ray")
 
 from plasmid.session import instantiate  # noqa: E402
 from plasmid.startup import start  # noqa: E402
-from plasmid.testing.contracts.trainer import exported  # noqa: E402
 from plasmid.types import Status  # noqa: E402
+from plasmid_torch.testing.contracts.trainer import exported  # noqa: E402
 
 PROMPTS, SAMPLES = 8, 4
 

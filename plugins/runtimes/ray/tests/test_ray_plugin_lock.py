@@ -18,7 +18,7 @@ from plasmid_ray.trainer import start_trainers  # noqa: E402
 
 from plasmid import testing  # noqa: E402
 from plasmid.errors import PluginError  # noqa: E402
-from plasmid.tiny import build_tiny_model  # noqa: E402
+from plasmid_torch.tiny import build_tiny_model  # noqa: E402
 
 
 def config_with_lock(tmp_path, lock):

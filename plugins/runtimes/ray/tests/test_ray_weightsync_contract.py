@@ -21,7 +21,7 @@ from plasmid_ray.engines import EnginePool  # noqa: E402
 from plasmid_ray.placement import Placement, Resources  # noqa: E402
 from plasmid_ray.trainer import start_trainers  # noqa: E402
 
-from plasmid.testing.contracts.weightsync import WeightSyncContract  # noqa: E402
+from plasmid_torch.testing.contracts.weightsync import WeightSyncContract  # noqa: E402
 
 
 @pytest.fixture(scope="module")

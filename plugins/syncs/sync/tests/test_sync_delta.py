@@ -12,8 +12,8 @@ import torch
 from plasmid_sync.delta import apply_update, byte_planes, checksum, from_byte_planes
 
 from plasmid import testing
-from plasmid.testing.contracts.trainer import exported, make_rollout_batch
-from plasmid.testing.contracts.weightsync import WeightSyncContract
+from plasmid_torch.testing.contracts.trainer import exported, make_rollout_batch
+from plasmid_torch.testing.contracts.weightsync import WeightSyncContract
 
 pytest.importorskip("zstandard")
 plasmid_grpo_plugin = pytest.importorskip("plasmid_grpo.plugin")
@@ -48,7 +48,7 @@ class TestDeltaSyncLlamaContract(TestDeltaSyncContract):
 
 
 def build(tmp_path, engines=2, **options):
-    from plasmid.tiny import build_tiny_model
+    from plasmid_torch.tiny import build_tiny_model
 
     contract = TestDeltaSyncContract()
     model = build_tiny_model(tmp_path / "tiny")

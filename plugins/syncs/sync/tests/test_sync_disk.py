@@ -7,11 +7,11 @@ import json
 import plasmid_sync.plugin
 import pytest
 import torch
-from plasmid_sync.disk import prune_versions, version_dir
 
 from plasmid import testing
-from plasmid.testing.contracts.trainer import make_rollout_batch
-from plasmid.testing.contracts.weightsync import WeightSyncContract
+from plasmid_torch.disk_sync import prune_versions, version_dir
+from plasmid_torch.testing.contracts.trainer import make_rollout_batch
+from plasmid_torch.testing.contracts.weightsync import WeightSyncContract
 
 plasmid_grpo_plugin = pytest.importorskip("plasmid_grpo.plugin")
 plasmid_torchtrain_plugin = pytest.importorskip("plasmid_torchtrain.plugin")
@@ -44,7 +44,7 @@ class TestDiskSyncLlamaContract(TestDiskSyncContract):
 
 
 def build(tmp_path, **options):
-    from plasmid.tiny import build_tiny_model
+    from plasmid_torch.tiny import build_tiny_model
 
     contract = TestDiskSyncContract()
     model = build_tiny_model(tmp_path / "tiny")

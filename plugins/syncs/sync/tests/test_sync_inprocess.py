@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from plasmid import testing
-from plasmid.testing.contracts.weightsync import WeightSyncContract
+from plasmid_torch.testing.contracts.weightsync import WeightSyncContract
 
 plasmid_grpo_plugin = pytest.importorskip("plasmid_grpo.plugin")
 plasmid_torchtrain_plugin = pytest.importorskip("plasmid_torchtrain.plugin")

@@ -41,6 +41,6 @@ if _megatron_installed():
     def model_dir(tmp_path_factory):
         """The tiny Qwen2 (tied embeddings, QKV bias, 4 heads over 2 key/value heads) most tests
         train; read-only. Modules that need other models define their own ``model_dir``."""
-        from plasmid.tiny import build_tiny_model
+        from plasmid_torch.tiny import build_tiny_model
 
         return build_tiny_model(tmp_path_factory.mktemp("megatron") / "tiny", num_kv_heads=2)

@@ -23,7 +23,7 @@ import plasmid_ppo.plugin  # noqa: E402
 import torch  # noqa: E402
 
 from plasmid import testing  # noqa: E402
-from plasmid.testing.contracts.trainer import make_rollout_batch  # noqa: E402
+from plasmid_torch.testing.contracts.trainer import make_rollout_batch  # noqa: E402
 
 VOCAB = 16
 

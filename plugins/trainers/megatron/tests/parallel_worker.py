@@ -45,7 +45,7 @@ def main(settings: dict) -> None:
     from safetensors.numpy import save_file
 
     from plasmid import testing
-    from plasmid.testing.contracts.trainer import exported, make_rollout_batch
+    from plasmid_torch.testing.contracts.trainer import exported, make_rollout_batch
 
     torch.set_num_threads(1)
     out = Path(settings["out"])

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from plasmid_megatron import batching
 
-from plasmid.training import response_mask
 from plasmid.types import Sample
+from plasmid_torch.training import response_mask
 
 
 def test_data_parallel_shards_balance_tokens_and_cover_every_row_once():

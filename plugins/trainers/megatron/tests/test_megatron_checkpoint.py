@@ -15,7 +15,7 @@ from plasmid_megatron import checkpoint
 from plasmid_megatron.model import unwrapped
 
 from plasmid import testing
-from plasmid.testing.contracts.trainer import exported, make_rollout_batch
+from plasmid_torch.testing.contracts.trainer import exported, make_rollout_batch
 
 VOCAB = 16
 

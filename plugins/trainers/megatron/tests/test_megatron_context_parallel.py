@@ -19,8 +19,8 @@ from test_megatron_parallel import COMPARED, checkpoint_weights, run_layout
 
 from plasmid import testing
 from plasmid.errors import UsageError
-from plasmid.testing.contracts.trainer import make_rollout_batch
 from plasmid.types import Sample
+from plasmid_torch.testing.contracts.trainer import make_rollout_batch
 
 # ------------------------------------------------------------------------------------------------
 # the layout, without processes

@@ -6,7 +6,7 @@ from __future__ import annotations
 import plasmid_grpo.plugin
 import plasmid_megatron.plugin
 
-from plasmid.testing.contracts.trainer import TrainerContract
+from plasmid_torch.testing.contracts.trainer import TrainerContract
 
 
 class TestMegatronContract(TrainerContract):

@@ -13,9 +13,9 @@ from plasmid_megatron.converter import Converter
 from plasmid_megatron.model_spec import UnsupportedModel, read_model_spec, spec_from_config
 
 from plasmid import testing
-from plasmid.hf import load_causal_lm
-from plasmid.testing.contracts.trainer import exported, make_rollout_batch
-from plasmid.tiny import build_tiny_model, char_tokenizer
+from plasmid_torch.hf import load_causal_lm
+from plasmid_torch.testing.contracts.trainer import exported, make_rollout_batch
+from plasmid_torch.tiny import build_tiny_model, char_tokenizer
 
 VOCAB = 16
 FAMILIES = {

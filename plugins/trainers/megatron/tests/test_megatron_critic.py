@@ -19,8 +19,8 @@ from multiprocess import run_ranks
 from plasmid_megatron.model import unwrapped
 
 from plasmid import testing
-from plasmid.hf import load_causal_lm
-from plasmid.testing.contracts.trainer import TrainerContract, exported, make_rollout_batch
+from plasmid_torch.hf import load_causal_lm
+from plasmid_torch.testing.contracts.trainer import TrainerContract, exported, make_rollout_batch
 
 VOCAB = 16
 WORKER = Path(__file__).resolve().parent / "critic_worker.py"

@@ -24,9 +24,9 @@ from test_megatron_parallel import COMPARED, checkpoint_weights, run_layout
 
 from plasmid import testing
 from plasmid.errors import UsageError
-from plasmid.hf import load_causal_lm
-from plasmid.testing.contracts.trainer import exported, make_rollout_batch
-from plasmid.tiny import build_tiny_model, char_tokenizer, tiny_config
+from plasmid_torch.hf import load_causal_lm
+from plasmid_torch.testing.contracts.trainer import exported, make_rollout_batch
+from plasmid_torch.tiny import build_tiny_model, char_tokenizer, tiny_config
 
 VOCAB = 16
 #: name -> (tiny arch, config overrides); every model has 4 experts, top-2

@@ -14,7 +14,7 @@ import torch
 from plasmid_megatron.offload import MemoryStash, optimizer_tensors
 
 from plasmid import testing
-from plasmid.testing.contracts.trainer import exported, make_rollout_batch
+from plasmid_torch.testing.contracts.trainer import exported, make_rollout_batch
 
 VOCAB = 16
 CPU = torch.device("cpu")

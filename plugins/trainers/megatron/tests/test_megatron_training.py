@@ -17,7 +17,7 @@ from plasmid_megatron.trainer import MegatronTrainer, _explained
 
 from plasmid import testing
 from plasmid.errors import UsageError
-from plasmid.testing.contracts.trainer import exported, make_rollout_batch
+from plasmid_torch.testing.contracts.trainer import exported, make_rollout_batch
 
 VOCAB = 16
 

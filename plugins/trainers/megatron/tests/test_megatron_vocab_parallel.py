@@ -6,7 +6,7 @@ import pytest
 import torch
 from plasmid_megatron.vocab_parallel import vocab_parallel_logprobs
 
-from plasmid import ops
+from plasmid_torch import ops
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.6, 0.0])

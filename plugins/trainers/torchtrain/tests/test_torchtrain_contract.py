@@ -8,7 +8,7 @@ import plasmid_torchtrain.plugin
 import pytest
 import torch
 
-from plasmid.testing.contracts.trainer import TrainerContract
+from plasmid_torch.testing.contracts.trainer import TrainerContract
 
 
 @pytest.fixture(autouse=True)

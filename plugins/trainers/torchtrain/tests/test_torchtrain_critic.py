@@ -14,8 +14,8 @@ from plasmid_torchtrain.critic import CRITIC_FILE
 
 from plasmid import testing
 from plasmid.errors import UsageError
-from plasmid.testing.contracts.trainer import TrainerContract, exported, make_rollout_batch
-from plasmid.tiny import build_tiny_model
+from plasmid_torch.testing.contracts.trainer import TrainerContract, exported, make_rollout_batch
+from plasmid_torch.tiny import build_tiny_model
 
 VOCAB = 16
 

@@ -12,9 +12,9 @@ import torch
 from plasmid_torchtrain import schedule, weights
 
 from plasmid import testing
-from plasmid.hf import load_causal_lm
-from plasmid.testing.contracts.trainer import exported, make_rollout_batch
-from plasmid.tiny import build_tiny_model
+from plasmid_torch.hf import load_causal_lm
+from plasmid_torch.testing.contracts.trainer import exported, make_rollout_batch
+from plasmid_torch.tiny import build_tiny_model
 
 VOCAB = 16
 

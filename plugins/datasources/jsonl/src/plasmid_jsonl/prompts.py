@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from plasmid.errors import UsageError
-from plasmid.hf import load_tokenizer
+from plasmid_torch.hf import load_tokenizer
 
 Messages = list[dict[str, str]]
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import functools
 
-from plasmid.tiny import BOS_ID, DIGITS_ALPHABET, SPECIAL_TOKENS
+from plasmid_torch.tiny import BOS_ID, DIGITS_ALPHABET, SPECIAL_TOKENS
 
-#: character -> id in :func:`plasmid.tiny.char_tokenizer` (its ids follow the special tokens).
+#: character -> id in :func:`plasmid_torch.tiny.char_tokenizer` (its ids follow the special tokens).
 CHAR_IDS = {char: len(SPECIAL_TOKENS) + position for position, char in enumerate(DIGITS_ALPHABET)}
 
 
 def char_token_ids(prompt: str) -> list[int]:
-    """``[<bos>] + one id per character``: what ``plasmid.tiny.char_tokenizer()(prompt)`` gives,
+    """``[<bos>] + one id per character``: what ``plasmid_torch.tiny.char_tokenizer()(prompt)`` gives,
     computed directly (no tokenizer object, no transformers import)."""
     return [BOS_ID] + [CHAR_IDS[char] for char in prompt]
 
@@ -23,7 +23,7 @@ class PromptEncoder:
     def __init__(self, model: str | None) -> None:
         self._tokenizer = None
         if model is not None:
-            from plasmid.hf import load_tokenizer
+            from plasmid_torch.hf import load_tokenizer
 
             self._tokenizer = load_tokenizer(str(model))
 

@@ -4,7 +4,7 @@ Applied by the plugin's ``plasmid_configure`` when ``tasks`` is the chosen data 
 the kernel fills its generic fallbacks. It fills only what the user left unset:
 
 - ``--model``: a tiny causal LM (hidden 64, 2 layers, 4 heads, FFN 256, tied embeddings, 64
-  positions; :func:`plasmid.tiny.build_tiny_model` with ``--seed`` and ``--task-arch``) with the
+  positions; :func:`plasmid_torch.tiny.build_tiny_model` with ``--seed`` and ``--task-arch``) with the
   char tokenizer, built in ``<run dir>/model`` unless that directory exists (a resumed run
   keeps its model).
 - ``--lr``: 5e-4 for that tiny model (at 3e-3 the policy's entropy collapses). Measured: on
@@ -25,7 +25,7 @@ from plasmid_tasks.source import task_from_options
 from plasmid_tasks.split import TaskSplit
 
 QUICKSTART_LR = 5e-4
-#: The tiny model's shape (its FFN is 4 x hidden = 256, fixed by :func:`plasmid.tiny.tiny_config`).
+#: The tiny model's shape (its FFN is 4 x hidden = 256, fixed by :func:`plasmid_torch.tiny.tiny_config`).
 TINY_MODEL_SHAPE = {"hidden_size": 64, "num_layers": 2, "num_heads": 4, "max_positions": 64,
                     "tie_word_embeddings": True}
 
@@ -39,7 +39,7 @@ def apply_quickstart_recipe(config: Config) -> None:
         _check_fits_tiny_model(task.key, len(task.example(0)[0]), task.answer_length)
         model_dir = Path(config.run_dir) / "model"
         if not model_dir.exists():
-            from plasmid.tiny import build_tiny_model
+            from plasmid_torch.tiny import build_tiny_model
 
             build_tiny_model(model_dir, seed=option.seed, arch=option.task_arch, **TINY_MODEL_SHAPE)
         option.model = str(model_dir)

@@ -2,7 +2,7 @@
 
 A task maps an item to its prompt and its label, the exact answer string the ``match`` reward
 compares with the decoded response. All prompts and answers use only the quickstart alphabet
-(digits, ``+``, ``=``, ``>``; :data:`plasmid.tiny.DIGITS_ALPHABET`).
+(digits, ``+``, ``=``, ``>``; :data:`plasmid_torch.tiny.DIGITS_ALPHABET`).
 
 =========  ==================  ======================================  ===================
 task       prompt              label                                   answer length

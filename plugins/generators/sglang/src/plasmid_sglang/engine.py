@@ -215,7 +215,7 @@ class SGLangEngine:
 
     async def score(self, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
         """Log-probs of ``token_ids[prompt_length:]`` at ``temperature`` (0 counts as 1), as
-        :func:`plasmid.ops.logprobs_from_logits` defines them."""
+        :func:`plasmid_torch.ops.logprobs_from_logits` defines them."""
         self._check_open("score")
         self._check_tokens(token_ids, "token_ids")
         if not 1 <= prompt_length <= len(token_ids):

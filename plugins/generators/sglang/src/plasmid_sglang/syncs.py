@@ -15,7 +15,7 @@ engine's process (module-level functions, plain-data arguments). Engines must be
   post ``/update_weights_from_distributed`` with the bucket's names, dtypes and shapes while the
   trainer broadcasts it (one flattened ``uint8`` tensor when every tensor's offset is aligned to
   its dtype, else tensor by tensor).
-- ``sglang-disk``: plasmid-sync's ``disk`` sync itself (registered under this name too): the
+- ``sglang-disk``: the ``disk`` sync itself (:mod:`plasmid_torch.disk_sync`, also plasmid-sync's ``disk``): the
   trainer writes ``<--sync-dir>/v{version}``, and since the engine has ``load_weights_from_disk``
   each server loads it with ``/update_weights_from_disk``; restarted servers reload it by path.
 
@@ -32,11 +32,10 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from plasmid_sync.tensors import PROCESS_STATE, GroupCycle, process_token, tensor_bytes
-
 from plasmid.remote import run_on
 from plasmid.types import SyncReport
 from plasmid_sglang.weights import choose_transport, flattened_bucket, serialize
+from plasmid_torch.tensors import PROCESS_STATE, GroupCycle, process_token, tensor_bytes
 
 
 def _report(started: float, moved: int, buckets: int, weight_version: int) -> SyncReport:

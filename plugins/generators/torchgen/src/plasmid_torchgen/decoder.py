@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from plasmid.ops import logprobs_from_logits
+from plasmid_torch.ops import logprobs_from_logits
 from plasmid_torchgen import kv_cache
 from plasmid_torchgen.batch import DecodeBatch, Request
 from plasmid_torchgen.sampling import sample_tokens

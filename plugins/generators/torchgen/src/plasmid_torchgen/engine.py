@@ -29,10 +29,10 @@ from typing import Any
 
 import torch
 
-from plasmid.compute import compute_executor
 from plasmid.errors import ProviderError, UsageError
-from plasmid.hf import load_causal_lm
 from plasmid.types import GenerationOutput, SamplingParams, Status
+from plasmid_torch.compute import compute_executor
+from plasmid_torch.hf import load_causal_lm
 from plasmid_torchgen.batch import DecodeBatch, Request
 from plasmid_torchgen.decoder import Decoder
 from plasmid_torchgen.stats import EngineStats
@@ -63,7 +63,7 @@ class TorchEngine:
         self._decoder = Decoder(self.model, shared_generator)
         self._weights = WeightTable(self.model, self.model_path)
         self._weight_version = 0
-        #: the process's compute thread, shared with a trainer in the same process (plasmid.compute)
+        #: the process's compute thread, shared with a trainer in the same process (plasmid_torch.compute)
         self._worker = compute_executor()
         self._closed = False
         # Per-event-loop state, (re)made by _bind().
@@ -109,7 +109,7 @@ class TorchEngine:
 
     async def score(self, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
         """Log-probs of ``token_ids[prompt_length:]`` at ``temperature`` (0 counts as 1, as in
-        :func:`plasmid.ops.logprobs_from_logits`), from one forward pass without a cache; equal
+        :func:`plasmid_torch.ops.logprobs_from_logits`), from one forward pass without a cache; equal
         to what ``generate`` reported for those tokens up to float rounding (~1e-6)."""
         self._check_open("score")
         self._check_tokens(token_ids, "token_ids")

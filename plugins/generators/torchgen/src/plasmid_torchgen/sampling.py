@@ -16,7 +16,7 @@ without a seed share the engine's generator.
 
 The reported log-probability is of the chosen token under ``softmax(logits / temperature)``
 before top-k/top-p (temperature 1 for greedy rows), computed by
-:func:`plasmid.ops.logprobs_from_logits`, the function the trainer uses.
+:func:`plasmid_torch.ops.logprobs_from_logits`, the function the trainer uses.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from collections.abc import Sequence
 
 import torch
 
-from plasmid.ops import logprobs_from_logits
 from plasmid.types import SamplingParams
+from plasmid_torch.ops import logprobs_from_logits
 
 #: ``top_k`` of a row without a top-k filter (larger than any vocabulary).
 _NO_TOP_K = 2**62

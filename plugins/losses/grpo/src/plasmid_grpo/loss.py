@@ -3,7 +3,7 @@
 Each response's advantage is its reward relative to the other responses to the same prompt,
 ``(r - mean_g) / (std_g + eps)``, on every one of its trained tokens; the loss is PPO's
 clipped surrogate with the shared KL, entropy and rollout-correction terms of
-:class:`plasmid_grpo.policy.PolicyGradientLoss`. Also read: ``--disable-std-normalization``.
+:class:`plasmid_torch.policy_gradient.PolicyGradientLoss`. Also read: ``--disable-std-normalization``.
 
 Variants are small subclasses (:mod:`plasmid_grpo.variants`): each step of the computation is
 one overridable method (:meth:`GRPOLoss.sequence_rewards`, :meth:`GRPOLoss.group_advantages`,
@@ -18,16 +18,16 @@ from typing import Any
 
 import torch
 
-from plasmid import algorithms
 from plasmid.types import LossBatch
-from plasmid_grpo.policy import PolicyGradientLoss
+from plasmid_torch import algorithms
+from plasmid_torch.policy_gradient import PolicyGradientLoss
 
 
 class GRPOLoss(PolicyGradientLoss):
     """``grpo``: group-normalised advantages ``(r - mean_g) / (std_g + eps)`` and the PPO-clip loss.
 
     Built by the kernel as ``GRPOLoss(config)``. Metrics: those of
-    :class:`~plasmid_grpo.policy.PolicyGradientLoss`.
+    :class:`~plasmid_torch.policy_gradient.PolicyGradientLoss`.
     """
 
     reads_options = (*PolicyGradientLoss.reads_options, "disable_std_normalization")

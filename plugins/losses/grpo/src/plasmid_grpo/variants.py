@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import torch
 
-from plasmid import algorithms
 from plasmid.types import LossBatch
 from plasmid_grpo.loss import GRPOLoss
+from plasmid_torch import algorithms
 
 
 class DrGRPOLoss(GRPOLoss):

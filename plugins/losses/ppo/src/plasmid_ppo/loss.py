@@ -9,7 +9,7 @@ Per step, on the whole batch (:meth:`PPOLoss.estimate_advantages`):
    (``LossBatch.values``); returns = advantages + values are the critic's targets;
 3. advantages whitened across the batch (always, as verl and OpenRLHF do).
 
-The policy loss is the shared clipped loss (:class:`plasmid_grpo.policy.PolicyGradientLoss`,
+The policy loss is the shared clipped loss (:class:`plasmid_torch.policy_gradient.PolicyGradientLoss`,
 with its KL-loss, entropy and TIS/IcePop options); :meth:`PPOLoss.value_loss` is the clipped
 value loss with ``--value-clip``. The trainer owns the critic and its warm-up
 (``--critic-lr``, ``--critic-warmup-steps``).
@@ -20,10 +20,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from plasmid_grpo.policy import PolicyGradientLoss
 
-from plasmid import algorithms
 from plasmid.types import LossBatch
+from plasmid_torch import algorithms
+from plasmid_torch.policy_gradient import PolicyGradientLoss
 
 
 class PPOLoss(PolicyGradientLoss):

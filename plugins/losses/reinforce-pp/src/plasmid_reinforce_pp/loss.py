@@ -17,10 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from plasmid_grpo.policy import PolicyGradientLoss
 
-from plasmid import algorithms
 from plasmid.types import LossBatch
+from plasmid_torch import algorithms
+from plasmid_torch.policy_gradient import PolicyGradientLoss
 
 
 class ReinforcePlusPlusLoss(PolicyGradientLoss):

@@ -5,7 +5,7 @@
 - ``objectstore``: buckets through Ray's object store (:mod:`plasmid_sync.objectstore`; Ray runtime);
 - ``broadcast``: a ``torch.distributed`` group of trainer rank 0 and the engines
   (:mod:`plasmid_sync.broadcast`; Ray runtime);
-- ``disk``: versioned safetensors directories in Hugging Face layout (:mod:`plasmid_sync.disk`);
+- ``disk``: versioned safetensors directories in Hugging Face layout (:mod:`plasmid_torch.disk_sync`);
 - ``delta``: compressed XOR deltas against the previous sync, checksummed (:mod:`plasmid_sync.delta`).
 
 Each does the work on the trainer's and the engines' side through :func:`plasmid.remote.run_on`,

@@ -29,7 +29,7 @@ from typing import Any
 
 from plasmid.remote import run_on
 from plasmid.types import SyncReport
-from plasmid_sync.tensors import PROCESS_STATE, GroupCycle, process_token, require_separate_processes, tensor_bytes
+from plasmid_torch.tensors import PROCESS_STATE, GroupCycle, process_token, require_separate_processes, tensor_bytes
 
 
 class BroadcastSync:

@@ -44,8 +44,8 @@ from typing import Any
 
 from plasmid.remote import run_on
 from plasmid.types import SyncReport
-from plasmid_sync.disk import sync_root
-from plasmid_sync.tensors import PROCESS_STATE, as_numpy
+from plasmid_torch.disk_sync import sync_root
+from plasmid_torch.tensors import PROCESS_STATE, as_numpy
 
 MANIFEST = "manifest.json"
 FORMAT = "plasmid-delta/1"

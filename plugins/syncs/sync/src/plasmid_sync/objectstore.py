@@ -17,7 +17,7 @@ from typing import Any
 
 from plasmid.remote import run_on
 from plasmid.types import SyncReport
-from plasmid_sync.tensors import PROCESS_STATE, as_numpy, require_separate_processes, tensor_bytes
+from plasmid_torch.tensors import PROCESS_STATE, as_numpy, require_separate_processes, tensor_bytes
 
 
 class ObjectStoreSync:

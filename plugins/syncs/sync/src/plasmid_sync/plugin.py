@@ -35,5 +35,5 @@ def plasmid_weight_syncs(register):
     register("inprocess", "plasmid_sync.inprocess:InProcessSync", default=True)
     register("objectstore", "plasmid_sync.objectstore:ObjectStoreSync")
     register("broadcast", "plasmid_sync.broadcast:BroadcastSync")
-    register("disk", "plasmid_sync.disk:DiskSync")
+    register("disk", "plasmid_torch.disk_sync:DiskSync")
     register("delta", "plasmid_sync.delta:DeltaSync")

@@ -51,7 +51,7 @@ state, LR schedules) and the counters, which resumes in any parallel layout
 (:mod:`plasmid_megatron.checkpoint`, :mod:`plasmid_megatron.sharded_state`).
 
 All torch and megatron work runs on one thread, the process's compute thread
-(:mod:`plasmid.compute`, shared with an engine in the same process; CUDA's current device and
+(:mod:`plasmid_torch.compute`, shared with an engine in the same process; CUDA's current device and
 megatron's state are per thread or global); the async methods await it, so an event loop shared
 with engines keeps serving. Without CUDA, megatron-core's optimizer and RNG tracker call CUDA; that
 is refused with an explanation unless the process was prepared for it (only the tests do, with
@@ -72,19 +72,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from plasmid.compute import compute_executor
 from plasmid.errors import UsageError
-from plasmid.training import (
-    batch_metrics,
-    check_samples,
-    check_trainer_setup,
-    critic_batch_metrics,
-    index_chunks,
-    pad_rows,
-    response_mask,
-    update_metrics,
-    updates_per_rollout,
-)
 from plasmid.types import LossBatch, RolloutBatch, Sample
 from plasmid_megatron import batching, checkpoint, moe, offload, passes, sharded_state
 from plasmid_megatron.context_parallel import check_attention, sum_over_context_parallel
@@ -111,6 +99,18 @@ from plasmid_megatron.parallel import (
     init_model_parallel,
 )
 from plasmid_megatron.vocab_parallel import vocab_parallel_logprobs
+from plasmid_torch.compute import compute_executor
+from plasmid_torch.training import (
+    batch_metrics,
+    check_samples,
+    check_trainer_setup,
+    critic_batch_metrics,
+    index_chunks,
+    pad_rows,
+    response_mask,
+    update_metrics,
+    updates_per_rollout,
+)
 
 NO_CUDA_HINT = ("megatron-core needs CUDA here (its optimizer, RNG tracker and schedules allocate on the GPU), and "
                 "this torch has no CUDA device. Run the megatron trainer on a GPU machine; on CPU only the plugin's "
@@ -165,7 +165,7 @@ class MegatronTrainer:
         self.critic_warmup_steps: int = getattr(option, "critic_warmup_steps", 0) or 0
         #: the critic (:mod:`plasmid_megatron.critic`), built when the loss needs_critic; else None.
         self.critic: MegatronCritic | None = None
-        #: the process's compute thread (plasmid.compute): all torch and megatron work runs on it
+        #: the process's compute thread (plasmid_torch.compute): all torch and megatron work runs on it
         self._worker = compute_executor()
         self._run(self._build)
 

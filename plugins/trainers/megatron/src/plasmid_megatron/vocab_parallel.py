@@ -2,7 +2,7 @@
 
 Each tensor-parallel rank holds the logits of its slice ``[start, start + V_local)`` of the
 (padded) vocabulary. With ``z = logits / temperature`` (float32; temperature 0 counts as 1, as in
-:mod:`plasmid.ops`) and the padding rows (ids ``>= vocab_size``) left out of the softmax:
+:mod:`plasmid_torch.ops`) and the padding rows (ids ``>= vocab_size``) left out of the softmax:
 
 - ``m = max_v z`` (all-reduce MAX over the tensor-parallel group; a constant for autograd),
 - ``S = sum_v exp(z_v - m)`` (all-reduce SUM),
@@ -11,7 +11,7 @@ Each tensor-parallel rank holds the logits of its slice ``[start, start + V_loca
 
 The sums go through megatron's ``reduce_from_tensor_model_parallel_region`` (all-reduce forward,
 identity backward), so gradients are those of the full-vocabulary computation. With one rank this
-is exactly ``plasmid.ops.logprobs_from_logits`` / ``entropy_from_logits`` up to float rounding.
+is exactly ``plasmid_torch.ops.logprobs_from_logits`` / ``entropy_from_logits`` up to float rounding.
 Only ``[..., V_local]`` tensors and ``[...]`` reductions are communicated.
 """
 

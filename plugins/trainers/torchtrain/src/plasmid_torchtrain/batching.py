@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from plasmid import ops
-from plasmid.training import check_samples, pad_rows, response_mask
 from plasmid.types import Sample
+from plasmid_torch import ops
+from plasmid_torch.training import check_samples, pad_rows, response_mask
 
 
 @dataclass
@@ -72,7 +72,7 @@ def response_logprobs(model: Any, batch: PaddedBatch, temperature: float, *,
     """``model``'s log-probs (and entropy) of each response token at ``temperature``.
 
     Runs under the caller's grad mode. Only the logits that predict response tokens are
-    normalised (``plasmid.ops``, as the engines do).
+    normalised (``plasmid_torch.ops``, as the engines do).
 
     :returns: ``([B, T] float32 log-probs, [B, T] float32 entropy or None)``, zero beyond
         each response.

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from plasmid.hf import load_causal_lm
+from plasmid_torch.hf import load_causal_lm
 from plasmid_torchtrain.batching import PaddedBatch
 
 #: The critic's weights inside a torchtrain checkpoint directory.

@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from plasmid.training import updates_per_rollout
+from plasmid_torch.training import updates_per_rollout
 
 SCHEDULES = ("constant", "linear", "cosine")
 

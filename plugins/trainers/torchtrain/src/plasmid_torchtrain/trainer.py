@@ -24,9 +24,10 @@ from typing import Any
 
 import torch
 
-from plasmid.compute import run_compute
-from plasmid.hf import load_causal_lm
-from plasmid.training import (
+from plasmid.types import LossBatch, RolloutBatch, Sample
+from plasmid_torch.compute import run_compute
+from plasmid_torch.hf import load_causal_lm
+from plasmid_torch.training import (
     batch_metrics,
     check_trainer_setup,
     critic_batch_metrics,
@@ -34,7 +35,6 @@ from plasmid.training import (
     pad_rows,
     update_metrics,
 )
-from plasmid.types import LossBatch, RolloutBatch, Sample
 from plasmid_torchtrain import batching, checkpoint, critic, distributed, schedule, weights
 
 

@@ -4,7 +4,7 @@ rollout-correction terms, reward shaping, advantage whitening, aggregation and m
 :class:`PolicyGradientLoss` implements the :class:`plasmid.protocols.Loss` protocol except for
 how advantages are estimated (:meth:`PolicyGradientLoss.estimate_advantages`), which each
 algorithm supplies: group-relative (:mod:`plasmid_grpo.loss`), GAE with a critic (plasmid-ppo),
-discounted returns (plasmid-reinforce-pp). The math is :mod:`plasmid.algorithms`.
+discounted returns (plasmid-reinforce-pp). The math is :mod:`plasmid_torch.algorithms`.
 
 Options read (kernel options of the "algorithm" group): ``--eps-clip``, ``--eps-clip-high``,
 ``--eps-clip-c``, ``--kl-coef`` (KL to the reference as a reward penalty), ``--kl-loss-coef``
@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from plasmid import algorithms
 from plasmid.options import ROLLOUT_CORRECTION_BANDS
 from plasmid.types import LossBatch
+from plasmid_torch import algorithms
 
 
 class PolicyGradientLoss:
@@ -80,7 +80,7 @@ class PolicyGradientLoss:
         self.overlong_buffer_length: int = self.resolve_overlong_buffer(getattr(option, "overlong_buffer_len", None))
         self.overlong_penalty_factor: float = getattr(option, "overlong_penalty_factor", 1.0)
         icepop, tis = bool(getattr(option, "icepop", False)), bool(getattr(option, "tis", False))
-        #: the mode of :func:`plasmid.algorithms.rollout_correction`: ``truncate`` (``--tis``),
+        #: the mode of :func:`plasmid_torch.algorithms.rollout_correction`: ``truncate`` (``--tis``),
         #: ``mask`` (``--icepop``), or ``None`` (no correction)
         self.rollout_correction: str | None = "mask" if icepop else "truncate" if tis else None
         low, high = ROLLOUT_CORRECTION_BANDS["icepop" if icepop else "tis"]

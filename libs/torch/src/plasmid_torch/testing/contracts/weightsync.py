@@ -42,9 +42,9 @@ import numpy as np
 import pytest
 
 from plasmid import testing
-from plasmid.testing.contracts.trainer import as_numpy, exported, make_rollout_batch, tensor_nbytes
-from plasmid.tiny import build_tiny_model
 from plasmid.types import Sample
+from plasmid_torch.testing.contracts.trainer import as_numpy, exported, make_rollout_batch, tensor_nbytes
+from plasmid_torch.tiny import build_tiny_model
 
 
 @dataclass

@@ -10,7 +10,7 @@ Subclass it in the engine plugin's tests, naming the plugin module and the provi
         config_options = {"my_engine_mem_fraction": 0.5}
         logprob_atol = 1e-3                # bf16 engines agree less closely with float32
 
-The suite builds a tiny Hugging Face model (:func:`plasmid.tiny.build_tiny_model`) in a
+The suite builds a tiny Hugging Face model (:func:`plasmid_torch.tiny.build_tiny_model`) in a
 temporary directory and an engine on it for each test through the ``engine_factory`` fixture;
 override that fixture when an engine is built differently (a server to start, a device to pick).
 It checks only what :class:`plasmid.protocols.RolloutEngine` promises: responses within the
@@ -30,12 +30,12 @@ import numpy as np
 import pytest
 import torch
 
-from plasmid.hf import load_causal_lm
-from plasmid.ops import logprobs_from_logits
 from plasmid.protocols import RolloutEngine
 from plasmid.testing import build, make_config, run
-from plasmid.tiny import BOS_ID, build_tiny_model
 from plasmid.types import GenerationOutput, SamplingParams, Status
+from plasmid_torch.hf import load_causal_lm
+from plasmid_torch.ops import logprobs_from_logits
+from plasmid_torch.tiny import BOS_ID, build_tiny_model
 
 #: Prompts of different lengths (token ids of the tiny model's alphabet after ``<bos>``).
 PROMPTS = [[BOS_ID, 4, 5, 14, 6, 15], [BOS_ID, 7], [BOS_ID, 3, 3, 3, 3, 3, 3, 3, 3, 3, 9], [BOS_ID, 12, 8, 15]]

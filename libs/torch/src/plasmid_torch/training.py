@@ -136,7 +136,7 @@ def critic_batch_metrics(batch: Any) -> dict[str, float]:
     a :class:`plasmid.types.LossBatch` with ``values`` (and ``returns``) filled in:
     ``train/value_mean``, ``train/returns_mean``, ``train/explained_variance``. Trainers with a
     critic call it once per step on the whole batch."""
-    from plasmid import algorithms
+    from plasmid_torch import algorithms
 
     trained = batch.response_mask > 0
     values = batch.values[trained]

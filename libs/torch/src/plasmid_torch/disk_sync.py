@@ -11,6 +11,10 @@ directories are kept.
 
 Works in any runtime: locally the trainer and the engines read and write the same directory; on
 a Ray cluster of several nodes ``--sync-dir`` must be a shared file system.
+
+Registered by plugins, not here: plasmid-sync as ``disk`` and plasmid-sglang as ``sglang-disk``
+(``"plasmid_torch.disk_sync:DiskSync"``). ``--sync-dir`` and ``--sync-keep-versions`` are
+plasmid-sync's options; without them the defaults above apply.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any
 
 from plasmid.remote import run_on
 from plasmid.types import SyncReport
-from plasmid_sync.tensors import as_torch, tensor_bytes
+from plasmid_torch.tensors import as_torch, tensor_bytes
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"

@@ -10,7 +10,7 @@ Subclass it in the plugin's tests, naming the plugin module and the provider::
         model_options = {"arch": "llama"}   # optional: build_tiny_model keywords
         config_options = {"lr": 1e-3}       # optional: options to build the trainer with
 
-The trainer trains a tiny model built with :func:`plasmid.tiny.build_tiny_model` on batches
+The trainer trains a tiny model built with :func:`plasmid_torch.tiny.build_tiny_model` on batches
 made by hand (:func:`make_rollout_batch`). What it checks:
 
 - ``train_step`` returns finite float metrics (with ``train/loss``) and changes the weights;
@@ -37,8 +37,8 @@ import torch
 
 from plasmid import testing
 from plasmid.protocols import Trainer
-from plasmid.tiny import BOS_ID, SPECIAL_TOKENS, build_tiny_model
 from plasmid.types import Group, RolloutBatch, Sample, Status
+from plasmid_torch.tiny import BOS_ID, SPECIAL_TOKENS, build_tiny_model
 
 
 def make_rollout_batch(vocab_size: int, *, groups: int = 2, group_size: int = 4, seed: int = 0,

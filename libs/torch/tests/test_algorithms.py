@@ -1,4 +1,4 @@
-"""plasmid.algorithms against closed forms worked out by hand on tiny tensors."""
+"""plasmid_torch.algorithms against closed forms worked out by hand on tiny tensors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from plasmid import algorithms  # noqa: E402
+from plasmid_torch import algorithms  # noqa: E402
 
 SQRT2, SQRT3 = math.sqrt(2.0), math.sqrt(3.0)
 
@@ -395,8 +395,8 @@ def test_explained_variance():
 
 
 def test_rollout_logprob_abs_diff_is_a_masked_token_mean_over_samples_with_engine_logprobs():
-    from plasmid.training import rollout_logprob_abs_diff
     from plasmid.types import Sample
+    from plasmid_torch.training import rollout_logprob_abs_diff
 
     samples = [Sample(tokens=[1, 2, 3], response_length=2, rollout_logprobs=[-1.0, -2.0]),
                Sample(tokens=[1, 2, 3], response_length=2, rollout_logprobs=None),
@@ -409,8 +409,8 @@ def test_rollout_logprob_abs_diff_is_a_masked_token_mean_over_samples_with_engin
 
 
 def test_check_samples_names_the_sample_that_cannot_be_trained():
-    from plasmid.training import check_samples
     from plasmid.types import Sample
+    from plasmid_torch.training import check_samples
 
     check_samples([Sample(tokens=[1, 2], response_length=1, loss_mask=[1])])
     with pytest.raises(ValueError, match="sample 1 .*loss_mask has 2 entries for 1 response tokens"):
@@ -421,7 +421,7 @@ def test_check_samples_names_the_sample_that_cannot_be_trained():
 
 
 def test_index_chunks_and_step_metrics_over_updates():
-    from plasmid.training import index_chunks, update_metrics
+    from plasmid_torch.training import index_chunks, update_metrics
 
     assert index_chunks(5, None) == [[0, 1, 2, 3, 4]]
     assert index_chunks(5, 2) == [[0, 1], [2, 3], [4]]
@@ -436,7 +436,7 @@ def test_trainer_setup_needs_a_model_and_a_critic_loss_that_trains_the_critic():
     from types import SimpleNamespace
 
     from plasmid.errors import UsageError
-    from plasmid.training import check_trainer_setup
+    from plasmid_torch.training import check_trainer_setup
 
     class CriticWithoutValueLoss:
         needs_critic = True
