@@ -130,7 +130,7 @@ def test_two_providers_for_a_one_provider_family_without_a_choice(tmp_path):
     local = tmp_path / "other_source.py"
     local.write_text("from plasmid import hookimpl\n\n@hookimpl\ndef plasmid_datasources(register):\n"
                      "    register('other', 'builtins:dict')\n")
-    proc = run_plasmid("train", "--plugins", f"jsonl,torchgen,rollout,torchtrain,grpo,sync,match,{local}")
+    proc = run_plasmid("train", "--plugins", f"hf,jsonl,torchgen,rollout,torchtrain,grpo,sync,match,{local}")
     assert_clean_error(proc, "2 datasource providers are loaded and none was chosen", "'jsonl' from 'jsonl' "
                        "(distribution plasmid-jsonl", "'other' from 'other_source' (local module", "--datasource NAME")
 

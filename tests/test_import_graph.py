@@ -23,7 +23,7 @@ PROVIDER_STRING = re.compile(r"^plasmid_[a-z_]+(\.[a-z_0-9]+)*:")
 #: A dotted module path of a first-party package as a plain string (``"plasmid_torch.testing"``).
 MODULE_STRING = re.compile(r"^plasmid_[a-z_0-9]+(\.[a-z_0-9]+)+$")
 #: The one place where the kernel names a library: the lazy re-export table of plasmid.testing.
-KERNEL_REEXPORTS = KERNEL / "testing" / "__init__.py"
+FAMILY_TABLE = KERNEL / "families.py"
 
 
 def _packages(pattern: str) -> list[Path]:
@@ -69,13 +69,12 @@ def first_party(module: str) -> str | None:
 
 
 def reexport_table() -> set[str]:
-    """The modules in ``plasmid.testing._CONTRACTS`` (the contract name -> module table)."""
-    tree = ast.parse(KERNEL_REEXPORTS.read_text(encoding="utf-8"))
-    for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
-        if any(isinstance(t, ast.Name) and t.id == "_CONTRACTS" for t in targets) and isinstance(node.value, ast.Dict):
-            return {value.value for value in node.value.values if isinstance(value, ast.Constant)}
-    return set()
+    """The contract modules the family table names (``plasmid.families.FAMILIES``' ``contract``
+    column, ``"module:Class"``), which ``plasmid.testing`` re-exports lazily."""
+    from plasmid.families import FAMILIES
+
+    modules = {family.contract.partition(":")[0] for family in FAMILIES if family.contract}
+    return modules | {module.rpartition(".")[0] for module in modules}   # and the package they are in
 
 
 def test_the_packages_are_found():
@@ -104,11 +103,11 @@ def test_the_kernel_imports_no_plugin_or_library():
             top = first_party(module)
             if top is None:
                 continue
-            if path == KERNEL_REEXPORTS and module in table and top in LIBRARIES:
-                continue  # the lazy re-export of a library's contract suite (from plasmid.testing import ...)
+            if path == FAMILY_TABLE and module in table and top in LIBRARIES:
+                continue  # where a library's contract suite lives (re-exported lazily by plasmid.testing)
             found.append(f"{path.relative_to(ROOT)}:{line}: {module}")
-    assert not found, ("the kernel (core/src/plasmid) must not import plugins or libraries; only "
-                       "plasmid/testing/__init__.py's _CONTRACTS table may name a library:\n" + "\n".join(found))
+    assert not found, ("the kernel (core/src/plasmid) must not import plugins or libraries; only the family "
+                       "table's contract column (plasmid/families.py) may name a library:\n" + "\n".join(found))
 
 
 def test_the_reexport_table_names_the_torch_contracts_in_the_library():

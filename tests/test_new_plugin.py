@@ -11,7 +11,7 @@ import sys
 import pytest
 from plasmid_e2e import SHORT_RUN, pip, read_metrics, run_plasmid
 
-EMBEDDED = "tasks,torchgen,rollout,torchtrain,grpo,sync"
+EMBEDDED = "hf,tasks,torchgen,rollout,torchtrain,grpo,sync"
 NAME = "contains-label"
 
 

@@ -9,7 +9,7 @@ import json
 import pytest
 from plasmid_e2e import SHORT_RUN, read_metrics, run_plasmid
 
-EMBEDDED = "tasks,torchgen,rollout,torchtrain,grpo,sync,match"
+EMBEDDED = "hf,tasks,torchgen,rollout,torchtrain,grpo,sync,match"
 
 #: Raises "verifier crashed" once it has scored FLAKY_OK_CALLS samples (env; default 0: always).
 FLAKY = '''

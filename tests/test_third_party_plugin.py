@@ -11,7 +11,7 @@ import sys
 import pytest
 from plasmid_e2e import FIXTURES, SHORT_RUN, pip, read_metrics, run_plasmid
 
-EMBEDDED = "tasks,torchgen,rollout,torchtrain,grpo,sync"
+EMBEDDED = "hf,tasks,torchgen,rollout,torchtrain,grpo,sync"
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -26,7 +26,7 @@ def test_plasmid_plugins_command_imports_no_heavy_framework():
 
 
 def test_building_a_config_imports_no_heavy_framework():
-    loaded = _modules_after("from plasmid.testing import make_config\nmake_config(lr=0.1)")
+    loaded = _modules_after("from plasmid.testing import make_config\nmake_config(temperature=0.5)")
     assert not loaded & set(HEAVY)
 
 

@@ -30,7 +30,9 @@ def registers(family_hook, *entries):
 EVERY_HOOK = plugin(
     "every_family",
     plasmid_datasources=registers("plasmid_datasources", (("d", "x:y"), {})),
-    plasmid_generators=registers("plasmid_generators", (("e", "x:y"), {}), (("g", "x:y"), {"kind": "generate"})),
+    plasmid_generators=registers("plasmid_generators", (("e", "x:y"), {})),
+    plasmid_generate_fns=registers("plasmid_generate_fns", (("g", "x:y"), {})),
+    plasmid_tokenizers=registers("plasmid_tokenizers", (("tk", "x:y"), {})),
     plasmid_rollouts=registers("plasmid_rollouts", (("r", "x:y"), {})),
     plasmid_rewards=registers("plasmid_rewards", (("rw", "x:y"), {})),
     plasmid_filters=registers("plasmid_filters", (("f", "x:y"), {})),
@@ -44,12 +46,40 @@ EVERY_HOOK = plugin(
 def test_every_registration_hook_feeds_its_family():
     registry = make_registry(EVERY_HOOK)
     expected = {"datasource": "d", "engine": "e", "rollout": "r", "reward": "rw", "filter": "f",
-                "loss": "l", "trainer": "t", "weight_sync": "w"}
+                "loss": "l", "trainer": "t", "weight_sync": "w", "tokenizer": "tk"}
     for family, name in expected.items():
         assert registry.names(family) == [name], family
     assert registry.names("generate") == ["g", "single-turn"]
     assert registry.names("runtime") == ["local", "rt"]
     assert registry.get("reward", "rw").plugin.name == "every_family"
+
+
+def test_generate_functions_registered_the_old_way_still_work_with_a_deprecation_warning():
+    old = plugin("old_generate", plasmid_generators=registers("plasmid_generators",
+                                                              (("multi", "x:y"), {"kind": "generate"})))
+    with pytest.warns(DeprecationWarning, match="plasmid_generate_fns"):
+        registry = make_registry(old)
+    assert "multi" in registry.names("generate") and "multi" not in registry.names("engine")
+
+
+def test_a_kind_outside_the_generators_hook_is_an_error():
+    bad = plugin("bad_kind", plasmid_rewards=registers("plasmid_rewards", (("r", "x:y"), {"kind": "generate"})))
+    with pytest.raises(PluginError, match="plasmid_rewards takes no kind"):
+        make_registry(bad)
+
+
+def test_every_family_in_the_table_has_its_hookspec_and_flag():
+    from plasmid import hookspecs
+    from plasmid.config import OptionParser
+    from plasmid.families import FAMILIES
+    from plasmid.testing import make_manager
+
+    parser = OptionParser()
+    make_manager().addoption(parser)
+    flags = {action.option_strings[0] for action in parser._parser._actions if action.option_strings}
+    for family in FAMILIES:
+        assert hasattr(hookspecs, family.hook), family.name
+        assert family.flag in flags, family.name
 
 
 def test_a_registration_hook_may_take_fewer_arguments():
@@ -150,3 +180,8 @@ def test_registry_collect_is_tolerant_when_asked():
         Registry.collect(manager)
     Registry.collect(manager, tolerant=True)
     assert manager.infos["explodes"].status == "invalid"
+
+
+def test_no_tokenizer_loaded_says_which_plugin_provides_the_default():
+    with pytest.raises(PluginError, match="plugin 'hf' .*add hf to it"):
+        make_registry().choose("tokenizer", None)

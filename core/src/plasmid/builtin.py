@@ -1,12 +1,18 @@
 """The kernel's own providers: the single-turn generate function used when ``--generate`` is
-unset, and the ``local`` runtime."""
+unset, and the ``local`` runtime (everything in this process)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from plasmid import hookimpl
-from plasmid.context import RolloutContext
+from plasmid.config import Config
+from plasmid.errors import UsageError
+from plasmid.kernel_options import ScheduleOptions
+from plasmid.protocols import RolloutView
+from plasmid.session import Session, build_session
+from plasmid.startup import Startup
 from plasmid.types import Sample, SamplingParams, Status
 
 
@@ -24,10 +30,10 @@ class SingleTurn:
     Every newly generated token is trained on (``loss_mask`` 1).
     """
 
-    def __init__(self, config: object) -> None:
-        self.mask_offpolicy = bool(getattr(config.option, "mask_offpolicy_in_partial_rollout", False))
+    def __init__(self, config: Config) -> None:
+        self.mask_offpolicy = ScheduleOptions.of(config).mask_offpolicy_in_partial_rollout
 
-    async def __call__(self, ctx: RolloutContext, sample: Sample, params: SamplingParams) -> Sample:
+    async def __call__(self, ctx: RolloutView, sample: Sample, params: SamplingParams) -> Sample:
         if sample.status in (Status.COMPLETED, Status.TRUNCATED):
             return sample
         resumed = sample.status == Status.ABORTED and sample.response_length > 0
@@ -50,11 +56,29 @@ class SingleTurn:
         return sample
 
 
-@hookimpl
-def plasmid_generators(register):
-    register("single-turn", SingleTurn, kind="generate", default=True)
+class LocalRuntime:
+    """Runtime ``local``: every provider in this process, one trainer, ``--engines`` engines."""
+
+    def __init__(self, config: Config) -> None:
+        workers = ScheduleOptions.of(config).trainer_workers
+        if workers != 1:
+            raise UsageError(f"--trainer-workers {workers} needs a multi-process runtime; "
+                             f"the local runtime runs one trainer (try --runtime ray)")
+
+    async def start(self, startup: Startup) -> Session:
+        session = build_session(startup)
+        session.runtime = self
+        return session
+
+    async def shutdown(self) -> None:
+        """Nothing beyond the engines, which the session shuts down."""
 
 
 @hookimpl
-def plasmid_runtimes(register):
-    register("local", "plasmid.session:LocalRuntime", default=True)
+def plasmid_generate_fns(register: Any) -> None:
+    register("single-turn", SingleTurn, default=True)
+
+
+@hookimpl
+def plasmid_runtimes(register: Any) -> None:
+    register("local", LocalRuntime, default=True)

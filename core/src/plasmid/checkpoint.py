@@ -69,4 +69,5 @@ class Checkpoints:
         """Load trainer and data-source state from ``path``; returns its ``meta.json``."""
         await trainer.load(str(path / "trainer"))
         data_source.load_state_dict(json.loads((path / "data_source.json").read_text()))
-        return json.loads((path / "meta.json").read_text())
+        meta: dict[str, Any] = json.loads((path / "meta.json").read_text())
+        return meta

@@ -1,7 +1,8 @@
 """Command-line options and the parsed configuration.
 
-The kernel's own options are declared in :mod:`plasmid.options`; plugins add theirs through the
-``plasmid_addoption`` hook. Options are grouped (``--help`` shows one section per plugin).
+Options are declared as typed classes (:mod:`plasmid.options`) through the ``plasmid_addoption``
+hook; the kernel's own are in :mod:`plasmid.kernel_options`. Options are grouped (``--help``
+shows one section per group).
 """
 
 from __future__ import annotations
@@ -10,7 +11,12 @@ import argparse
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from plasmid.options import Options
+
+OptionsT = TypeVar("OptionsT", bound="Options")
 
 
 class OptionGroup:
@@ -36,6 +42,21 @@ class OptionParser:
         self._parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False)
         self._groups: dict[str, OptionGroup] = {}
         self._flags: set[str] = set()
+        #: the :class:`plasmid.options.Options` classes declared, in order (each once)
+        self.option_classes: list[type[Options]] = []
+
+    def add_options(self, cls: type[Options]) -> None:
+        """Declare every field of ``cls`` as a flag in its group. Declaring one class again (two
+        plugins sharing a family's options) does nothing; another class with the same flag is an
+        error naming the flag."""
+        from plasmid.options import option_fields
+
+        if cls in self.option_classes:
+            return
+        group = self.getgroup(cls.group, cls.description)
+        for field_ in option_fields(cls):
+            group.addoption(field_.flag, **field_.argparse_kwargs())
+        self.option_classes.append(cls)
 
     def getgroup(self, name: str, description: str = "") -> OptionGroup:
         """The group called ``name``, created on first use."""
@@ -58,6 +79,19 @@ class OptionParser:
     def parse(self, args: list[str]) -> argparse.Namespace:
         return self._parser.parse_args(args)
 
+    def given(self, args: list[str]) -> frozenset[str]:
+        """The destinations (``lr``, ``eps_clip``) that ``args`` sets explicitly: parsed once more
+        with every default suppressed, so what remains was on the command line."""
+        actions = [a for a in self._parser._actions if a.option_strings]
+        saved = [a.default for a in actions]
+        try:
+            for action in actions:
+                action.default = argparse.SUPPRESS
+            return frozenset(vars(self._parser.parse_args(args)))
+        finally:
+            for action, default in zip(actions, saved, strict=True):
+                action.default = default
+
     def defaults(self) -> argparse.Namespace:
         """Every option at its default value (what a config built in code starts from)."""
         return self._parser.parse_args([])
@@ -72,14 +106,35 @@ class Config:
 
     Plain data, picklable: it is sent to every Ray actor.
 
-    :ivar option: ``argparse.Namespace`` of every option (``config.option.lr``).
+    Providers read their typed options with ``MyOptions.of(config)`` (:mod:`plasmid.options`);
+    ``option`` is the raw store those are read from.
+
+    :ivar option: ``argparse.Namespace`` of every option's raw value (``config.option.lr``).
     :ivar plugin_lock: the resolved plugin set (see :mod:`plasmid.plugins`), as dicts.
     :ivar run_dir: where metrics, checkpoints and the lock are written.
+    :ivar given: the options the user set (on the command line, or as keywords of
+        :func:`plasmid.testing.make_config`); a recipe changes only the others.
     """
 
     option: argparse.Namespace
     plugin_lock: list[dict[str, str]] = field(default_factory=list)
     run_dir: Path = Path("runs/unnamed")
+    given: frozenset[str] = frozenset()
+
+    def options(self, cls: type[OptionsT]) -> OptionsT:
+        """``cls.of(self)``: the typed, checked values of one options class."""
+        return cls.of(self)
+
+    def is_given(self, name: str) -> bool:
+        """Whether the user set option ``name`` (``"lr"``), rather than leaving its default."""
+        return name in self.given
+
+    def set_default(self, name: str, value: Any) -> bool:
+        """Set option ``name`` to ``value`` unless the user gave it (recipes); whether it was set."""
+        if self.is_given(name):
+            return False
+        setattr(self.option, name, value)
+        return True
 
     def getoption(self, name: str, default: Any = None) -> Any:
         """The value of option ``name`` (``"eps_clip"`` or ``"--eps-clip"``), or ``default``."""

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from plasmid.config import Config
-from plasmid.protocols import DataSource, Filter, GenerateFn, RolloutEngine
+from plasmid.kernel_options import EvalOptions, GeneralOptions
+from plasmid.protocols import DataSource, Filter, GenerateFn, RolloutEngine, Tokenizer
 from plasmid.rewards import RewardSet
 from plasmid.types import Sample, SamplingParams
 
 
 @dataclass
 class RolloutContext:
-    """The rollout side of a run.
+    """The rollout side of a run (implements :class:`plasmid.protocols.RolloutView`).
 
     :ivar engines: the rollout engines; a driver balances requests over them.
     :ivar tokenizer: the model's Hugging Face tokenizer (decodes responses), in this process.
@@ -27,7 +27,7 @@ class RolloutContext:
     config: Config
     engines: Sequence[RolloutEngine]
     data_source: DataSource
-    tokenizer: Any
+    tokenizer: Tokenizer
     generate: GenerateFn
     rewards: RewardSet
     filters: list[tuple[str, Filter]] = field(default_factory=list)
@@ -40,10 +40,9 @@ class RolloutContext:
 
     def eval_sampling(self) -> SamplingParams:
         """The sampling parameters of evaluation: ``--eval-temperature`` (greedy by default)."""
-        option = self.config.option
         return SamplingParams(
-            temperature=option.eval_temperature,
+            temperature=EvalOptions.of(self.config).eval_temperature,
             max_new_tokens=self.sampling.max_new_tokens,
             stop_token_ids=self.sampling.stop_token_ids,
-            seed=option.seed,
+            seed=GeneralOptions.of(self.config).seed,
         )

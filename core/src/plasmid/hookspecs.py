@@ -47,15 +47,32 @@ hookspec = pluggy.HookspecMarker("plasmid")
 
 @hookspec(historic=True)
 def plasmid_addoption(parser: OptionParser) -> None:
-    """Add command-line options for this plugin.
+    """Declare this plugin's command-line options.
 
     Called once per process, after plugins are loaded and before the command line is parsed;
     historic, so a plugin registered late still gets the call.
 
-    :param parser: the option parser; use ``parser.getgroup(name)`` then
-        ``group.addoption("--flag", ...)`` (argparse keywords). Native arguments of an engine or
-        trainer pass through by declaring a prefixed option per native field
-        (``--sglang-<field>``), with ``dest`` in the plugin's own namespace.
+    :param parser: the option parser. Declare typed options with
+        ``parser.add_options(MyOptions)`` (a :class:`plasmid.options.Options` class: flags, help
+        with the real default, type and range checks, and the typed value the provider reads
+        with ``MyOptions.of(config)``); declaring a class another plugin declared too is fine.
+        ``parser.getgroup(name).addoption("--flag", ...)`` (argparse keywords) still works for
+        options outside that scheme: native arguments of an engine or trainer pass through that
+        way, one prefixed option per native field (``--sglang-<field>``).
+    """
+
+
+@hookspec(historic=True)
+def plasmid_defaults(config: Config) -> None:
+    """Fill defaults that depend on the run, before options are checked (recipes).
+
+    Called once per process after the command line is parsed and provider choices are resolved,
+    before any options class is checked and before :func:`plasmid_configure`. Change only what
+    the user did not give: ``config.set_default("lr", 5e-4)`` (or test ``config.is_given``).
+    The quickstart recipe uses it to point ``--model`` at the tiny model it builds and to set
+    the learning rate and response length for it.
+
+    :param config: the parsed configuration, with provider choices in ``config.option``.
     """
 
 
@@ -63,11 +80,13 @@ def plasmid_addoption(parser: OptionParser) -> None:
 def plasmid_configure(config: Config) -> None:
     """Validate and derive configuration after the command line is parsed.
 
-    Called once per process, before providers are built; raise
-    :class:`plasmid.errors.UsageError` for invalid combinations of options. A plugin may set
-    derived values on ``config`` (for example a model path it builds).
+    Called once per process, before providers are built, after the defaults hooks and after
+    every declared options class passed its checks, so the values seen here are final. Raise
+    :class:`plasmid.errors.UsageError` for invalid combinations of options that no single
+    options class can check.
 
-    :param config: the parsed configuration; ``config.option`` holds every option's value.
+    :param config: the parsed configuration; ``MyOptions.of(config)`` reads typed values,
+        ``config.option`` holds every option's raw value.
     """
 
 
@@ -87,13 +106,33 @@ def plasmid_datasources(register: Callable[..., None]) -> None:
 
 
 @hookspec
-def plasmid_generators(register: Callable[..., None]) -> None:
-    """Register rollout engines (``--engine``) and generate functions (``--generate``).
+def plasmid_tokenizers(register: Callable[..., None]) -> None:
+    """Register tokenizers (``--tokenizer``): how the rollout side turns text into token ids and
+    back, chat templates included.
 
-    :param register: ``register(name, factory, *, kind="engine", default=False)``.
-        ``kind="engine"``: ``factory(config)`` returns a :class:`plasmid.protocols.RolloutEngine`.
-        ``kind="generate"``: ``factory(config)`` returns a :class:`plasmid.protocols.GenerateFn`
-        (multi-turn and tool-use loops); when none is chosen the kernel's single-turn one is used.
+    :param register: ``register(name, factory, *, default=False)``; ``factory(config)``
+        returns a :class:`plasmid.protocols.Tokenizer` (a Hugging Face tokenizer is one).
+    """
+
+
+@hookspec
+def plasmid_generators(register: Callable[..., None]) -> None:
+    """Register rollout engines (``--engine``).
+
+    :param register: ``register(name, factory, *, default=False)``; ``factory(config)`` returns
+        a :class:`plasmid.protocols.RolloutEngine`. (Deprecated: ``kind="generate"`` registers a
+        generate function here; use :func:`plasmid_generate_fns`.)
+    """
+
+
+@hookspec
+def plasmid_generate_fns(register: Callable[..., None]) -> None:
+    """Register generate functions (``--generate``): what turns one prompt sample into finished
+    samples (multi-turn conversations, tool use, agents); when none is chosen the kernel's
+    single-turn one is used.
+
+    :param register: ``register(name, factory, *, default=False)``; ``factory(config)`` returns
+        a :class:`plasmid.protocols.GenerateFn`.
     """
 
 

@@ -17,10 +17,11 @@ import os
 import subprocess
 import sys
 import warnings
-from typing import Any
+from typing import Any, TypedDict
 
 from plasmid.config import OptionParser
 from plasmid.errors import PluginError
+from plasmid.options import walk_fields
 from plasmid.plugins import (
     PluginInfo,
     PluginManager,
@@ -114,8 +115,15 @@ def provider_details(registry: Registry, name: str) -> list[dict[str, Any]]:
                 continue
             doc = inspect.getdoc(factory) or ""
             details.append({"family": family, "name": provider.name, "summary": doc.splitlines()[0] if doc else "",
-                            "reads": list(getattr(factory, "reads_options", ()))})
+                            "reads": options_read(factory)})
     return details
+
+
+def options_read(factory: Any) -> list[str]:
+    """The option names a provider reads: the fields of its ``option_classes`` (a tuple of
+    :class:`plasmid.options.Options` classes), or the names in an older ``reads_options``."""
+    names = [field_.name for field_ in walk_fields(getattr(factory, "option_classes", ()))]
+    return names + [name for name in getattr(factory, "reads_options", ()) if name not in names]
 
 
 def options_shown(manager: PluginManager, name: str, providers: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -152,7 +160,7 @@ def show_plugin(manager: PluginManager, name: str, as_json: bool, registry: Regi
         print(f"{'':<16} {provider['family']} {provider['name']}: {provider['summary']}")
     for option in options:
         only = f" [{', '.join(option['read_by'])}]" if option["read_by"] else ""
-        print(f"{'':<16} {option['flag']:<28} (default {option['default']!r}) {option['help']}{only}")
+        print(f"{'':<16} {option['flag']:<28} {option['help']}{only}")
     return 0
 
 
@@ -163,12 +171,23 @@ t = time.perf_counter(); ep.load(); print(time.perf_counter() - t)
 """
 
 
+class PluginCheck(TypedDict):
+    """One plugin's line of ``plasmid plugins check`` (``--json``: one object of the list)."""
+
+    name: str
+    distribution: str
+    version: str
+    ok: bool
+    import_seconds: float | None
+    error: str
+
+
 def check_plugins(as_json: bool) -> int:
     """Import every installed plugin in a fresh interpreter; report failures and import time."""
-    results = []
+    results: list[PluginCheck] = []
     for name, ep in sorted(installed_entry_points().items()):
-        result = {"name": name, "distribution": ep.dist.name if ep.dist else "?",
-                  "version": ep.dist.version if ep.dist else "", "ok": False, "import_seconds": None, "error": ""}
+        result = PluginCheck(name=name, distribution=ep.dist.name if ep.dist else "?",
+                             version=ep.dist.version if ep.dist else "", ok=False, import_seconds=None, error="")
         problem = kernel_incompatibility(ep.dist)
         if problem:
             result["error"] = problem
@@ -176,7 +195,7 @@ def check_plugins(as_json: bool) -> int:
             proc = subprocess.run([sys.executable, "-c", CHECK_SNIPPET, name], capture_output=True, text=True,
                                   timeout=300)
             if proc.returncode == 0:
-                result.update(ok=True, import_seconds=float(proc.stdout.strip().splitlines()[-1]))
+                result["ok"], result["import_seconds"] = True, float(proc.stdout.strip().splitlines()[-1])
             else:
                 last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
                 result["error"] = f"import failed: {last}"

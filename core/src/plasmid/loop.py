@@ -13,6 +13,7 @@ import time
 
 from plasmid.checkpoint import Checkpoints
 from plasmid.errors import DataExhausted
+from plasmid.kernel_options import CheckpointOptions, EvalOptions, GeneralOptions, RolloutOptions, ScheduleOptions
 from plasmid.runlog import RunLog
 from plasmid.session import Session
 from plasmid.types import RolloutBatch
@@ -21,19 +22,20 @@ from plasmid.types import RolloutBatch
 async def train(session: Session, log: RunLog) -> dict[str, float]:
     """Run ``--num-rollouts`` steps (or until ``--stop-at-eval-acc``); returns the last metrics."""
     config, ctx, trainer, manager = session.config, session.ctx, session.trainer, session.startup.manager
-    option = config.option
-    checkpoints = Checkpoints(config.run_dir, keep=option.keep_checkpoints)
-    eval_groups = ctx.data_source.eval_groups() if option.eval_interval else []
-    colocated, overlap = option.placement == "colocate", option.schedule == "async"
+    steps, schedule = RolloutOptions.of(config).num_rollouts, ScheduleOptions.of(config)
+    evaluation, saving = EvalOptions.of(config), CheckpointOptions.of(config)
+    checkpoints = Checkpoints(config.run_dir, keep=saving.keep_checkpoints)
+    eval_groups = ctx.data_source.eval_groups() if evaluation.eval_interval else []
+    colocated, overlap = schedule.placement == "colocate", schedule.schedule == "async"
 
     start, version = 0, 0
-    if option.resume and (latest := checkpoints.latest()) is not None:
+    if GeneralOptions.of(config).resume and (latest := checkpoints.latest()) is not None:
         meta = await checkpoints.restore(latest, trainer, ctx.data_source)
         start, version = meta["rollout_id"] + 1, meta["weight_version"]
         await session.weight_sync.sync(trainer, session.engines, version)
     log.resume_from(start)
 
-    def rollout(rollout_id: int) -> asyncio.Future:
+    def rollout(rollout_id: int) -> asyncio.Task[RolloutBatch]:
         return asyncio.ensure_future(session.driver.run(ctx, rollout_id))
 
     async def save(rollout_id: int) -> None:
@@ -41,8 +43,8 @@ async def train(session: Session, log: RunLog) -> dict[str, float]:
                                {"weight_version": version, "plugin_lock": config.plugin_lock})
 
     metrics: dict[str, float] = {}
-    in_flight: asyncio.Future | None = None
-    for rollout_id in range(start, option.num_rollouts):
+    in_flight: asyncio.Task[RolloutBatch] | None = None
+    for rollout_id in range(start, steps):
         began = time.perf_counter()
         try:
             batch = await (in_flight or rollout(rollout_id))
@@ -51,10 +53,10 @@ async def train(session: Session, log: RunLog) -> dict[str, float]:
             if rollout_id > start:
                 await save(rollout_id - 1)
             break
-        last = rollout_id + 1 == option.num_rollouts
+        last = rollout_id + 1 == steps
         in_flight = rollout(rollout_id + 1) if overlap and not last else None
         rolled = time.perf_counter()
-        metrics = {**batch.metrics, **drop_stale(batch, version, option.max_staleness)}
+        metrics = {**batch.metrics, **drop_stale(batch, version, schedule.max_staleness)}
 
         if colocated:
             await asyncio.gather(*(engine.release_memory() for engine in session.engines))
@@ -62,7 +64,7 @@ async def train(session: Session, log: RunLog) -> dict[str, float]:
         trained = time.perf_counter()
         if colocated:
             await asyncio.gather(*(engine.resume_memory() for engine in session.engines))
-        if (rollout_id + 1) % option.update_weights_interval == 0 or last:
+        if (rollout_id + 1) % schedule.update_weights_interval == 0 or last:
             if in_flight is not None:  # never change weights under a rollout in flight
                 await asyncio.wait([in_flight])
             version = rollout_id + 1
@@ -72,12 +74,13 @@ async def train(session: Session, log: RunLog) -> dict[str, float]:
         metrics.update({"time/rollout_seconds": rolled - began, "time/train_seconds": trained - rolled,
                         "weight_version": float(version)})
 
-        if eval_groups and ((rollout_id + 1) % option.eval_interval == 0 or last):
+        if eval_groups and ((rollout_id + 1) % evaluation.eval_interval == 0 or last):
             metrics.update(await session.driver.evaluate(ctx, eval_groups, ctx.eval_sampling()))
-        done = option.stop_at_eval_acc is not None and metrics.get("eval/accuracy", -1.0) >= option.stop_at_eval_acc
+        target = evaluation.stop_at_eval_acc
+        done = target is not None and metrics.get("eval/accuracy", -1.0) >= target
         manager.metrics(rollout_id, metrics)
         entry = log.write(rollout_id, metrics)
-        if last or done or (option.save_interval and (rollout_id + 1) % option.save_interval == 0):
+        if last or done or (saving.save_interval and (rollout_id + 1) % saving.save_interval == 0):
             await save(rollout_id)
         manager.step_end(rollout_id, str(config.run_dir), entry)
         if done:

@@ -186,8 +186,9 @@ def scalar_kind(annotation: ast.expr) -> tuple[str, tuple[str, ...] | None] | No
         return "dtype", DTYPE_CHOICES
     if isinstance(annotation, ast.Subscript) and name_of(annotation.value) == "Literal":
         items = annotation.slice.elts if isinstance(annotation.slice, ast.Tuple) else [annotation.slice]
-        if items and all(isinstance(item, ast.Constant) and isinstance(item.value, str) for item in items):
-            return "str", tuple(item.value for item in items)
+        choices = [item.value for item in items if isinstance(item, ast.Constant) and isinstance(item.value, str)]
+        if items and len(choices) == len(items):
+            return "str", tuple(choices)
     return None
 
 

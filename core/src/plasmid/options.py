@@ -1,204 +1,292 @@
-"""The kernel's own options: provider choices, the loop's schedule, and the settings every
-trainer, loss and rollout driver share (so that plugins of one family read the same flags).
+"""Typed options, declared once: a frozen dataclass per provider is its flags, its ``--help``, its
+checks and the typed value it reads.
 
-Values that depend on the task or model default to ``None``; plugins may fill them in
-``plasmid_configure`` (the quickstart recipe does), and the kernel's own ``plasmid_configure``
-runs last and fills what is still unset with the generic defaults in :data:`FALLBACKS`.
+A provider (or a family's shared library) declares its settings as a subclass of
+:class:`Options`; every field is a flag ``--<field-with-dashes>`` whose type comes from the
+annotation and whose default, help text and range come from :func:`option`::
+
+    from typing import Literal
+    from plasmid.options import Options, option
+
+    class SyncOptions(Options, group="sync", description="weight syncs of plasmid-sync"):
+        sync_dir: str | None = option(None, "where disk and delta write weight versions")
+        sync_keep_versions: int = option(2, "versions kept on disk, newest first", min=1)
+        broadcast_backend: Literal["auto", "gloo", "nccl"] = option("auto", "torch.distributed backend")
+
+The plugin's ``plasmid_addoption`` hook declares it with ``parser.add_options(SyncOptions)``
+(declaring the same class from two plugins is allowed: a family's shared options are declared by
+each plugin that reads them; two *different* declarations of one flag are an error). The
+provider reads ``SyncOptions.of(config)``: the values of the run, converted and checked, as a
+frozen instance; nothing restates a default where it is read.
+
+Annotations understood: ``bool`` (a switch; ``--no-<flag>`` too when the default is true),
+``int``, ``float``, ``str``, ``pathlib.Path``, ``Literal[...]`` of strings (choices),
+``tuple[str, ...]`` (a repeatable flag, in the order given), and ``X | None`` of these.
+
+Checks run once at start-up, after the defaults hooks and before ``plasmid_configure``; a failing
+check is a :class:`plasmid.errors.UsageError` of one line naming the flag. Cross-field rules go in
+:meth:`Options.check`; values derived from others are properties of the class.
 """
 
 from __future__ import annotations
 
-import os
-from datetime import datetime
+import argparse
+import dataclasses
+import types
+import typing
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, dataclass_transform
 
-from plasmid import hookimpl
-from plasmid.config import Config, OptionParser
 from plasmid.errors import UsageError
 
-#: Generic defaults for options left ``None`` by the user and by every plugin.
-FALLBACKS = {
-    "lr": 1e-6,
-    "max_new_tokens": 64,
-}
+if TYPE_CHECKING:
+    from plasmid.config import Config
+
+#: Key of a dataclass field's metadata that holds its :class:`OptionSpec`.
+SPEC_KEY = "plasmid.option"
+
+OptionsT = TypeVar("OptionsT", bound="Options")
 
 
-def reward_spec(text: str) -> tuple[str, float]:
-    """Parse ``NAME`` or ``NAME:WEIGHT`` (``--reward format:0.1``)."""
-    name, _, weight = text.partition(":")
-    if not name:
-        raise UsageError(f"--reward {text!r}: expected NAME or NAME:WEIGHT")
-    try:
-        return name, float(weight) if weight else 1.0
-    except ValueError:
-        raise UsageError(f"--reward {text!r}: the weight after ':' must be a number") from None
+@dataclasses.dataclass(frozen=True)
+class OptionSpec:
+    """How one field becomes a flag: its help, range and spelling.
+
+    :ivar help: one sentence for ``--help`` (the default is appended unless ``default_text`` says
+        otherwise).
+    :ivar min: smallest allowed value (inclusive); ``gt``: exclusive lower bound; ``max``: largest.
+    :ivar flag: the flag, when not ``--<field-with-dashes>``.
+    :ivar metavar: the value's name in ``--help``.
+    :ivar default_text: what ``--help`` shows as the default (``"--lr"``, ``"the recipe's"``);
+        ``""`` shows none.
+    """
+
+    help: str = ""
+    min: float | None = None
+    gt: float | None = None
+    max: float | None = None
+    flag: str | None = None
+    metavar: str | None = None
+    default_text: str | None = None
 
 
-@hookimpl
-def plasmid_addoption(parser: OptionParser) -> None:
-    general = parser.getgroup("general")
-    general.addoption("--plugins", default=None, help="plugins to load: a,b | no:a | ./file.py | pkg.module "
-                      "(default: every installed plugin; env PLASMID_PLUGINS)")
-    general.addoption("--debug", action="store_true", help="show tracebacks of plugin and provider errors")
-    general.addoption("--seed", type=int, default=0, help="seed of every random generator")
-    general.addoption("--model", default=None, help="local Hugging Face model directory (default: the "
-                      "datasource's recipe, e.g. the quickstart's tiny model)")
-    general.addoption("--run-dir", default=None, help="run directory (default: runs/<timestamp>)")
-    general.addoption("--resume", action="store_true", help="continue from the newest complete checkpoint in --run-dir")
-
-    choose = parser.getgroup("providers", "which plugin provides each part of the loop")
-    choose.addoption("--datasource", default=None, help="prompt source")
-    choose.addoption("--engine", default=None, help="rollout engine")
-    choose.addoption("--generate", default=None, help="generate function (default: single-turn)")
-    choose.addoption("--rollout", default=None, help="rollout driver")
-    choose.addoption("--trainer", default=None, help="training backend")
-    choose.addoption("--weight-sync", default=None, help="weight transport from trainer to engines")
-    choose.addoption("--loss", default=None, help="RL algorithm")
-    choose.addoption("--runtime", default=None, help="where providers run (default: local, this process)")
-    choose.addoption("--reward", action="append", default=None, metavar="NAME[:WEIGHT]",
-                     help="reward function, repeatable; components are summed with their weights")
-    choose.addoption("--filter", action="append", default=[], metavar="NAME", help="group filter, repeatable, in order")
-
-    rollout = parser.getgroup("rollout")
-    rollout.addoption("--num-rollouts", type=int, default=500, help="RL steps to run")
-    rollout.addoption("--prompts-per-step", type=int, default=32, help="prompt groups trained on per step")
-    rollout.addoption("--n-samples-per-prompt", type=int, default=8, help="responses sampled per prompt")
-    rollout.addoption("--over-sampling", type=float, default=1.0,
-                      help="groups started per step, as a multiple of --prompts-per-step (filters may drop some)")
-    rollout.addoption("--temperature", type=float, default=1.0)
-    rollout.addoption("--top-p", type=float, default=1.0)
-    rollout.addoption("--top-k", type=int, default=0, help="0 disables")
-    rollout.addoption("--max-new-tokens", type=int, default=None, help="response length limit (tokens)")
-    rollout.addoption("--reward-key", default=None, help="pick this field of dict-valued rewards")
-    rollout.addoption("--reward-timeout", type=float, default=60.0, help="seconds before a reward call fails")
-    rollout.addoption("--reward-errors", default="zero", choices=["zero", "fail"],
-                      help="on a failing reward: score the sample 0 and go on, or stop the run")
-
-    schedule = parser.getgroup("schedule", "how rollout, training and weight sync are placed and overlapped")
-    schedule.addoption("--engines", type=int, default=1, help="rollout engines")
-    schedule.addoption("--trainer-workers", type=int, default=1, help="data-parallel trainer processes")
-    schedule.addoption("--placement", default="colocate", choices=["colocate", "disaggregate"],
-                       help="colocate: trainer and engines share devices (engines release memory while "
-                            "training); disaggregate: separate pools")
-    schedule.addoption("--schedule", default="sync", choices=["sync", "async"],
-                       help="async: the rollout of step k+1 overlaps training of step k (disaggregate only)")
-    schedule.addoption("--update-weights-interval", type=int, default=1, help="sync weights every N steps")
-    schedule.addoption("--max-staleness", type=int, default=None,
-                       help="drop samples generated more than N weight versions ago (async)")
-    schedule.addoption("--partial-rollout", action="store_true",
-                       help="groups aborted at the end of a step keep their tokens and resume in a later step")
-    schedule.addoption("--mask-offpolicy-in-partial-rollout", action="store_true",
-                       help="zero the loss mask on tokens generated by older weights in resumed samples")
-
-    evaluation = parser.getgroup("evaluation")
-    evaluation.addoption("--eval-interval", type=int, default=10, help="evaluate every N steps (0: never)")
-    evaluation.addoption("--eval-temperature", type=float, default=0.0, help="0 is greedy")
-    evaluation.addoption("--stop-at-eval-acc", type=float, default=None, help="stop once eval accuracy reaches this")
-
-    train = parser.getgroup("training", "shared by every trainer")
-    train.addoption("--lr", type=float, default=None, help=f"learning rate (default {FALLBACKS['lr']})")
-    train.addoption("--lr-schedule", default="constant", choices=["constant", "linear", "cosine"])
-    train.addoption("--lr-warmup-steps", type=int, default=0)
-    train.addoption("--min-lr", type=float, default=0.0)
-    train.addoption("--weight-decay", type=float, default=0.0)
-    train.addoption("--adam-beta1", type=float, default=0.9)
-    train.addoption("--adam-beta2", type=float, default=0.99)
-    train.addoption("--clip-grad", type=float, default=1.0, help="max global grad norm (0: off)")
-    train.addoption("--global-batch-size", type=int, default=None,
-                    help="samples per optimizer step (default: the whole rollout, one update per step)")
-    train.addoption("--micro-batch-size", type=int, default=256, help="samples per forward/backward")
-    train.addoption("--save-interval", type=int, default=50, help="checkpoint every N steps (and at the end)")
-    train.addoption("--keep-checkpoints", type=int, default=2, help="complete checkpoints kept on disk")
-    train.addoption("--update-weight-buffer-size", type=int, default=512 * 1024**2,
-                    help="bytes per weight-sync bucket")
-    train.addoption("--critic-lr", type=float, default=None,
-                    help="learning rate of the critic, for losses that need one (default: --lr)")
-    train.addoption("--critic-warmup-steps", type=int, default=0,
-                    help="first N steps train only the critic; the policy is not updated")
-
-    algo = parser.getgroup("algorithm", "shared by every loss")
-    algo.addoption("--eps-clip", type=float, default=0.2, help="PPO clip range (low side)")
-    algo.addoption("--eps-clip-high", type=float, default=None, help="PPO clip high side (default: --eps-clip)")
-    algo.addoption("--eps-clip-c", type=float, default=None, help="dual-clip bound c > 1 (off by default)")
-    algo.addoption("--kl-coef", type=float, default=0.0, help="KL to the reference as a reward penalty")
-    algo.addoption("--kl-loss-coef", type=float, default=0.0, help="KL to the reference as a loss term")
-    algo.addoption("--kl-estimator", default="k3", choices=["k1", "k2", "k3", "low-var-kl"],
-                   help="per-token estimate of KL to the reference (low-var-kl: k3 clamped to [-10, 10])")
-    algo.addoption("--entropy-coef", type=float, default=0.0, help="entropy bonus: this times the entropy is "
-                   "subtracted from the loss")
-    algo.addoption("--loss-agg", default=None,
-                   choices=["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"],
-                   help="how per-token losses are averaged (default: the loss's own, token-mean for most; "
-                        "seq-mean-token-sum-norm for dr-grpo, seq-mean-token-mean for gspo)")
-    algo.addoption("--advantage-whiten", action="store_true",
-                   help="whiten advantages across the batch: (A - mean) / std over all trained tokens")
-    algo.addoption("--disable-std-normalization", action="store_true",
-                   help="group-relative advantages are r - mean, not divided by the group's std")
-    algo.addoption("--gamma", type=float, default=1.0, help="discount of per-token returns (PPO, REINFORCE++)")
-    algo.addoption("--lambd", type=float, default=1.0, help="GAE lambda (PPO)")
-    algo.addoption("--overlong-buffer-len", type=int, default=None,
-                   help="DAPO's overlong shaping: penalise responses longer than --max-new-tokens minus this "
-                        "many tokens, linearly (default: off; dapo: a fifth of --max-new-tokens)")
-    algo.addoption("--overlong-penalty-factor", type=float, default=1.0,
-                   help="the overlong penalty at --max-new-tokens tokens")
-    algo.addoption("--tis", action="store_true",
-                   help="truncated importance sampling: weight each token's policy loss by "
-                        "clamp(exp(old - rollout log-prob), --tis-clip-low, --tis-clip)")
-    algo.addoption("--icepop", action="store_true",
-                   help="IcePop: weight by exp(old - rollout log-prob) inside [--tis-clip-low, --tis-clip], "
-                        "drop tokens outside")
-    algo.addoption("--tis-clip", type=float, default=None, help="upper edge of the band (default: 2 for --tis, "
-                   "5 for --icepop)")
-    algo.addoption("--tis-clip-low", type=float, default=None, help="lower edge of the band (default: 0 for "
-                   "--tis, 0.5 for --icepop)")
+def option(default: Any, help: str = "", *, min: float | None = None, gt: float | None = None,
+           max: float | None = None, flag: str | None = None, metavar: str | None = None,
+           default_text: str | None = None) -> Any:
+    """Declare one option field of an :class:`Options` class (see the module docstring)."""
+    spec = OptionSpec(help=help, min=min, gt=gt, max=max, flag=flag, metavar=metavar, default_text=default_text)
+    return dataclasses.field(default=default, metadata={SPEC_KEY: spec})
 
 
-@hookimpl(trylast=True)
-def plasmid_configure(config: Config) -> None:
-    option = config.option
-    for name, value in FALLBACKS.items():
-        if getattr(option, name, None) is None:
-            setattr(option, name, value)
-    option.reward_weights = [reward_spec(text) for text in (option.reward or [])]
-    if option.kl_coef and option.kl_loss_coef:
-        raise UsageError("use KL either as a reward penalty (--kl-coef) or as a loss term (--kl-loss-coef), not both")
-    _configure_rollout_correction(option)
-    if option.critic_lr is None:
-        option.critic_lr = option.lr
-    if option.critic_warmup_steps < 0:
-        raise UsageError("--critic-warmup-steps must be >= 0")
-    if not (0 <= option.gamma <= 1 and 0 <= option.lambd <= 1):
-        raise UsageError(f"--gamma ({option.gamma}) and --lambd ({option.lambd}) must be in [0, 1]")
-    for name in ("prompts_per_step", "n_samples_per_prompt", "num_rollouts", "micro_batch_size"):
-        if getattr(option, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
-    if option.over_sampling < 1:
-        raise UsageError("--over-sampling must be >= 1")
-    if option.schedule == "async" and option.placement == "colocate":
-        raise UsageError("--schedule async overlaps rollout and training, which needs --placement disaggregate")
-    for name in ("engines", "trainer_workers", "update_weights_interval"):
-        if getattr(option, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
+@dataclasses.dataclass(frozen=True)
+class FieldKind:
+    """What a field's annotation means for parsing: the scalar type, choices, repeatable, optional."""
+
+    scalar: type
+    choices: tuple[str, ...] | None = None
+    repeated: bool = False
+    optional: bool = False
+
+    @classmethod
+    def of(cls, annotation: Any, where: str) -> FieldKind:
+        optional = False
+        origin = typing.get_origin(annotation)
+        if origin in (typing.Union, types.UnionType):
+            members = [a for a in typing.get_args(annotation) if a is not type(None)]
+            if len(members) != 1:
+                raise TypeError(f"{where}: only 'X | None' unions are options, not {annotation!r}")
+            optional, annotation = True, members[0]
+            origin = typing.get_origin(annotation)
+        if origin is Literal:
+            choices = typing.get_args(annotation)
+            if not all(isinstance(choice, str) for choice in choices):
+                raise TypeError(f"{where}: Literal options take strings, not {choices!r}")
+            return cls(str, tuple(choices), optional=optional)
+        if origin is tuple:
+            args = typing.get_args(annotation)
+            if len(args) != 2 or args[1] is not Ellipsis or args[0] not in (str, int, float):
+                raise TypeError(f"{where}: repeatable options are tuple[str, ...] (or int, float), not {annotation!r}")
+            return cls(args[0], repeated=True, optional=optional)
+        if annotation in (bool, int, float, str, Path):
+            return cls(annotation, optional=optional)
+        raise TypeError(f"{where}: no option type for annotation {annotation!r}")
 
 
-#: ``(--tis-clip-low, --tis-clip)`` when left unset: slime's TIS defaults, the IcePop paper's band.
-ROLLOUT_CORRECTION_BANDS = {"tis": (0.0, 2.0), "icepop": (0.5, 5.0)}
+@dataclasses.dataclass(frozen=True)
+class OptionField:
+    """One declared option: its dataclass field, parsed annotation and spec."""
+
+    name: str
+    kind: FieldKind
+    default: Any
+    spec: OptionSpec
+    owner: type[Options]
+
+    @property
+    def flag(self) -> str:
+        return self.spec.flag or "--" + self.name.replace("_", "-")
+
+    def help_text(self) -> str:
+        shown = self.spec.default_text
+        if shown is None:
+            shown = _show(self.default)
+        return f"{self.spec.help} (default: {shown})" if shown else self.spec.help
+
+    def argparse_kwargs(self) -> dict[str, Any]:
+        """The ``add_argument`` keywords of this field."""
+        kind = self.kind
+        kwargs: dict[str, Any] = {"dest": self.name, "help": self.help_text()}
+        if self.spec.metavar:
+            kwargs["metavar"] = self.spec.metavar
+        if kind.scalar is bool and not kind.repeated:
+            kwargs.pop("metavar", None)
+            kwargs["action"] = argparse.BooleanOptionalAction if self.default else "store_true"
+            kwargs["default"] = self.default
+            return kwargs
+        kwargs["type"] = _parser_type(kind.scalar)
+        if kind.choices:
+            kwargs["choices"] = kind.choices
+        if kind.repeated:
+            kwargs["action"] = "append"
+            kwargs["default"] = None        # argparse appends onto a default list; the default is applied later
+        else:
+            kwargs["default"] = self.default
+        return kwargs
+
+    def convert(self, raw: Any) -> Any:
+        """The typed value of ``raw`` (what argparse, a test or a config file gave), checked;
+        ``UsageError`` naming the flag when it is not allowed."""
+        kind = self.kind
+        if raw is None:
+            if kind.repeated and not kind.optional:
+                return tuple(self.default)
+            if kind.optional or self.default is None:
+                return None
+            raise UsageError(f"{self.flag} needs a value")
+        if kind.repeated:
+            if isinstance(raw, str) or not isinstance(raw, (list, tuple)):
+                raw = [raw]
+            return tuple(self._scalar(item) for item in raw)
+        return self._scalar(raw)
+
+    def _scalar(self, raw: Any) -> Any:
+        kind, flag = self.kind, self.flag
+        if kind.scalar is bool:
+            if not isinstance(raw, bool):
+                raise UsageError(f"{flag}: expected true or false, got {raw!r}")
+            return raw
+        try:
+            if kind.scalar is int and (isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer())):
+                raise ValueError
+            value = kind.scalar(raw)
+        except (TypeError, ValueError):
+            raise UsageError(f"{flag}: expected {kind.scalar.__name__}, got {raw!r}") from None
+        if kind.choices and value not in kind.choices:
+            raise UsageError(f"{flag} {value!r}: choose one of {', '.join(kind.choices)}")
+        spec = self.spec
+        if spec.min is not None and value < spec.min:
+            raise UsageError(f"{flag} {value}: must be >= {_show(spec.min)}")
+        if spec.gt is not None and value <= spec.gt:
+            raise UsageError(f"{flag} {value}: must be > {_show(spec.gt)}")
+        if spec.max is not None and value > spec.max:
+            raise UsageError(f"{flag} {value}: must be <= {_show(spec.max)}")
+        return value
 
 
-def _configure_rollout_correction(option) -> None:
-    """Fill the TIS/IcePop band (:data:`ROLLOUT_CORRECTION_BANDS`) where unset, and check it."""
-    if option.tis and option.icepop:
-        raise UsageError("--tis truncates the importance weights and --icepop masks them: choose one")
-    low, high = ROLLOUT_CORRECTION_BANDS["icepop" if option.icepop else "tis"]
-    if option.tis_clip_low is None:
-        option.tis_clip_low = low
-    if option.tis_clip is None:
-        option.tis_clip = high
-    if not 0 <= option.tis_clip_low < option.tis_clip:
-        raise UsageError(f"the importance-weight band needs 0 <= --tis-clip-low < --tis-clip, got "
-                         f"[{option.tis_clip_low}, {option.tis_clip}]")
+@dataclass_transform(kw_only_default=True, frozen_default=True, field_specifiers=(option,))
+class Options:
+    """Base of every option declaration (see the module docstring).
+
+    Subclasses are made frozen, keyword-only dataclasses; class keywords ``group`` (the ``--help``
+    section) and ``description`` (its one-line heading) are required and optional.
+    """
+
+    group: ClassVar[str] = "general"
+    description: ClassVar[str] = ""
+
+    if TYPE_CHECKING:
+        # Every subclass is made a dataclass in ``__init_subclass__``; declared here so that
+        # ``dataclasses.fields`` accepts ``type[Options]`` (a DataclassInstance to the checker).
+        __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
+    def __init_subclass__(cls, *, group: str | None = None, description: str | None = None,
+                          **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if group is not None:
+            cls.group = group
+        if description is not None:
+            cls.description = description
+        dataclasses.dataclass(frozen=True, kw_only=True)(cls)
+
+    @classmethod
+    def of(cls: type[OptionsT], config: Config) -> OptionsT:
+        """This class's values in the run configured by ``config``, converted and checked."""
+        return cls.from_values(vars(config.option))
+
+    @classmethod
+    def from_values(cls: type[OptionsT], values: dict[str, Any]) -> OptionsT:
+        """An instance from ``name -> raw value`` (a parsed namespace's ``vars``, a test's keywords);
+        fields missing from ``values`` take their declared default."""
+        typed = {}
+        for spec in option_fields(cls):
+            raw = values.get(spec.name, spec.default if not spec.kind.repeated else None)
+            typed[spec.name] = spec.convert(raw)
+        instance = cls(**typed)
+        instance.check()
+        return instance
+
+    @classmethod
+    def defaults(cls: type[OptionsT]) -> OptionsT:
+        """Every field at its declared default."""
+        return cls.from_values({})
+
+    def check(self) -> None:
+        """Cross-field rules; raise :class:`plasmid.errors.UsageError` (one line, naming the flags)."""
 
 
-def default_run_dir(cwd: str | None = None) -> Path:
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path(cwd or os.getcwd()) / "runs" / stamp
+_FIELDS: dict[type, tuple[OptionField, ...]] = {}
+
+
+def option_fields(cls: type[Options]) -> tuple[OptionField, ...]:
+    """The option fields of ``cls``, in declaration order (bases first)."""
+    if cls not in _FIELDS:
+        hints = typing.get_type_hints(cls)
+        found = []
+        for item in dataclasses.fields(cls):
+            spec = item.metadata.get(SPEC_KEY)
+            if spec is None:
+                raise TypeError(f"{cls.__qualname__}.{item.name}: declare option fields with plasmid.options.option()")
+            kind = FieldKind.of(hints[item.name], f"{cls.__qualname__}.{item.name}")
+            found.append(OptionField(item.name, kind, item.default, spec, cls))
+        _FIELDS[cls] = tuple(found)
+    return _FIELDS[cls]
+
+
+def walk_fields(classes: typing.Iterable[type[Options]]) -> Iterator[OptionField]:
+    for cls in classes:
+        yield from option_fields(cls)
+
+
+def _parser_type(scalar: type) -> Callable[[str], Any]:
+    if scalar is int:
+        return int
+    if scalar is float:
+        return float
+    if scalar is Path:
+        return Path
+    return str
+
+
+def _show(value: Any) -> str:
+    """A default as ``--help`` shows it; ``""`` for none."""
+    if value is None or value == ():
+        return ""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, tuple):
+        return ", ".join(map(str, value))
+    return str(value)
+
+
+__all__ = ["OptionField", "OptionSpec", "Options", "option", "option_fields"]

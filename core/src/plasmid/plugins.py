@@ -37,7 +37,7 @@ from plasmid.errors import PluginError
 ENTRY_POINT_GROUP = "plasmid"
 ENV_VAR = "PLASMID_PLUGINS"
 LOCAL_DISTRIBUTION = "(local)"
-KERNEL_PLUGINS = ("plasmid.options", "plasmid.builtin")
+KERNEL_PLUGINS = ("plasmid.kernel_options", "plasmid.builtin")
 
 
 @dataclass
@@ -343,6 +343,9 @@ class PluginManager:
     # ---------------------------------------------------------------------------- hook facade
     def addoption(self, parser: Any) -> None:
         self.pm.hook.plasmid_addoption.call_historic(kwargs={"parser": parser})
+
+    def defaults(self, config: Any) -> None:
+        self.pm.hook.plasmid_defaults.call_historic(kwargs={"config": config})
 
     def configure(self, config: Any) -> None:
         self.pm.hook.plasmid_configure.call_historic(kwargs={"config": config})

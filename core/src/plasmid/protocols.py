@@ -9,6 +9,14 @@ Methods that may cross a process boundary (engine, trainer, weight sync, rollout
 ``async`` and take and return plain data: token ids, numbers, numpy arrays or tensors, the
 dataclasses of :mod:`plasmid.types`; never live objects such as a model or a tokenizer. That is
 what lets the Ray runtime put any of them behind an actor without changing the caller.
+
+Optional capabilities of a provider are small protocols of their own (:class:`SupportsStats`,
+:class:`SupportsDiskWeights`, :class:`SupportsValues`, :class:`SupportsRestarts`); callers test
+them with ``isinstance``, never with ``getattr``.
+
+This module imports only :mod:`plasmid.types` (and :mod:`plasmid.config` for type checking):
+what a generate function or rollout driver sees of the run is the :class:`RolloutView`
+protocol, which :class:`plasmid.context.RolloutContext` implements.
 """
 
 from __future__ import annotations
@@ -29,13 +37,26 @@ from plasmid.types import (
 
 if TYPE_CHECKING:
     from plasmid.config import Config
-    from plasmid.context import RolloutContext
-    from plasmid.session import Session
-    from plasmid.startup import Startup
 
 #: A named tensor in Hugging Face naming (``model.layers.0.self_attn.q_proj.weight``).
 #: The tensor is a ``torch.Tensor`` or a ``numpy.ndarray``.
 NamedTensor = tuple[str, Any]
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """Text to token ids and back, for the rollout side (a Hugging Face tokenizer is one).
+
+    ``encode(text, add_special_tokens=...)`` and ``decode(ids, skip_special_tokens=...)`` as in
+    ``transformers``; ``apply_chat_template(messages, ...)`` where the model has a chat template.
+    """
+
+    @property
+    def eos_token_id(self) -> int | None: ...
+
+    def encode(self, text: str, *args: Any, **kwargs: Any) -> list[int]: ...
+
+    def decode(self, token_ids: Sequence[int], *args: Any, **kwargs: Any) -> str: ...
 
 
 @runtime_checkable
@@ -109,8 +130,58 @@ class RolloutEngine(Protocol):
 
     async def shutdown(self) -> None: ...
 
-    # Optional: ``stats() -> dict[str, float]``, cumulative counters (requests, generated_tokens,
-    # batches, busy_seconds, ...) that drivers and benchmarks may diff between two readings.
+
+@runtime_checkable
+class SupportsStats(Protocol):
+    """An engine that counts its work: cumulative counters (``requests``, ``generated_tokens``,
+    ``batches``, ``busy_seconds``, ...) that drivers and benchmarks diff between two readings."""
+
+    def stats(self) -> dict[str, float]: ...
+
+
+@runtime_checkable
+class SupportsDiskWeights(Protocol):
+    """An engine that loads a weight version from a directory of safetensors files itself (the
+    disk sync then sends a path, not tensors)."""
+
+    async def load_weights_from_disk(self, path: str, weight_version: int) -> None: ...
+
+
+@runtime_checkable
+class SupportsRestarts(Protocol):
+    """An engine (or a runtime's proxy of one) that is restarted when it dies; ``restarts``
+    counts how often, so a caller can re-sync weights into the restarted ones."""
+
+    @property
+    def restarts(self) -> int: ...
+
+
+@runtime_checkable
+class RolloutView(Protocol):
+    """What a generate function and a rollout driver see of the run
+    (:class:`plasmid.context.RolloutContext` implements it).
+
+    :ivar engines: the rollout engines; a driver balances requests over them.
+    :ivar data_source: the prompt source.
+    :ivar tokenizer: text to ids and back, in this process.
+    :ivar generate: the generate function.
+    :ivar rewards: the weighted reward functions (:class:`plasmid.rewards.RewardSet`).
+    :ivar filters: ``(name, filter)`` in the order given by ``--filter``.
+    :ivar sampling: the training rollout's sampling parameters.
+    """
+
+    config: Config
+    engines: Sequence[RolloutEngine]
+    data_source: DataSource
+    tokenizer: Tokenizer
+    generate: GenerateFn
+    rewards: Any
+    filters: list[tuple[str, Filter]]
+    sampling: SamplingParams
+
+    def engine_for(self, sample: Sample) -> RolloutEngine: ...
+
+    def eval_sampling(self) -> SamplingParams: ...
 
 
 class GenerateFn(Protocol):
@@ -121,15 +192,15 @@ class GenerateFn(Protocol):
     ``rollout_logprobs``, ``status`` and ``weight_version``.
     """
 
-    async def __call__(self, ctx: RolloutContext, sample: Sample, params: SamplingParams) -> Sample | list[Sample]: ...
+    async def __call__(self, ctx: RolloutView, sample: Sample, params: SamplingParams) -> Sample | list[Sample]: ...
 
 
 class RolloutDriver(Protocol):
     """Runs one rollout step: groups from the data source to scored, filtered groups."""
 
-    async def run(self, ctx: RolloutContext, rollout_id: int) -> RolloutBatch: ...
+    async def run(self, ctx: RolloutView, rollout_id: int) -> RolloutBatch: ...
 
-    async def evaluate(self, ctx: RolloutContext, groups: list[Group], params: SamplingParams) -> dict[str, float]:
+    async def evaluate(self, ctx: RolloutView, groups: list[Group], params: SamplingParams) -> dict[str, float]:
         """Generate one response per eval group with ``params`` and return metrics
         (at least ``eval/reward`` and ``eval/accuracy``, the fraction with reward >= 1)."""
         ...
@@ -244,23 +315,19 @@ class Trainer(Protocol):
     async def onload(self) -> None: ...
 
 
+@runtime_checkable
+class SupportsValues(Protocol):
+    """A trainer that owns a critic (for a loss that ``needs_critic``)."""
+
+    async def values(self, samples: list[Sample]) -> list[list[float]]:
+        """The critic's value of each response token's state (``[response_length]`` each)."""
+        ...
+
+
 class WeightSync(Protocol):
     """Moves the trainer's weights into every engine and bumps their version."""
 
     async def sync(self, trainer: Trainer, engines: Sequence[RolloutEngine], weight_version: int) -> SyncReport: ...
-
-
-class Runtime(Protocol):
-    """Where a run's providers live: builds them (in this process, in Ray actors, ...) and
-    tears them down. The loop talks only to what :meth:`start` returns."""
-
-    async def start(self, startup: Startup) -> Session:
-        """Build every chosen provider (engines, trainer, driver, sync) and return the session."""
-        ...
-
-    async def shutdown(self) -> None:
-        """Stop what :meth:`start` started (servers, actors, process groups)."""
-        ...
 
 
 class Factory(Protocol):
@@ -282,7 +349,12 @@ __all__ = [
     "RewardFn",
     "RolloutDriver",
     "RolloutEngine",
-    "Runtime",
+    "RolloutView",
+    "SupportsDiskWeights",
+    "SupportsRestarts",
+    "SupportsStats",
+    "SupportsValues",
+    "Tokenizer",
     "Trainer",
     "WeightSync",
     "GenerationOutput",

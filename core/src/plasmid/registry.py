@@ -8,38 +8,17 @@ one-provider family resolves to the flag's choice, the single candidate, or the 
 from __future__ import annotations
 
 import importlib
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 from plasmid.errors import PluginError
+from plasmid.families import BY_NAME, FAMILIES, Family
 from plasmid.plugins import PluginInfo, PluginManager, did_you_mean
 
-#: registration hook -> family names it feeds (generators feed two, told apart by ``kind``).
-HOOK_FAMILIES: dict[str, tuple[str, ...]] = {
-    "plasmid_datasources": ("datasource",),
-    "plasmid_generators": ("engine", "generate"),
-    "plasmid_rollouts": ("rollout",),
-    "plasmid_rewards": ("reward",),
-    "plasmid_filters": ("filter",),
-    "plasmid_losses": ("loss",),
-    "plasmid_trainers": ("trainer",),
-    "plasmid_weight_syncs": ("weight_sync",),
-    "plasmid_runtimes": ("runtime",),
-}
-
-#: family -> the command-line flag that chooses it.
-FAMILY_FLAGS: dict[str, str] = {
-    "datasource": "--datasource",
-    "engine": "--engine",
-    "generate": "--generate",
-    "rollout": "--rollout",
-    "reward": "--reward",
-    "filter": "--filter",
-    "loss": "--loss",
-    "trainer": "--trainer",
-    "weight_sync": "--weight-sync",
-    "runtime": "--runtime",
-}
+#: ``register(..., kind=K)`` in ``plasmid_generators`` before generate functions had their own
+#: hook: the family K stands for. Deprecated; kept so that plugins written for it keep working.
+LEGACY_GENERATOR_KINDS = {"engine": "engine", "generate": "generate"}
 
 
 @dataclass
@@ -78,7 +57,7 @@ class Registry:
     """Providers by family and name."""
 
     def __init__(self) -> None:
-        self.providers: dict[str, dict[str, Provider]] = {f: {} for fams in HOOK_FAMILIES.values() for f in fams}
+        self.providers: dict[str, dict[str, Provider]] = {family.name: {} for family in FAMILIES}
 
     @classmethod
     def collect(cls, manager: PluginManager, *, tolerant: bool = False) -> Registry:
@@ -88,19 +67,11 @@ class Registry:
         ``invalid`` with the reason instead of stopping the collection.
         """
         registry = cls()
-        for hook_name, families in HOOK_FAMILIES.items():
-            for info, impl in manager.registration_impls(hook_name):
+        for family in FAMILIES:
+            for info, impl in manager.registration_impls(family.hook):
                 if info.status == "invalid":
                     continue
-
-                def register(name: str, factory: Any, *, kind: str = families[0], default: bool = False,
-                             _info: PluginInfo = info, _families: tuple[str, ...] = families) -> None:
-                    if kind not in _families:
-                        raise PluginError(
-                            f"plugin {_info.label} registered '{name}' with kind={kind!r}; expected one of {_families}"
-                        )
-                    registry.add(Provider(kind, name, factory, _info, default))
-
+                register = registry._register_function(family, info)
                 try:
                     impl.function(**{arg: register for arg in impl.argnames})
                 except PluginError as exc:
@@ -108,11 +79,29 @@ class Registry:
                         raise
                     info.status, info.reason = "invalid", str(exc)
                 except Exception as exc:  # noqa: BLE001 - a broken hook names its plugin
-                    problem = f"plugin {info.label} failed in {hook_name}: {type(exc).__name__}: {exc}"
+                    problem = f"plugin {info.label} failed in {family.hook}: {type(exc).__name__}: {exc}"
                     if not tolerant:
                         raise PluginError(problem) from exc
                     info.status, info.reason = "invalid", problem
         return registry
+
+    def _register_function(self, family: Family, info: PluginInfo) -> Any:
+        """The ``register(name, factory, *, default=False)`` handed to ``info``'s ``family.hook``."""
+
+        def register(name: str, factory: Any, *, default: bool = False, kind: str | None = None) -> None:
+            target = family
+            if kind is not None:
+                if family.name != "engine" or kind not in LEGACY_GENERATOR_KINDS:
+                    raise PluginError(f"plugin {info.label} registered '{name}' with kind={kind!r}; "
+                                      f"{family.hook} takes no kind")
+                target = BY_NAME[LEGACY_GENERATOR_KINDS[kind]]
+                if target.name == "generate":
+                    warnings.warn(f"plugin {info.label}: register(..., kind='generate') in plasmid_generators is "
+                                  f"deprecated; register generate functions in plasmid_generate_fns",
+                                  DeprecationWarning, stacklevel=2)
+            self.add(Provider(target.name, name, factory, info, default))
+
+        return register
 
     def add(self, provider: Provider) -> None:
         family = self.providers[provider.family]
@@ -136,7 +125,7 @@ class Registry:
         if name not in candidates:
             listing = ", ".join(p.describe() for p in candidates.values()) or "none is loaded"
             raise PluginError(
-                f"unknown {family} '{name}' ({FAMILY_FLAGS[family]}){did_you_mean(name, candidates)}; "
+                f"unknown {family} '{name}' ({BY_NAME[family].flag}){did_you_mean(name, candidates)}; "
                 f"available: {listing}"
             )
         return candidates[name]
@@ -147,13 +136,14 @@ class Registry:
         if name:
             return self.get(family, name)
         candidates = list(self.providers[family].values())
-        flag = FAMILY_FLAGS[family]
+        flag = BY_NAME[family].flag
         if len(candidates) == 1:
             return candidates[0]
         if not candidates:
+            hint = BY_NAME[family].missing_hint
             raise PluginError(
-                f"no {family} is loaded: install a plugin that provides one, or check --plugins "
-                f"('plasmid plugins' lists what is installed)"
+                f"no {family} is loaded: " + (hint or "install a plugin that provides one, or check --plugins "
+                                              "('plasmid plugins' lists what is installed)")
             )
         defaults = [p for p in candidates if p.default]
         if len(defaults) == 1:

@@ -46,7 +46,7 @@ class RewardSet:
     reward_key: str | None = None
     timeout: float = 60.0
     errors: str = "zero"
-    failures: Counter = field(default_factory=Counter)
+    failures: Counter[str] = field(default_factory=Counter)
     #: rewards whose first failure was already printed (once per reward, not per sample).
     reported: set[str] = field(default_factory=set)
 

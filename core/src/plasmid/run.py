@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 
 from plasmid import loop
+from plasmid.families import FAMILIES
+from plasmid.kernel_options import EvalOptions, RolloutOptions
 from plasmid.runlog import RunLog
 from plasmid.session import instantiate
 from plasmid.startup import Startup, start
@@ -18,9 +20,11 @@ def describe_plugins(startup: Startup) -> str:
     lines = ["plasmid plugins:"]
     for entry in startup.config.plugin_lock:
         lines.append(f"  {entry['name']:<14} {entry['distribution']} {entry['version']}")
-    chosen = {"datasource": option.datasource, "engine": option.engine, "generate": option.generate,
-              "rollout": option.rollout, "trainer": option.trainer, "weight-sync": option.weight_sync,
-              "loss": option.loss, "reward": ",".join(option.reward), "filter": ",".join(option.filter) or "-"}
+    chosen = {}
+    for family in FAMILIES:
+        value = getattr(option, family.option, None)
+        if family.name != "runtime":
+            chosen[family.flag[2:]] = (",".join(value) or "-") if isinstance(value, list) else value
     lines.append("providers: " + "  ".join(f"{k}={v}" for k, v in chosen.items()))
     return "\n".join(lines)
 
@@ -40,7 +44,8 @@ async def run_training(argv: list[str]) -> dict[str, float]:
     write_header(config.run_dir, startup)
     runtime = instantiate(startup.registry.get("runtime", config.option.runtime), config)
     session = await runtime.start(startup)
-    log = RunLog(config.run_dir, config.option.num_rollouts, plot_every=max(1, config.option.eval_interval or 10))
+    log = RunLog(config.run_dir, RolloutOptions.of(config).num_rollouts,
+                 plot_every=max(1, EvalOptions.of(config).eval_interval or 10))
     try:
         metrics = await loop.train(session, log)
     finally:

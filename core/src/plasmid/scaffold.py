@@ -9,6 +9,7 @@ entry-point group ``plasmid``, and passes its own tests, which subclass
         README.md                           install, test, use
         src/plasmid_NAME/__init__.py
         src/plasmid_NAME/plugin.py          the hooks: one option, the reward's registration
+        src/plasmid_NAME/options.py         its options, declared once (flags, help, checks, typed values)
         src/plasmid_NAME/reward.py          the reward (label contained in the response); replace it
         tests/test_NAME_reward.py           the contract suite and a table of scores
 
@@ -71,13 +72,12 @@ PLUGIN = '''\
 from __future__ import annotations
 
 from plasmid import hookimpl
+from {module}.options import {cls}Options
 
 
 @hookimpl
 def plasmid_addoption(parser):
-    group = parser.getgroup("{name}", "the '{name}' reward")
-    group.addoption("--{name}-case-sensitive", action="store_true",
-                    help="compare the label and the response with case")
+    parser.add_options({cls}Options)
 
 
 @hookimpl
@@ -86,14 +86,26 @@ def plasmid_rewards(register):
     register("{name}", "{module}.reward:{cls}")
 '''
 
+OPTIONS = '''\
+"""The options of the ``{name}`` reward, declared once: flags, help, checks and typed values."""
+
+from __future__ import annotations
+
+from plasmid.options import Options, option
+
+
+class {cls}Options(Options, group="{name}", description="the '{name}' reward"):
+    {option}_case_sensitive: bool = option(False, "compare the label and the response with case")
+'''
+
 REWARD = '''\
 """The ``{name}`` reward."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from plasmid.config import Config
 from plasmid.types import Sample
+from {module}.options import {cls}Options
 
 
 class {cls}:
@@ -105,8 +117,10 @@ class {cls}:
     plugin's name and scores the sample 0 (or stops, with ``--reward-errors fail``).
     """
 
-    def __init__(self, config: Any) -> None:
-        self.case_sensitive = bool(config.getoption("{option}_case_sensitive", False))
+    option_classes = ({cls}Options,)
+
+    def __init__(self, config: Config) -> None:
+        self.case_sensitive = {cls}Options.of(config).{option}_case_sensitive
 
     async def __call__(self, sample: Sample) -> float:
         if sample.label is None:
@@ -172,6 +186,7 @@ def package_files(name: str) -> dict[str, str]:
         "README.md": README.format(**values),
         f"src/{module}/__init__.py": INIT.format(**values),
         f"src/{module}/plugin.py": PLUGIN.format(**values),
+        f"src/{module}/options.py": OPTIONS.format(**values),
         f"src/{module}/reward.py": REWARD.format(**values),
         f"tests/test_{short}_reward.py": TEST.format(**values),
     }

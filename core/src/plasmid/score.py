@@ -33,16 +33,20 @@ from typing import Any, TextIO
 
 from plasmid.config import OptionParser
 from plasmid.errors import UsageError
+from plasmid.options import Options, option
 from plasmid.rewards import RewardSet
 from plasmid.session import build_reward_set
 from plasmid.startup import start
 from plasmid.types import Sample, Status
 
 
+class ScoreOptions(Options, group="score", description="plasmid score: responses on stdin, one per line"):
+    label: str | None = option(None, "label of the lines that carry none")
+    group_size: int = option(1, "score N consecutive lines as one group", min=1)
+
+
 def add_score_options(parser: OptionParser) -> None:
-    group = parser.getgroup("score", "plasmid score: responses on stdin, one per line")
-    group.addoption("--label", default=None, help="label of the lines that carry none")
-    group.addoption("--group-size", type=int, default=1, help="score N consecutive lines as one group")
+    parser.add_options(ScoreOptions)
 
 
 def read_sample(line: str, number: int, default_label: Any) -> Sample:
@@ -105,13 +109,11 @@ async def score_lines(rewards: RewardSet, lines: Iterable[str], default_label: A
 def score_command(argv: list[str], stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
     startup = start(argv, prog="plasmid score", description="Score responses from stdin with the chosen rewards.",
                     add_options=add_score_options, rewards_only=True)
-    option = startup.config.option
-    if option.group_size < 1:
-        raise UsageError(f"--group-size must be >= 1, got {option.group_size}")
-    if not option.reward_weights:
+    options = ScoreOptions.of(startup.config)
+    if not startup.config.option.reward_weights:
         raise UsageError("no reward is loaded: choose one with --reward NAME ('plasmid plugins' lists them)")
     rewards = build_reward_set(startup.config, startup.registry)
-    scored = asyncio.run(score_lines(rewards, stdin or sys.stdin, option.label, option.group_size,
+    scored = asyncio.run(score_lines(rewards, stdin or sys.stdin, options.label, options.group_size,
                                      stdout or sys.stdout))
     failures = rewards.pop_metrics()
     if failures:

@@ -1,16 +1,17 @@
-"""Building the providers of a configured run, once, in this process; the ``local`` runtime."""
+"""A run's providers, built: the :class:`Session` the loop drives, the :class:`Runtime` protocol
+that builds one, and the builders every runtime shares (in this process)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from plasmid.config import Config
 from plasmid.context import RolloutContext
-from plasmid.errors import ProviderError, UsageError
-from plasmid.hf import load_tokenizer
-from plasmid.protocols import DataSource, Loss, RolloutDriver, RolloutEngine, Trainer, WeightSync
+from plasmid.errors import PlasmidError, ProviderError
+from plasmid.kernel_options import RolloutOptions, ScheduleOptions
+from plasmid.protocols import DataSource, RolloutDriver, RolloutEngine, Tokenizer, Trainer, WeightSync
 from plasmid.registry import Provider, Registry
 from plasmid.rewards import RewardComponent, RewardSet
 from plasmid.startup import Startup
@@ -26,11 +27,10 @@ class Session:
     driver: RolloutDriver
     trainer: Trainer
     weight_sync: WeightSync
-    loss: Loss
-    runtime: Any = None
+    runtime: Runtime | None = None
 
     @property
-    def config(self):
+    def config(self) -> Config:
         return self.startup.config
 
     @property
@@ -49,14 +49,26 @@ class Session:
             await self.runtime.shutdown()
 
 
+class Runtime(Protocol):
+    """Where a run's providers live: builds them (in this process, in Ray actors, ...) and
+    tears them down. The loop talks only to what :meth:`start` returns. Registered with
+    ``plasmid_runtimes``; ``factory(config)`` builds one."""
+
+    async def start(self, startup: Startup) -> Session:
+        """Build every chosen provider (engines, trainer, driver, sync) and return the session."""
+        ...
+
+    async def shutdown(self) -> None:
+        """Stop what :meth:`start` started (servers, actors, process groups)."""
+        ...
+
+
 def instantiate(provider: Provider, *args: Any) -> Any:
     """``factory(*args)`` for ``provider``; a failure names the provider and its plugin."""
     factory = provider.load()
     try:
         return factory(*args)
     except Exception as exc:
-        from plasmid.errors import PlasmidError
-
         if isinstance(exc, PlasmidError):
             raise
         raise ProviderError(
@@ -69,15 +81,21 @@ def instantiate(provider: Provider, *args: Any) -> Any:
 def build_reward_set(config: Config, registry: Registry) -> RewardSet:
     """The ``--reward NAME[:WEIGHT]`` functions, built and combined (``plasmid train`` and
     ``plasmid score`` share it)."""
-    option = config.option
+    rollout = RolloutOptions.of(config)
     return RewardSet(
         components=[RewardComponent(name, weight, instantiate(registry.get("reward", name), config),
                                     registry.get("reward", name).plugin.label)
-                    for name, weight in option.reward_weights],
-        reward_key=option.reward_key,
-        timeout=option.reward_timeout,
-        errors=option.reward_errors,
+                    for name, weight in config.option.reward_weights],
+        reward_key=rollout.reward_key,
+        timeout=rollout.reward_timeout,
+        errors=rollout.reward_errors,
     )
+
+
+def build_tokenizer(config: Config, registry: Registry) -> Tokenizer:
+    """The run's tokenizer (``--tokenizer``; by default the model's own)."""
+    tokenizer: Tokenizer = instantiate(registry.choose("tokenizer", config.option.tokenizer), config)
+    return tokenizer
 
 
 def build_rollout_context(config: Config, registry: Registry,
@@ -87,20 +105,20 @@ def build_rollout_context(config: Config, registry: Registry,
 
     ``engines``: engines built elsewhere (a runtime's proxies for engines in other processes)
     to use instead of building ``--engines`` of them here."""
-    option = config.option
-    tokenizer = load_tokenizer(str(option.model))
+    option, rollout = config.option, RolloutOptions.of(config)
+    tokenizer = build_tokenizer(config, registry)
 
     def chosen(family: str, name: str) -> Any:
         return instantiate(registry.get(family, name), config)
 
     rewards = build_reward_set(config, registry)
     stop = (tokenizer.eos_token_id,) if tokenizer.eos_token_id is not None else ()
-    sampling = SamplingParams(temperature=option.temperature, top_p=option.top_p, top_k=option.top_k,
-                              max_new_tokens=option.max_new_tokens, stop_token_ids=stop)
+    sampling = SamplingParams(temperature=rollout.temperature, top_p=rollout.top_p, top_k=rollout.top_k,
+                              max_new_tokens=rollout.max_new_tokens, stop_token_ids=stop)
     return RolloutContext(
         config=config,
         engines=list(engines) if engines is not None else [chosen("engine", option.engine)
-                                                             for _ in range(option.engines)],
+                                                             for _ in range(ScheduleOptions.of(config).engines)],
         data_source=chosen("datasource", option.datasource),
         tokenizer=tokenizer,
         generate=chosen("generate", option.generate),
@@ -121,22 +139,4 @@ def build_session(startup: Startup) -> Session:
         driver=instantiate(registry.get("rollout", option.rollout), config),
         trainer=instantiate(registry.get("trainer", option.trainer), config, loss),
         weight_sync=instantiate(registry.get("weight_sync", option.weight_sync), config),
-        loss=loss,
     )
-
-
-class LocalRuntime:
-    """Runtime ``local``: every provider in this process, one trainer, ``--engines`` engines."""
-
-    def __init__(self, config: Config) -> None:
-        if config.option.trainer_workers != 1:
-            raise UsageError(f"--trainer-workers {config.option.trainer_workers} needs a multi-process runtime; "
-                             f"the local runtime runs one trainer (try --runtime ray)")
-
-    async def start(self, startup: Startup) -> Session:
-        session = build_session(startup)
-        session.runtime = self
-        return session
-
-    async def shutdown(self) -> None:
-        """Nothing beyond the engines, which the session shuts down."""

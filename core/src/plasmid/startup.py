@@ -2,8 +2,9 @@
 
 Order matters and is fixed: ``--plugins`` is read first (plugins can add options, so the full
 command line is parsed only after they load), then options, then provider choices (written back
-into ``config.option`` so that ``plasmid_configure`` implementations see what was chosen), then
-the configure hooks.
+into ``config.option``), then the defaults hooks (recipes fill what the user left unset), then
+every declared options class is converted and checked, then the configure hooks, which so see
+the final values.
 """
 
 from __future__ import annotations
@@ -16,21 +17,11 @@ from pathlib import Path
 
 from plasmid.config import Config, OptionParser
 from plasmid.errors import PluginError
-from plasmid.options import default_run_dir
+from plasmid.families import single_families
+from plasmid.kernel_options import default_run_dir, reward_weights
+from plasmid.options import Options
 from plasmid.plugins import PluginManager, Selection, installed_entry_points
 from plasmid.registry import Registry
-
-#: one-provider families and the option naming each (the flag is ``--<option with dashes>``).
-SINGLE_FAMILIES = {
-    "datasource": "datasource",
-    "engine": "engine",
-    "generate": "generate",
-    "rollout": "rollout",
-    "trainer": "trainer",
-    "weight_sync": "weight_sync",
-    "loss": "loss",
-    "runtime": "runtime",
-}
 
 
 @dataclass
@@ -79,13 +70,22 @@ def start(argv: list[str], prog: str = "plasmid train", *,
         add_options(parser)
     option = parser.parse(argv)
     run_dir = Path(option.run_dir) if option.run_dir else default_run_dir()
-    config = Config(option=option, plugin_lock=manager.lock(), run_dir=run_dir)
+    config = Config(option=option, plugin_lock=manager.lock(), run_dir=run_dir, given=parser.given(argv))
     if rewards_only:
         resolve_rewards(config, registry)
     else:
         resolve_choices(config, registry)
-    manager.configure(config)
+    finish_configuration(config, manager, parser.option_classes)
     return Startup(config, manager, registry)
+
+
+def finish_configuration(config: Config, manager: PluginManager, option_classes: list[type[Options]]) -> None:
+    """The defaults hooks, then every declared options class checked (the first bad value is a
+    one-line ``UsageError`` naming its flag), then the configure hooks."""
+    manager.defaults(config)
+    for cls in option_classes:
+        cls.of(config)
+    manager.configure(config)
 
 
 def resolve_choices(config: Config, registry: Registry, *, strict: bool = True) -> None:
@@ -105,8 +105,8 @@ def resolve_choices(config: Config, registry: Registry, *, strict: bool = True) 
                 raise
             return name
 
-    for family, attr in SINGLE_FAMILIES.items():
-        setattr(option, attr, choose(family, getattr(option, attr)))
+    for family in single_families():
+        setattr(option, family.option, choose(family.name, getattr(option, family.option)))
     resolve_rewards(config, registry, strict=strict)
     for name in option.filter:
         registry.get("filter", name)
@@ -125,3 +125,4 @@ def resolve_rewards(config: Config, registry: Registry, *, strict: bool = True) 
             option.reward = []
     for text in option.reward:
         registry.get("reward", text.partition(":")[0])
+    option.reward_weights = reward_weights(config)

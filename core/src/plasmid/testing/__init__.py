@@ -8,37 +8,35 @@ A plugin's tests subclass its family's contract, naming only the provider::
         plugin = my_package.plugin      # the module with the hookimpls
         provider = "my-reward"          # the registered name
 
-Contracts live in :mod:`plasmid.testing.contracts` (they import torch only where the family
-needs it); they are re-exported here lazily.
+Contracts are re-exported here lazily; where each lives is the family table's
+(:data:`plasmid.families.FAMILIES`): :mod:`plasmid.testing.contracts` for the families that need
+no torch, :mod:`plasmid_torch.testing.contracts` (the plasmid-torch library) for the others.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from plasmid.config import Config, OptionParser
+from plasmid.families import contract_index
 from plasmid.plugins import PluginInfo, PluginManager
 from plasmid.registry import Registry
-from plasmid.startup import resolve_choices
+from plasmid.startup import finish_configuration, resolve_choices
 
-_CONTRACTS = {
-    "RewardContract": "plasmid.testing.contracts.reward",
-    "FilterContract": "plasmid.testing.contracts.filter",
-    "DataSourceContract": "plasmid.testing.contracts.datasource",
-    # The families that need torch: their suites live in the plasmid-torch library.
-    "LossContract": "plasmid_torch.testing.contracts.loss",
-    "GeneratorContract": "plasmid_torch.testing.contracts.generator",
-    "TrainerContract": "plasmid_torch.testing.contracts.trainer",
-    "WeightSyncContract": "plasmid_torch.testing.contracts.weightsync",
-}
+#: Contract suite name -> ``"module:Class"``, from the family table (the suites of families
+#: that need torch live in the plasmid-torch library).
+_CONTRACTS = contract_index()
+
+T = TypeVar("T")
 
 
 def __getattr__(name: str) -> Any:
     if name in _CONTRACTS:
-        target = _CONTRACTS[name]
+        target = _CONTRACTS[name].partition(":")[0]
         try:
             module = importlib.import_module(target)
         except ModuleNotFoundError as exc:
@@ -65,9 +63,10 @@ def make_manager(*plugins: Any) -> PluginManager:
 
 def make_config(*plugins: Any, run_dir: str | Path | None = None, configure: bool = True, **options: Any) -> Config:
     """A :class:`Config` with every option of the kernel and ``plugins`` at its default,
-    overridden by ``options`` (Python names: ``lr=1e-3``). Unless ``configure=False``, provider
-    choices are resolved as ``plasmid train`` does (families that cannot be resolved from
-    ``plugins`` stay unset) and the configure hooks run. For tests and notebooks."""
+    overridden by ``options`` (Python names: ``temperature=0.5``; these count as given by the user).
+    Unless ``configure=False``, provider choices are resolved as ``plasmid train`` does (families
+    that cannot be resolved from ``plugins`` stay unset), the defaults hooks run, every declared
+    options class is checked and the configure hooks run. For tests and notebooks."""
     manager = make_manager(*plugins)
     parser = OptionParser()
     manager.addoption(parser)
@@ -76,10 +75,11 @@ def make_config(*plugins: Any, run_dir: str | Path | None = None, configure: boo
         if not hasattr(namespace, key):
             raise AttributeError(f"no option {key!r}; options are: {sorted(vars(namespace))}")
         setattr(namespace, key, value)
-    config = Config(option=namespace, plugin_lock=manager.lock(), run_dir=Path(run_dir or "runs/test"))
+    config = Config(option=namespace, plugin_lock=manager.lock(), run_dir=Path(run_dir or "runs/test"),
+                    given=frozenset(options))
     if configure:
         resolve_choices(config, Registry.collect(manager), strict=False)
-        manager.configure(config)
+        finish_configuration(config, manager, parser.option_classes)
     return config
 
 
@@ -88,14 +88,14 @@ def make_registry(*plugins: Any) -> Registry:
     return Registry.collect(make_manager(*plugins))
 
 
-def build(family: str, name: str, *plugins: Any, config: Config | None = None, args: tuple = ()) -> Any:
+def build(family: str, name: str, *plugins: Any, config: Config | None = None, args: tuple[Any, ...] = ()) -> Any:
     """Build provider ``name`` of ``family`` from ``plugins``: ``factory(config, *args)``."""
     registry = make_registry(*plugins)
     factory = registry.get(family, name).load()
     return factory(config or make_config(*plugins), *args)
 
 
-def run(coroutine: Any) -> Any:
+def run(coroutine: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine to completion (contract tests are plain sync pytest tests)."""
     return asyncio.run(coroutine)
 

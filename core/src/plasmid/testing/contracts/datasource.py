@@ -25,6 +25,8 @@ the eval split is non-empty, one sample per group and the same in every build.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,14 +36,17 @@ from plasmid.protocols import DataSource
 from plasmid.testing import build, make_config
 from plasmid.types import Group, Sample, Status
 
+#: The ``make_source`` fixture: every call builds a fresh data source.
+MakeSource = Callable[[], DataSource]
 
-def sample_fingerprint(sample: Sample) -> tuple:
+
+def sample_fingerprint(sample: Sample) -> tuple[Any, ...]:
     """What must be equal for two samples to be "the same prompt at the same place"."""
     return (sample.prompt, sample.label, list(sample.tokens), sample.metadata, sample.index,
             sample.group_index, sample.response, sample.response_length)
 
 
-def groups_fingerprint(groups: list[Group]) -> list[tuple]:
+def groups_fingerprint(groups: list[Group]) -> list[tuple[int, list[tuple[Any, ...]]]]:
     return [(group.index, [sample_fingerprint(s) for s in group.samples]) for group in groups]
 
 
@@ -72,30 +77,31 @@ class DataSourceContract:
         return {}
 
     @pytest.fixture
-    def config(self, tmp_path, datasource_options) -> Config:
+    def config(self, tmp_path: Path, datasource_options: dict[str, Any]) -> Config:
         """The run's configuration, as the kernel makes it once ``--datasource`` is resolved."""
         options = {"datasource": self.provider, "n_samples_per_prompt": self.n_samples_per_prompt,
                    **self.config_options, **datasource_options}
         return make_config(self.plugin, run_dir=tmp_path / "run", **options)
 
     @pytest.fixture
-    def make_source(self, config):
+    def make_source(self, config: Config) -> MakeSource:
         """``make_source()``: a freshly built source for ``config`` (every call a new one)."""
 
         def factory() -> DataSource:
-            return build("datasource", self.provider, self.plugin, config=config)
+            source: DataSource = build("datasource", self.provider, self.plugin, config=config)
+            return source
 
         return factory
 
     @pytest.fixture
-    def source(self, make_source) -> DataSource:
+    def source(self, make_source: MakeSource) -> DataSource:
         return make_source()
 
     # ------------------------------------------------------------------------------- shape
-    def test_source_satisfies_the_protocol(self, source):
+    def test_source_satisfies_the_protocol(self, source: DataSource) -> None:
         assert isinstance(source, DataSource)
 
-    def test_get_groups_returns_n_groups_of_n_samples_per_prompt(self, source, config):
+    def test_get_groups_returns_n_groups_of_n_samples_per_prompt(self, source: DataSource, config: Config) -> None:
         groups = source.get_groups(5)
         assert len(groups) == 5
         for group in groups:
@@ -103,12 +109,12 @@ class DataSourceContract:
             assert len(group.samples) == config.option.n_samples_per_prompt
             assert all(isinstance(sample, Sample) for sample in group.samples)
 
-    def test_asking_for_no_groups_returns_none_and_consumes_nothing(self, make_source):
+    def test_asking_for_no_groups_returns_none_and_consumes_nothing(self, make_source: MakeSource) -> None:
         original, untouched = make_source(), make_source()
         assert original.get_groups(0) == []
         assert groups_fingerprint(original.get_groups(3)) == groups_fingerprint(untouched.get_groups(3))
 
-    def test_samples_of_a_group_are_fresh_copies_of_one_tokenized_prompt(self, source):
+    def test_samples_of_a_group_are_fresh_copies_of_one_tokenized_prompt(self, source: DataSource) -> None:
         for group in source.get_groups(4):
             first = group.samples[0]
             assert first.tokens, f"group {group.index}: the prompt has no tokens"
@@ -118,7 +124,7 @@ class DataSourceContract:
                 assert sample.metadata == first.metadata
                 assert (sample.response, sample.response_length, sample.status) == ("", 0, Status.PENDING)
 
-    def test_samples_of_a_group_share_no_mutable_state(self, source):
+    def test_samples_of_a_group_share_no_mutable_state(self, source: DataSource) -> None:
         first, second = source.get_groups(1)[0].samples[:2]
         assert first is not second
         prompt_tokens = list(second.tokens)
@@ -127,7 +133,7 @@ class DataSourceContract:
         assert second.tokens == prompt_tokens
         assert "written by" not in second.metadata
 
-    def test_indexes_count_up_across_calls(self, source):
+    def test_indexes_count_up_across_calls(self, source: DataSource) -> None:
         groups = source.get_groups(3) + source.get_groups(4)
         sample_indexes = [sample.index for group in groups for sample in group.samples]
         assert sample_indexes == sorted(set(sample_indexes)), "sample indexes must be unique and increasing"
@@ -137,12 +143,13 @@ class DataSourceContract:
             assert {sample.group_index for sample in group.samples} == {group.index}
 
     # ------------------------------------------------------------------------------- resume
-    def test_state_dict_is_json(self, source):
+    def test_state_dict_is_json(self, source: DataSource) -> None:
         source.get_groups(2)
         state = source.state_dict()
         assert json.loads(json.dumps(state)) == state
 
-    def test_resume_yields_the_same_next_groups_at_every_point(self, source, make_source):
+    def test_resume_yields_the_same_next_groups_at_every_point(self, source: DataSource,
+                                                              make_source: MakeSource) -> None:
         """Resumed from a (JSON round-tripped) state at each point, a fresh source continues
         exactly like the uninterrupted one, including across epoch boundaries."""
         for size in self.draws_across_epochs:
@@ -152,14 +159,14 @@ class DataSourceContract:
             expected = source.get_groups(size)
             assert groups_fingerprint(resumed.get_groups(size)) == groups_fingerprint(expected)
 
-    def test_groups_given_back_come_out_first(self, source):
+    def test_groups_given_back_come_out_first(self, source: DataSource) -> None:
         drawn = source.get_groups(4)
         source.add_groups(drawn[1:3])
         again = source.get_groups(3)
         assert groups_fingerprint(again[:2]) == groups_fingerprint(drawn[1:3])
         assert again[2].index > drawn[3].index, "after the given-back groups come new ones"
 
-    def test_groups_given_back_survive_a_resume(self, source, make_source):
+    def test_groups_given_back_survive_a_resume(self, source: DataSource, make_source: MakeSource) -> None:
         given_back = source.get_groups(2)
         for sample in given_back[0].samples:  # a partial rollout: part of a response exists
             sample.metadata["partial"] = True
@@ -169,13 +176,13 @@ class DataSourceContract:
         assert groups_fingerprint(resumed.get_groups(4)) == groups_fingerprint(source.get_groups(4))
 
     # ------------------------------------------------------------------------------- eval
-    def test_eval_split_is_nonempty_one_sample_per_group_and_fixed(self, make_source):
+    def test_eval_split_is_nonempty_one_sample_per_group_and_fixed(self, make_source: MakeSource) -> None:
         first, second = make_source().eval_groups(), make_source().eval_groups()
         assert first, "the eval split is empty"
         assert all(len(group.samples) == 1 and group.samples[0].tokens for group in first)
         assert groups_fingerprint(first) == groups_fingerprint(second)
 
-    def test_eval_does_not_move_the_training_stream(self, make_source):
+    def test_eval_does_not_move_the_training_stream(self, make_source: MakeSource) -> None:
         evaluated, untouched = make_source(), make_source()
         evaluated.eval_groups()
         assert groups_fingerprint(evaluated.get_groups(3)) == groups_fingerprint(untouched.get_groups(3))

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import copy
 import inspect
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
+from plasmid.config import Config
 from plasmid.testing import build, make_config, make_registry
 from plasmid.types import Group, Sample, Status, Verdict
 
@@ -78,12 +80,12 @@ class FilterContract:
 
     # ------------------------------------------------------------------------------ fixtures
     @pytest.fixture
-    def config(self, tmp_path):
+    def config(self, tmp_path: Path) -> Config:
         """The configuration the filter is built from."""
         return make_config(self.plugin, run_dir=tmp_path / "run", **self.config_options)
 
     @pytest.fixture
-    def filter_fn(self, config):
+    def filter_fn(self, config: Config) -> Any:
         """The filter, built by its registered factory."""
         return build("filter", self.provider, self.plugin, config=config)
 
@@ -96,7 +98,7 @@ class FilterContract:
         return f"filter '{self.provider}'"
 
     # ------------------------------------------------------------------------------ the contract
-    def test_provider_is_registered_under_plasmid_filters(self):
+    def test_provider_is_registered_under_plasmid_filters(self) -> None:
         assert self.plugin is not None and self.provider, "set the class attributes `plugin` and `provider`"
         registry = make_registry(self.plugin)
         assert self.provider in registry.names("filter"), (
@@ -104,7 +106,7 @@ class FilterContract:
             f"registered filters: {registry.names('filter')}"
         )
 
-    def test_returns_a_verdict(self, filter_fn, groups):
+    def test_returns_a_verdict(self, filter_fn: Any, groups: list[Group]) -> None:
         assert callable(filter_fn), f"the factory of {self.where()} returned {filter_fn!r}, which is not callable"
         for group in groups:
             verdict = filter_fn(group)
@@ -116,7 +118,7 @@ class FilterContract:
                 f"{self.where()} returned Verdict(keep={verdict.keep!r}); keep is a bool"
             )
 
-    def test_a_dropped_group_names_its_reason(self, filter_fn, groups):
+    def test_a_dropped_group_names_its_reason(self, filter_fn: Any, groups: list[Group]) -> None:
         for group in groups:
             verdict = filter_fn(group)
             if not verdict.keep:
@@ -125,7 +127,7 @@ class FilterContract:
                     f"return Verdict(False, 'why') so that drops are counted by reason"
                 )
 
-    def test_one_group_always_gets_one_verdict(self, filter_fn, config, groups):
+    def test_one_group_always_gets_one_verdict(self, filter_fn: Any, config: Config, groups: list[Group]) -> None:
         rebuilt = build("filter", self.provider, self.plugin, config=config)
         for group in groups:
             first = filter_fn(group)
@@ -136,7 +138,7 @@ class FilterContract:
                 f"a second {self.where()} judged group {group.rewards} differently from the first"
             )
 
-    def test_does_not_change_the_group(self, filter_fn, groups):
+    def test_does_not_change_the_group(self, filter_fn: Any, groups: list[Group]) -> None:
         for group in groups:
             before = repr(copy.deepcopy(group))
             filter_fn(group)

@@ -31,10 +31,12 @@ import copy
 import inspect
 import math
 import numbers
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
+from plasmid.config import Config
 from plasmid.rewards import RewardComponent, RewardSet
 from plasmid.testing import build, make_config, make_registry, run
 from plasmid.types import Sample, Status
@@ -78,7 +80,7 @@ def check_reward_value(value: Any, where: str) -> None:
     assert math.isfinite(float(value)), f"{where} returned the non-finite reward {value!r}"
 
 
-def _snapshot(sample: Sample) -> tuple:
+def _snapshot(sample: Sample) -> tuple[Any, ...]:
     """What a reward must leave unchanged, deep-copied."""
     return copy.deepcopy((sample.prompt, sample.tokens, sample.response, sample.response_length, sample.label))
 
@@ -103,12 +105,12 @@ class RewardContract:
 
     # ------------------------------------------------------------------------------ fixtures
     @pytest.fixture
-    def config(self, tmp_path):
+    def config(self, tmp_path: Path) -> Config:
         """The configuration the provider is built from."""
         return make_config(self.plugin, run_dir=tmp_path / "run", **self.config_options)
 
     @pytest.fixture
-    def reward_fn(self, config):
+    def reward_fn(self, config: Config) -> Any:
         """The provider, built by its registered factory."""
         return build("reward", self.provider, self.plugin, config=config)
 
@@ -145,7 +147,7 @@ class RewardContract:
         return f"reward '{self.provider}'"
 
     # ------------------------------------------------------------------------------ the contract
-    def test_provider_is_registered_under_plasmid_rewards(self):
+    def test_provider_is_registered_under_plasmid_rewards(self) -> None:
         assert self.plugin is not None and self.provider, "set the class attributes `plugin` and `provider`"
         registry = make_registry(self.plugin)
         assert self.provider in registry.names("reward"), (
@@ -153,12 +155,12 @@ class RewardContract:
             f"registered rewards: {registry.names('reward')}"
         )
 
-    def test_factory_builds_a_callable_from_config(self, reward_fn):
+    def test_factory_builds_a_callable_from_config(self, reward_fn: Any) -> None:
         assert callable(reward_fn), f"the factory of {self.where()} returned {reward_fn!r}, which is not callable"
         group = getattr(reward_fn, "group", False)
         assert isinstance(group, bool), f"{self.where()} has `group = {group!r}`; it must be True or False"
 
-    def test_call_is_awaitable_and_returns_finite_values(self, reward_fn, samples):
+    def test_call_is_awaitable_and_returns_finite_values(self, reward_fn: Any, samples: list[Sample]) -> None:
         where = self.where()
         if self.is_group(reward_fn):
             values = run(self.call(reward_fn, samples))
@@ -169,7 +171,7 @@ class RewardContract:
         for sample, value in zip(samples, values, strict=True):
             check_reward_value(value, f"{where} on response {sample.response!r} (label {sample.label!r})")
 
-    def test_does_not_change_the_sample(self, reward_fn, samples):
+    def test_does_not_change_the_sample(self, reward_fn: Any, samples: list[Sample]) -> None:
         before = [_snapshot(sample) for sample in samples]
         run(self.score(reward_fn, samples))
         for sample, snapshot in zip(samples, before, strict=True):
@@ -178,10 +180,10 @@ class RewardContract:
                 f"rewards read samples, they do not edit them"
             )
 
-    def test_concurrent_calls_give_what_sequential_calls_give(self, reward_fn, samples):
+    def test_concurrent_calls_give_what_sequential_calls_give(self, reward_fn: Any, samples: list[Sample]) -> None:
         batches = [copy.deepcopy(samples) for _ in range(self.concurrency)]
 
-        async def sequential_then_concurrent():
+        async def sequential_then_concurrent() -> tuple[list[list[Any]], list[list[Any]]]:
             one_by_one = [await self.score(reward_fn, batch) for batch in batches]
             together = await asyncio.gather(*(self.score(reward_fn, batch) for batch in batches))
             return one_by_one, list(together)
@@ -197,13 +199,13 @@ class RewardContract:
                 f"it must not share mutable state between calls (or set deterministic = False)"
             )
 
-    def test_empty_response_scores_a_finite_value(self, reward_fn, samples):
+    def test_empty_response_scores_a_finite_value(self, reward_fn: Any, samples: list[Sample]) -> None:
         empty = [make_sample("", sample.label, prompt=str(sample.prompt), index=sample.index) for sample in samples]
         values = run(self.score(reward_fn, empty))
         for value in values:
             check_reward_value(value, f"{self.where()} on an empty response")
 
-    def test_reward_set_combines_it_without_failures(self, reward_fn, samples):
+    def test_reward_set_combines_it_without_failures(self, reward_fn: Any, samples: list[Sample]) -> None:
         rewards = RewardSet([RewardComponent(self.provider, 0.5, reward_fn, plugin="(test)")],
                             reward_key=self.reward_key, errors="fail")
         run(rewards.score_group(samples))

@@ -1,0 +1,1 @@
+"""plasmid-hf: the Hugging Face tokenizer of ``--model`` as the run's tokenizer."""
