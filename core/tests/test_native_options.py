@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from plasmid.config import OptionParser
+from plasmid.errors import UsageError
 from plasmid.native_options import (
     NativeField,
     add_options,
@@ -69,7 +70,7 @@ def test_options_parse_typed_values_and_report_only_what_was_given():
     option = parser.parse(["--fw-fast", "--fw-steps", "4", "--fw-spec", "a=1 b=2"])
     assert given_values(option, fields) == {"fast": True, "steps": 4, "spec": "a=1 b=2"}
     assert parser.parse(["--fw-fast", "off"]).fw_fast is False
-    with pytest.raises(SystemExit):
+    with pytest.raises(UsageError, match="--fw-mode: invalid choice"):
         parser.parse(["--fw-mode", "c"])
     assert "C.fast (default False). Go fast." in parser.format_help()
 

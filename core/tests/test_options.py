@@ -169,3 +169,18 @@ def test_the_command_line_path_checks_and_tracks_given_options(monkeypatch):
 
 def test_reading_options_of_an_undeclared_class_gives_its_defaults():
     assert CacheOptions.of(make_config()) == CacheOptions.defaults()
+
+
+def test_a_misspelled_flag_is_one_line_with_did_you_mean():
+    parser = parser_with(CacheOptions)
+    with pytest.raises(UsageError) as caught:
+        parser.parse(["--cache-sise", "3"])
+    message = str(caught.value)
+    assert "unknown option --cache-sise" in message and "did you mean '--cache-size'" in message
+    assert "\n" not in message
+
+
+def test_an_invalid_choice_on_the_command_line_is_one_line():
+    with pytest.raises(UsageError, match="--cache-policy: invalid choice: 'random'") as caught:
+        parser_with(CacheOptions).parse(["--cache-policy", "random"])
+    assert "\n" not in str(caught.value)

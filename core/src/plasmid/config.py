@@ -11,7 +11,7 @@ import argparse
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 if TYPE_CHECKING:
     from plasmid.options import Options
@@ -31,6 +31,23 @@ class OptionGroup:
         self._group.add_argument(*flags, **kwargs)
 
 
+class _ArgumentParser(argparse.ArgumentParser):
+    """argparse, with errors as one-line :class:`plasmid.errors.UsageError` instead of the usage
+    text and ``SystemExit``; an unknown flag gets a "did you mean"."""
+
+    def error(self, message: str) -> NoReturn:
+        from plasmid.errors import UsageError
+        from plasmid.plugins import did_you_mean
+
+        if message.startswith("unrecognized arguments: "):
+            unknown = message.removeprefix("unrecognized arguments: ").split()
+            known = [flag for action in self._actions for flag in action.option_strings]
+            flag = next((word for word in unknown if word.startswith("--")), unknown[0])
+            hint = did_you_mean(flag.partition("=")[0], known)
+            raise UsageError(f"unknown option {flag}{hint} ('{self.prog} --help' lists the options)")
+        raise UsageError(f"{message} ('{self.prog} --help' lists the options)")
+
+
 class OptionParser:
     """The parser handed to ``plasmid_addoption``.
 
@@ -39,7 +56,7 @@ class OptionParser:
     """
 
     def __init__(self, prog: str = "plasmid train", description: str = "") -> None:
-        self._parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False)
+        self._parser = _ArgumentParser(prog=prog, description=description, allow_abbrev=False)
         self._groups: dict[str, OptionGroup] = {}
         self._flags: set[str] = set()
         #: the :class:`plasmid.options.Options` classes declared, in order (each once)
