@@ -53,7 +53,7 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_one(tmp_path):
     proc = run_plasmid("train", *options, "--run-dir", str(interrupted), "--plugins", str(killer))
     assert proc.returncode == 17, proc.stderr
     assert len(read_metrics(interrupted)) == 5  # steps 0..4 logged; the last checkpoint is after step 2
-    proc = run_plasmid("train", *options, "--run-dir", str(interrupted), "--resume")
+    proc = run_plasmid("train", *options, "--run-dir", str(interrupted), "--resume", "--resume-allow-changes")
     assert proc.returncode == 0, proc.stderr
 
     expected, resumed = read_metrics(straight), read_metrics(interrupted)

@@ -29,6 +29,8 @@ class GeneralOptions(Options, group="general"):
                                "e.g. the quickstart's tiny model")
     run_dir: str | None = option(None, "run directory", default_text="runs/<timestamp>")
     resume: bool = option(False, "continue from the newest complete checkpoint in --run-dir")
+    resume_allow_changes: bool = option(False, "let --resume continue with options or plugins that differ "
+                                        "from the run's (listed when refused)")
 
 
 class RolloutOptions(Options, group="rollout", description="what each step samples and how it is scored"):

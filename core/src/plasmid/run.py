@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 from plasmid import loop
 from plasmid.families import FAMILIES
 from plasmid.kernel_options import EvalOptions, RolloutOptions
+from plasmid.rundir import check_run_dir, write_header
 from plasmid.runlog import RunLog
 from plasmid.session import instantiate
 from plasmid.startup import Startup, start
@@ -29,19 +29,13 @@ def describe_plugins(startup: Startup) -> str:
     return "\n".join(lines)
 
 
-def write_header(run_dir: Path, startup: Startup) -> None:
-    """``config.json`` and ``plugins.lock.json`` in the run directory."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps(startup.config.to_dict(), indent=1))
-    (run_dir / "plugins.lock.json").write_text(json.dumps(startup.config.plugin_lock, indent=1))
-
-
 async def run_training(argv: list[str]) -> dict[str, float]:
     startup = start(argv)
     config = startup.config
     print(describe_plugins(startup), file=sys.stderr)
+    check_run_dir(config)
     print(f"run directory: {config.run_dir}", file=sys.stderr)
-    write_header(config.run_dir, startup)
+    write_header(config)
     runtime = instantiate(startup.registry.get("runtime", config.option.runtime), config)
     session = await runtime.start(startup)
     log = RunLog(config.run_dir, RolloutOptions.of(config).num_rollouts,

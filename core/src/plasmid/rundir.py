@@ -1,0 +1,107 @@
+"""The run directory's header (``config.json``, ``plugins.lock.json``), checked before anything
+is written: a new run never lands on an old one, and ``--resume`` continues the run it names.
+
+- Without ``--resume``, a directory that already holds a run (metrics, checkpoints or a
+  header) is refused: training into it would truncate ``metrics.jsonl`` and mix two runs'
+  checkpoints.
+- With ``--resume``, the directory must hold a complete checkpoint, and the options and plugin
+  set must be the run's own (the differences are listed) unless ``--resume-allow-changes``; the
+  header is never rewritten, so a failing resume leaves the run as it was.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from plasmid.checkpoint import Checkpoints
+from plasmid.config import Config
+from plasmid.errors import UsageError
+from plasmid.kernel_options import GeneralOptions
+
+CONFIG_FILE = "config.json"
+LOCK_FILE = "plugins.lock.json"
+METRICS_FILE = "metrics.jsonl"
+
+#: Options a resume may change without ``--resume-allow-changes``: how long to go on, when to
+#: evaluate and save, and how this invocation is run, none of which changes what was trained.
+RESUMABLE_CHANGES = frozenset({
+    "resume", "resume_allow_changes", "debug", "plugins", "run_dir", "num_rollouts", "stop_at_eval_acc",
+    "eval_interval", "save_interval", "keep_checkpoints",
+})
+
+
+def holds_a_run(run_dir: Path) -> list[str]:
+    """What of an earlier run ``run_dir`` holds (file names), or ``[]``."""
+    found = [name for name in (METRICS_FILE, CONFIG_FILE, LOCK_FILE) if (run_dir / name).exists()]
+    if (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir()):
+        found.append("checkpoints/")
+    return found
+
+
+def check_run_dir(config: Config) -> None:
+    """Refuse, before anything is written, a new run into an old run's directory and a resume
+    that cannot continue the run it names (one-line :class:`UsageError`)."""
+    general, run_dir = GeneralOptions.of(config), Path(config.run_dir)
+    earlier = holds_a_run(run_dir) if run_dir.is_dir() else []
+    if not general.resume:
+        if earlier:
+            raise UsageError(f"--run-dir {run_dir} already holds a run ({', '.join(earlier)}); continue it with "
+                             f"--resume, or choose a new --run-dir")
+        return
+    if Checkpoints(run_dir).latest() is None:
+        raise UsageError(f"--resume: {run_dir} holds no complete checkpoint to continue from "
+                         f"(nothing under {run_dir / 'checkpoints'}); start a new run without --resume")
+    changes = differences(run_dir, config)
+    if changes and not general.resume_allow_changes:
+        raise UsageError(f"--resume: this run differs from the one in {run_dir}: {'; '.join(changes)}. Resume "
+                         f"with the run's own options, or pass --resume-allow-changes")
+
+
+def differences(run_dir: Path, config: Config) -> list[str]:
+    """``name: saved -> now`` for every option (outside :data:`RESUMABLE_CHANGES`) and plugin
+    that differs between ``run_dir``'s header and ``config``."""
+    changes = []
+    saved = _read_json(run_dir / CONFIG_FILE)
+    if saved is not None:
+        before, now = saved.get("option", {}), _normalised(config.to_dict()["option"])
+        for name in sorted(set(before) | set(now)):
+            if name not in RESUMABLE_CHANGES and before.get(name) != now.get(name):
+                changes.append(f"--{name.replace('_', '-')} {_show(before.get(name))} -> {_show(now.get(name))}")
+    lock = _read_json(run_dir / LOCK_FILE)
+    if lock is not None:
+        before_lock = {entry["name"]: entry.get("version", "") for entry in lock}
+        now_lock = {entry["name"]: entry.get("version", "") for entry in config.plugin_lock}
+        for name in sorted(set(before_lock) | set(now_lock)):
+            if before_lock.get(name) != now_lock.get(name):
+                changes.append(f"plugin {name} {before_lock.get(name) or 'absent'} -> {now_lock.get(name) or 'absent'}")
+    return changes
+
+
+def write_header(config: Config) -> None:
+    """``config.json`` and ``plugins.lock.json`` of a new run (a resumed run keeps its own)."""
+    run_dir = Path(config.run_dir)
+    if GeneralOptions.of(config).resume and (run_dir / CONFIG_FILE).exists():
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / CONFIG_FILE).write_text(json.dumps(config.to_dict(), indent=1))
+    (run_dir / LOCK_FILE).write_text(json.dumps(config.plugin_lock, indent=1))
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--resume: {path} cannot be read ({exc}); the run directory is damaged") from None
+
+
+def _normalised(value: Any) -> Any:
+    """``value`` as it reads back from JSON (tuples become lists)."""
+    return json.loads(json.dumps(value))
+
+
+def _show(value: Any) -> str:
+    return "unset" if value is None else json.dumps(value)

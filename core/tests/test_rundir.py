@@ -1,0 +1,85 @@
+"""A new run never lands on an old run's directory; --resume continues exactly the run it names,
+or says why not, before anything is written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from plasmid.errors import UsageError
+from plasmid.rundir import check_run_dir, write_header
+from plasmid.testing import make_config
+
+
+def finished_run(run_dir, **options):
+    """A run directory as a run with ``options`` leaves it: header, metrics, one checkpoint."""
+    config = make_config(run_dir=run_dir, **options)
+    write_header(config)
+    (run_dir / "metrics.jsonl").write_text('{"step": 0}\n')
+    checkpoint = run_dir / "checkpoints" / "step_000000"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "meta.json").write_text(json.dumps({"rollout_id": 0, "weight_version": 1}))
+    return config
+
+
+def test_a_new_run_into_a_fresh_or_missing_directory_is_fine(tmp_path):
+    check_run_dir(make_config(run_dir=tmp_path / "new"))
+    (tmp_path / "empty").mkdir()
+    check_run_dir(make_config(run_dir=tmp_path / "empty"))
+
+
+def test_a_new_run_into_an_old_runs_directory_is_refused_and_nothing_is_touched(tmp_path):
+    run_dir = tmp_path / "run"
+    finished_run(run_dir)
+    before = (run_dir / "metrics.jsonl").read_text()
+    with pytest.raises(UsageError, match=r"already holds a run \(metrics.jsonl, config.json, plugins.lock.json, "
+                                         r"checkpoints/\); continue it with --resume"):
+        check_run_dir(make_config(run_dir=run_dir))
+    assert (run_dir / "metrics.jsonl").read_text() == before
+
+
+def test_resume_without_a_checkpoint_says_so(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with pytest.raises(UsageError, match="holds no complete checkpoint"):
+        check_run_dir(make_config(run_dir=run_dir, resume=True))
+    partial = run_dir / "checkpoints" / "step_000003.partial"
+    partial.mkdir(parents=True)
+    with pytest.raises(UsageError, match="holds no complete checkpoint"):
+        check_run_dir(make_config(run_dir=run_dir, resume=True))
+
+
+def test_resume_with_the_same_options_continues(tmp_path):
+    run_dir = tmp_path / "run"
+    finished_run(run_dir, temperature=0.7)
+    check_run_dir(make_config(run_dir=run_dir, temperature=0.7, resume=True, num_rollouts=900))
+
+
+def test_resume_with_other_options_lists_them_and_refuses(tmp_path):
+    run_dir = tmp_path / "run"
+    finished_run(run_dir, temperature=0.7)
+    with pytest.raises(UsageError) as caught:
+        check_run_dir(make_config(run_dir=run_dir, temperature=1.0, top_k=5, resume=True))
+    message = str(caught.value)
+    assert "--temperature 0.7 -> 1.0" in message and "--top-k 0 -> 5" in message
+    assert "--resume-allow-changes" in message and "\n" not in message
+    check_run_dir(make_config(run_dir=run_dir, temperature=1.0, resume=True, resume_allow_changes=True))
+
+
+def test_resume_with_another_plugin_set_lists_it(tmp_path):
+    run_dir = tmp_path / "run"
+    finished_run(run_dir)
+    lock = json.loads((run_dir / "plugins.lock.json").read_text())
+    lock.append({"name": "judge", "distribution": "rl-judge", "version": "1.2", "target": "rl_judge.plugin"})
+    (run_dir / "plugins.lock.json").write_text(json.dumps(lock))
+    with pytest.raises(UsageError, match="plugin judge 1.2 -> absent"):
+        check_run_dir(make_config(run_dir=run_dir, resume=True))
+
+
+def test_a_resume_never_rewrites_the_runs_header(tmp_path):
+    run_dir = tmp_path / "run"
+    finished_run(run_dir, temperature=0.7)
+    header = (run_dir / "config.json").read_text()
+    write_header(make_config(run_dir=run_dir, temperature=0.7, resume=True, num_rollouts=900))
+    assert (run_dir / "config.json").read_text() == header
