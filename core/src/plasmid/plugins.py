@@ -257,7 +257,7 @@ class PluginManager:
                 module = importlib.import_module(target)
         except PluginError:
             raise
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise PluginError(f"local plugin {target} failed to import: {type(exc).__name__}: {exc}") from exc
         info = PluginInfo(name, LOCAL_DISTRIBUTION, "", target)
         self.infos[name] = info

@@ -40,7 +40,7 @@ class Provider:
             obj = importlib.import_module(module_name)
             for part in attr.split(".") if attr else []:
                 obj = getattr(obj, part)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise PluginError(
                 f"{self.family} '{self.name}' from plugin {self.plugin.label} could not be loaded from "
                 f"'{self.factory}': {type(exc).__name__}: {exc}. Install its dependencies "
@@ -78,7 +78,7 @@ class Registry:
                     if not tolerant:
                         raise
                     info.status, info.reason = "invalid", str(exc)
-                except Exception as exc:  # noqa: BLE001 - a broken hook names its plugin
+                except Exception as exc:  # a broken hook names its plugin
                     problem = f"plugin {info.label} failed in {family.hook}: {type(exc).__name__}: {exc}"
                     if not tolerant:
                         raise PluginError(problem) from exc

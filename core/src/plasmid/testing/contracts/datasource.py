@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -63,11 +63,11 @@ class DataSourceContract:
         (the default suits splits of up to 150 prompts; set it for larger ones).
     """
 
-    plugin: Any = None
-    provider: str = ""
-    config_options: dict[str, Any] = {}
-    n_samples_per_prompt: int = 3
-    draws_across_epochs: tuple[int, ...] = (7, 50, 50, 50)
+    plugin: ClassVar[Any] = None
+    provider: ClassVar[str] = ""
+    config_options: ClassVar[dict[str, Any]] = {}
+    n_samples_per_prompt: ClassVar[int] = 3
+    draws_across_epochs: ClassVar[tuple[int, ...]] = (7, 50, 50, 50)
 
     # ------------------------------------------------------------------------------- fixtures
     @pytest.fixture
