@@ -40,8 +40,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, dataclass_tra
 
 from plasmid.errors import UsageError
 
-if TYPE_CHECKING:
-    from plasmid.config import Config
+
+class HoldsOptions(typing.Protocol):
+    """What :meth:`Options.of` reads: a :class:`plasmid.config.Config`, whose ``option`` namespace
+    holds every option's raw value."""
+
+    option: argparse.Namespace
+
 
 #: Key of a dataclass field's metadata that holds its :class:`OptionSpec`.
 SPEC_KEY = "plasmid.option"
@@ -220,7 +225,7 @@ class Options:
         dataclasses.dataclass(frozen=True, kw_only=True)(cls)
 
     @classmethod
-    def of(cls: type[OptionsT], config: Config) -> OptionsT:
+    def of(cls: type[OptionsT], config: HoldsOptions) -> OptionsT:
         """This class's values in the run configured by ``config``, converted and checked."""
         return cls.from_values(vars(config.option))
 
