@@ -6,23 +6,28 @@ how advantages are estimated (:meth:`PolicyGradientLoss.estimate_advantages`), w
 algorithm supplies: group-relative (:mod:`plasmid_grpo.loss`), GAE with a critic (plasmid-ppo),
 discounted returns (plasmid-reinforce-pp). The math is :mod:`plasmid_torch.algorithms`.
 
-Options read (kernel options of the "algorithm" group): ``--eps-clip``, ``--eps-clip-high``,
-``--eps-clip-c``, ``--kl-coef`` (KL to the reference as a reward penalty), ``--kl-loss-coef``
-(as a loss term), ``--kl-estimator``, ``--entropy-coef``, ``--loss-agg``,
-``--advantage-whiten``, ``--overlong-buffer-len``, ``--overlong-penalty-factor``, ``--tis`` /
-``--icepop`` with ``--tis-clip-low`` and ``--tis-clip``; and ``--max-new-tokens``, the
-constant length of ``seq-mean-token-sum-norm`` and of the overlong shaping.
+Options read, once, in ``__init__``: :class:`plasmid_torch.loss_options.PolicyGradientOptions`
+(``--eps-clip``, ``--eps-clip-high``, ``--eps-clip-c``, ``--kl-coef`` (KL to the reference as a
+reward penalty), ``--kl-loss-coef`` (as a loss term), ``--kl-estimator``, ``--entropy-coef``,
+``--loss-agg``, ``--advantage-whiten``, ``--overlong-buffer-len``, ``--overlong-penalty-factor``,
+``--tis`` / ``--icepop`` with ``--tis-clip-low`` and ``--tis-clip``), which every loss plugin
+declares; and the kernel's ``--max-new-tokens`` (:class:`plasmid.kernel_options.RolloutOptions`),
+the constant length of ``seq-mean-token-sum-norm`` and of the overlong shaping.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import ClassVar
 
 import torch
 
-from plasmid.options import ROLLOUT_CORRECTION_BANDS
+from plasmid.config import Config
+from plasmid.errors import UsageError
+from plasmid.kernel_options import RolloutOptions
+from plasmid.options import Options
 from plasmid.types import LossBatch
 from plasmid_torch import algorithms
+from plasmid_torch.loss_options import PolicyGradientOptions
 
 
 class PolicyGradientLoss:
@@ -49,11 +54,9 @@ class PolicyGradientLoss:
       truncated, or dropped by IcePop).
     """
 
-    #: The options this loss reads (listed by ``plasmid plugins show``).
-    reads_options: tuple[str, ...] = (
-        "eps_clip", "eps_clip_high", "eps_clip_c", "kl_coef", "kl_loss_coef", "kl_estimator", "entropy_coef",
-        "loss_agg", "advantage_whiten", "overlong_buffer_len", "overlong_penalty_factor", "tis", "icepop",
-        "tis_clip", "tis_clip_low", "max_new_tokens")
+    #: The options classes this loss reads (``plasmid plugins show`` lists their flags); a
+    #: subclass that reads more appends its own: ``(*PolicyGradientLoss.option_classes, X)``.
+    option_classes: ClassVar[tuple[type[Options], ...]] = (PolicyGradientOptions, RolloutOptions)
     needs_critic = False
     #: The trainer computes old log-probs before the first update (with one update per step the
     #: ratio is then exactly 1, and the loss is the plain policy gradient).
@@ -65,37 +68,32 @@ class PolicyGradientLoss:
     #: Estimator of the KL penalty subtracted from rewards (``None``: ``--kl-estimator``).
     reward_kl_estimator: str | None = None
 
-    def __init__(self, config: Any) -> None:
-        option = config.option
-        self.eps_clip: float = option.eps_clip
-        self.eps_clip_high: float | None = option.eps_clip_high
-        self.dual_clip_c: float | None = option.eps_clip_c
-        self.kl_coef: float = option.kl_coef
-        self.kl_loss_coef: float = option.kl_loss_coef
-        self.kl_estimator: str = option.kl_estimator
-        self.entropy_coef: float = option.entropy_coef
-        self.loss_agg: str = option.loss_agg or self.default_loss_agg
-        self.max_response_length: int | None = getattr(option, "max_new_tokens", None)
-        self.whiten_advantages: bool = self.always_whiten or bool(getattr(option, "advantage_whiten", False))
-        self.overlong_buffer_length: int = self.resolve_overlong_buffer(getattr(option, "overlong_buffer_len", None))
-        self.overlong_penalty_factor: float = getattr(option, "overlong_penalty_factor", 1.0)
-        icepop, tis = bool(getattr(option, "icepop", False)), bool(getattr(option, "tis", False))
+    def __init__(self, config: Config) -> None:
+        options = PolicyGradientOptions.of(config)
+        #: the typed options of the run (the attributes below are what this loss makes of them)
+        self.options: PolicyGradientOptions = options
+        self.eps_clip: float = options.eps_clip
+        self.eps_clip_high: float | None = options.eps_clip_high
+        self.dual_clip_c: float | None = options.eps_clip_c
+        self.kl_coef: float = options.kl_coef
+        self.kl_loss_coef: float = options.kl_loss_coef
+        self.kl_estimator: str = options.kl_estimator
+        self.entropy_coef: float = options.entropy_coef
+        self.loss_agg: str = options.loss_agg or self.default_loss_agg
+        #: ``--max-new-tokens``
+        self.max_response_length: int = RolloutOptions.of(config).max_new_tokens
+        self.whiten_advantages: bool = self.always_whiten or options.advantage_whiten
+        self.overlong_buffer_length: int = self.resolve_overlong_buffer(options.overlong_buffer_len)
+        self.overlong_penalty_factor: float = options.overlong_penalty_factor
         #: the mode of :func:`plasmid_torch.algorithms.rollout_correction`: ``truncate`` (``--tis``),
         #: ``mask`` (``--icepop``), or ``None`` (no correction)
-        self.rollout_correction: str | None = "mask" if icepop else "truncate" if tis else None
-        low, high = ROLLOUT_CORRECTION_BANDS["icepop" if icepop else "tis"]
-        self.tis_band: tuple[float, float] = (_given(getattr(option, "tis_clip_low", None), low),
-                                              _given(getattr(option, "tis_clip", None), high))
-        name = type(self).__name__
-        if self.loss_agg not in algorithms.LOSS_AGGREGATIONS:
-            raise ValueError(f"{name}: --loss-agg {self.loss_agg!r}: choose one of {algorithms.LOSS_AGGREGATIONS}")
-        if self.kl_estimator not in algorithms.KL_ESTIMATORS:
-            raise ValueError(f"{name}: --kl-estimator {self.kl_estimator!r}: choose one of {algorithms.KL_ESTIMATORS}")
-        if self.overlong_buffer_length and not self.max_response_length:
-            raise ValueError(f"{name}: --overlong-buffer-len needs --max-new-tokens, the length it counts from")
-        if not 0 <= self.overlong_buffer_length <= (self.max_response_length or 0):
-            raise ValueError(f"{name}: --overlong-buffer-len {self.overlong_buffer_length} is not within [0, "
-                             f"--max-new-tokens {self.max_response_length}]; choose a buffer of at most the limit")
+        self.rollout_correction: str | None = options.rollout_correction
+        #: ``(low, high)`` of the importance-weight band (``--tis-clip-low``, ``--tis-clip``)
+        self.tis_band: tuple[float, float] = options.tis_band
+        if self.overlong_buffer_length > self.max_response_length:
+            raise UsageError(f"--overlong-buffer-len {self.overlong_buffer_length} is longer than --max-new-tokens "
+                             f"{self.max_response_length} ({type(self).__name__}): choose a buffer of at most the "
+                             f"limit")
 
     def resolve_overlong_buffer(self, buffer_length: int | None) -> int:
         """The overlong buffer in tokens, from ``--overlong-buffer-len`` (``None``: this loss's
@@ -129,7 +127,7 @@ class PolicyGradientLoss:
         if not self.overlong_buffer_length:
             return rewards
         lengths = algorithms.response_lengths(batch.response_mask)
-        return rewards + algorithms.overlong_penalty(lengths, max_length=int(self.max_response_length),
+        return rewards + algorithms.overlong_penalty(lengths, max_length=self.max_response_length,
                                                      buffer_length=self.overlong_buffer_length,
                                                      penalty_factor=self.overlong_penalty_factor)
 
@@ -232,7 +230,3 @@ class PolicyGradientLoss:
             raise ValueError(f"{type(self).__name__} needs the critic's values but LossBatch.values is None: the "
                              f"trainer must compute them when loss.needs_critic is true")
         return batch.values
-
-
-def _given(value: float | None, default: float) -> float:
-    return default if value is None else float(value)

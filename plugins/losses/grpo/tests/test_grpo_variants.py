@@ -118,9 +118,11 @@ def test_dapo_overlong_buffer_defaults_to_a_fifth_of_the_length_limit():
     assert make_loss("grpo", max_new_tokens=20).overlong_buffer_length == 0
 
 
-def test_overlong_buffer_longer_than_the_limit_is_an_error():
-    with pytest.raises(ValueError, match="--overlong-buffer-len"):
+def test_overlong_buffer_longer_than_the_limit_is_a_usage_error_naming_both_flags():
+    with pytest.raises(UsageError, match="--overlong-buffer-len 5 is longer than --max-new-tokens 4"):
         make_loss("grpo", max_new_tokens=4, overlong_buffer_len=5)
+    with pytest.raises(UsageError, match="--overlong-buffer-len 5 is longer than --max-new-tokens 4"):
+        make_loss("dapo", max_new_tokens=4, overlong_buffer_len=5)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 Each response's advantage is its reward relative to the other responses to the same prompt,
 ``(r - mean_g) / (std_g + eps)``, on every one of its trained tokens; the loss is PPO's
 clipped surrogate with the shared KL, entropy and rollout-correction terms of
-:class:`plasmid_torch.policy_gradient.PolicyGradientLoss`. Also read: ``--disable-std-normalization``.
+:class:`plasmid_torch.policy_gradient.PolicyGradientLoss`. Also read: plasmid-grpo's own
+``--disable-std-normalization`` (:class:`plasmid_grpo.options.GRPOOptions`).
 
 Variants are small subclasses (:mod:`plasmid_grpo.variants`): each step of the computation is
 one overridable method (:meth:`GRPOLoss.sequence_rewards`, :meth:`GRPOLoss.group_advantages`,
@@ -14,11 +15,11 @@ one overridable method (:meth:`GRPOLoss.sequence_rewards`, :meth:`GRPOLoss.group
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
+from plasmid.config import Config
 from plasmid.types import LossBatch
+from plasmid_grpo.options import GRPOOptions
 from plasmid_torch import algorithms
 from plasmid_torch.policy_gradient import PolicyGradientLoss
 
@@ -30,7 +31,7 @@ class GRPOLoss(PolicyGradientLoss):
     :class:`~plasmid_torch.policy_gradient.PolicyGradientLoss`.
     """
 
-    reads_options = (*PolicyGradientLoss.reads_options, "disable_std_normalization")
+    option_classes = (*PolicyGradientLoss.option_classes, GRPOOptions)
 
     #: Divide by the group's standard deviation (``False``: Dr. GRPO's ``r - mean``);
     #: ``--disable-std-normalization`` turns it off for any subclass.
@@ -38,10 +39,9 @@ class GRPOLoss(PolicyGradientLoss):
     #: Added to the group's standard deviation.
     group_std_eps = algorithms.GROUP_STD_EPS
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: Config) -> None:
         super().__init__(config)
-        self.scale_rewards_by_std = self.scale_rewards_by_std and not getattr(
-            config.option, "disable_std_normalization", False)
+        self.scale_rewards_by_std = self.scale_rewards_by_std and not GRPOOptions.of(config).disable_std_normalization
 
     def estimate_advantages(self, batch: LossBatch) -> tuple[torch.Tensor, None]:
         """``(advantages [B, T], None)``: group-relative sequence advantages on every trained token."""

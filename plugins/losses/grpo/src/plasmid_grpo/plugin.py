@@ -3,6 +3,15 @@
 from __future__ import annotations
 
 from plasmid import hookimpl
+from plasmid.config import OptionParser
+from plasmid_grpo.options import GRPOOptions
+from plasmid_torch.loss_options import PolicyGradientOptions
+
+
+@hookimpl
+def plasmid_addoption(parser: OptionParser) -> None:
+    parser.add_options(GRPOOptions)
+    parser.add_options(PolicyGradientOptions)
 
 
 @hookimpl

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from plasmid.config import Config
 from plasmid.types import LossBatch
 from plasmid_grpo.loss import GRPOLoss
 from plasmid_torch import algorithms
@@ -44,7 +45,7 @@ class DAPOLoss(GRPOLoss):
     #: 4096 of 20480 tokens).
     default_overlong_buffer_fraction = 0.2
 
-    def __init__(self, config) -> None:
+    def __init__(self, config: Config) -> None:
         super().__init__(config)
         if self.eps_clip_high is None:
             self.eps_clip_high = self.default_eps_clip_high
@@ -52,7 +53,7 @@ class DAPOLoss(GRPOLoss):
     def resolve_overlong_buffer(self, buffer_length: int | None) -> int:
         if buffer_length is not None:
             return int(buffer_length)
-        return int((self.max_response_length or 0) * self.default_overlong_buffer_fraction)
+        return int(self.max_response_length * self.default_overlong_buffer_fraction)
 
 
 class GSPOLoss(GRPOLoss):

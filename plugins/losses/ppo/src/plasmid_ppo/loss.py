@@ -17,12 +17,13 @@ value loss with ``--value-clip``. The trainer owns the critic and its warm-up
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
+from plasmid.config import Config
 from plasmid.types import LossBatch
+from plasmid_ppo.options import PPOOptions
 from plasmid_torch import algorithms
+from plasmid_torch.loss_options import ReturnOptions
 from plasmid_torch.policy_gradient import PolicyGradientLoss
 
 
@@ -37,16 +38,17 @@ class PPOLoss(PolicyGradientLoss):
     term was the larger), ``value_pred_mean`` (token mean of the critic's current values).
     """
 
-    reads_options = (*PolicyGradientLoss.reads_options, "gamma", "lambd", "value_clip")
+    option_classes = (*PolicyGradientLoss.option_classes, ReturnOptions, PPOOptions)
     needs_critic = True
     always_whiten = True
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: Config) -> None:
         super().__init__(config)
-        option = config.option
-        self.gamma: float = option.gamma
-        self.lambd: float = option.lambd
-        self.value_clip: float | None = getattr(option, "value_clip", 0.2)
+        options = PPOOptions.of(config)
+        self.gamma: float = ReturnOptions.of(config).gamma
+        self.lambd: float = options.lambd
+        #: ``--value-clip``; 0 is the plain squared error
+        self.value_clip: float = options.value_clip
 
     def estimate_advantages(self, batch: LossBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """``(GAE advantages [B, T], returns [B, T])`` from token rewards and the critic's values."""

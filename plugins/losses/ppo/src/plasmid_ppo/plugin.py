@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from plasmid import hookimpl
+from plasmid.config import OptionParser
+from plasmid_ppo.options import PPOOptions
+from plasmid_torch.loss_options import PolicyGradientOptions, ReturnOptions
 
 
 @hookimpl
-def plasmid_addoption(parser):
-    group = parser.getgroup("ppo", "PPO's critic (--loss ppo); see also --gamma, --lambd, --critic-lr, "
-                                   "--critic-warmup-steps")
-    group.addoption("--value-clip", type=float, default=0.2,
-                    help="keep new values within this distance of the old ones in the value loss (0: off)")
+def plasmid_addoption(parser: OptionParser) -> None:
+    parser.add_options(PPOOptions)
+    parser.add_options(PolicyGradientOptions)
+    parser.add_options(ReturnOptions)
 
 
 @hookimpl

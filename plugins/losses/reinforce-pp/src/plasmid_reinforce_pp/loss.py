@@ -14,12 +14,12 @@ The policy loss is the shared clipped loss with its KL-loss, entropy and TIS/Ice
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
+from plasmid.config import Config
 from plasmid.types import LossBatch
 from plasmid_torch import algorithms
+from plasmid_torch.loss_options import ReturnOptions
 from plasmid_torch.policy_gradient import PolicyGradientLoss
 
 
@@ -29,14 +29,14 @@ class ReinforcePlusPlusLoss(PolicyGradientLoss):
     Built by the kernel as ``ReinforcePlusPlusLoss(config)``.
     """
 
-    reads_options = (*PolicyGradientLoss.reads_options, "gamma")
+    option_classes = (*PolicyGradientLoss.option_classes, ReturnOptions)
     always_whiten = True
     #: Subtract each group's mean reward before building token rewards (``reinforce++-baseline``).
     group_baseline = False
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: Config) -> None:
         super().__init__(config)
-        self.gamma: float = config.option.gamma
+        self.gamma: float = ReturnOptions.of(config).gamma
 
     def estimate_advantages(self, batch: LossBatch) -> tuple[torch.Tensor, None]:
         """``(discounted returns [B, T], None)``; :meth:`advantages` whitens them."""

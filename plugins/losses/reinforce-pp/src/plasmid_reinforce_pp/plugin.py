@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 from plasmid import hookimpl
+from plasmid.config import OptionParser
+from plasmid_torch.loss_options import PolicyGradientOptions, ReturnOptions
+
+
+@hookimpl
+def plasmid_addoption(parser: OptionParser) -> None:
+    parser.add_options(PolicyGradientOptions)
+    parser.add_options(ReturnOptions)
 
 
 @hookimpl

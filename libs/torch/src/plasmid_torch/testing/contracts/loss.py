@@ -7,9 +7,12 @@ Subclass it in the plugin's tests, naming the plugin module and the provider::
         provider = "grpo"
         config_options = {"kl_loss_coef": 0.1}   # optional: options to build the loss with
 
-What it checks, on a small random batch with masked holes (padding and tool tokens):
+It builds the loss from the kernel and ``plugin`` alone: a loss needs no other plugin. What it
+checks, on a small random batch with masked holes (padding and tool tokens):
 
 - the flags ``needs_ref``, ``needs_critic``, ``needs_old_logprobs`` are booleans;
+- every class in the provider's ``option_classes`` (the options it reads) is declared by the
+  kernel or by ``plugin`` (``parser.add_options`` in its ``plasmid_addoption``);
 - advantages are ``[B, T]``, finite, and zero where ``response_mask`` is 0;
 - ``policy_loss`` is a finite scalar with finite gradients w.r.t. ``logprobs``;
 - log-probs at masked positions change neither the loss nor any gradient;
@@ -35,6 +38,7 @@ import pytest
 import torch
 
 from plasmid import testing
+from plasmid.config import OptionParser
 from plasmid.protocols import CriticLoss, Loss
 from plasmid.types import LossBatch
 
@@ -119,6 +123,14 @@ class LossContract:
         assert isinstance(loss, Loss)
         for flag in ("needs_ref", "needs_critic", "needs_old_logprobs"):
             assert isinstance(getattr(loss, flag), bool), f"{flag} must be a bool"
+
+    def test_option_classes_are_declared_by_the_kernel_or_the_plugin(self, loss: Any) -> None:
+        parser = OptionParser()
+        testing.make_manager(self.plugin).addoption(parser)
+        read = getattr(type(loss), "option_classes", ())       # optional: a loss may read no options
+        undeclared = [cls.__qualname__ for cls in read if cls not in parser.option_classes]
+        assert not undeclared, f"{self.provider} reads options that neither the kernel nor its plugin declares: " \
+            f"{undeclared}; declare them in the plugin's plasmid_addoption with parser.add_options(...)"
 
     def test_advantages_are_batch_by_tokens_and_zero_where_masked(self, loss: Any, batch: LossBatch) -> None:
         advantages = batch.advantages
