@@ -67,7 +67,7 @@ def test_data_exhausted_is_an_error_the_cli_reports_not_a_stop_iteration():
 
 
 def test_num_epochs_below_one_is_a_usage_error(jsonl_config, ten_prompts):
-    with pytest.raises(UsageError, match="--num-epochs must be >= 1, got 0"):
+    with pytest.raises(UsageError, match="^--num-epochs 0: must be >= 1$"):
         jsonl_config(prompt_data=ten_prompts, num_epochs=0)
 
 

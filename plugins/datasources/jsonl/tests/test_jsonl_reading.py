@@ -2,6 +2,7 @@
 
 import pytest
 from plasmid_jsonl import plugin
+from plasmid_jsonl.options import JsonlOptions
 
 from plasmid.errors import UsageError
 from plasmid.testing import build
@@ -116,9 +117,14 @@ def test_choosing_jsonl_without_prompt_data_is_a_usage_error(jsonl_config):
         jsonl_config()
 
 
-def test_options_are_not_checked_when_another_source_is_chosen(jsonl_config, tmp_path):
-    config = jsonl_config(datasource="tasks", prompt_data=str(tmp_path / "missing.jsonl"), num_epochs=0)
-    assert config.option.prompt_data.endswith("missing.jsonl")
+def test_files_are_not_checked_when_another_source_is_chosen(jsonl_config, tmp_path):
+    config = jsonl_config(datasource="tasks", prompt_data=str(tmp_path / "missing.jsonl"))
+    assert JsonlOptions.of(config).prompt_data == tmp_path / "missing.jsonl"
+
+
+def test_values_are_checked_whichever_source_is_chosen(jsonl_config):
+    with pytest.raises(UsageError, match="^--num-epochs 0: must be >= 1$"):
+        jsonl_config(datasource="tasks", num_epochs=0)
 
 
 def test_the_source_needs_a_model_for_its_tokenizer(jsonl_config, example_file):

@@ -7,23 +7,46 @@ from plasmid_tasks import plugin
 from plasmid_tasks.encoding import char_token_ids
 from plasmid_tasks.tasks import TASK_NAMES, make_task
 
+from plasmid import hookimpl
 from plasmid.errors import UsageError
+from plasmid.kernel_options import GeneralOptions, RolloutOptions
 from plasmid.testing import build, make_config
 from plasmid_torch.hf import load_tokenizer
 from plasmid_torch.tiny import char_tokenizer
+from plasmid_torch.trainer_options import TrainerOptions
+
+
+class Trainer:
+    """Stands for the trainer plugin of a run: it declares the trainers' options (``--lr``)."""
+
+    @hookimpl
+    def plasmid_addoption(self, parser):
+        parser.add_options(TrainerOptions)
 
 
 def quickstart_config(tmp_path, **options):
-    """What ``plasmid train`` configures when it chose ``--datasource tasks``."""
-    return make_config(plugin, run_dir=tmp_path / "run", datasource="tasks", **options)
+    """What ``plasmid train`` configures when it chose ``--datasource tasks`` (and a trainer)."""
+    return make_config(plugin, Trainer(), run_dir=tmp_path / "run", datasource="tasks", **options)
+
+
+def lr_of(config):
+    return TrainerOptions.of(config).lr
+
+
+def model_of(config):
+    return GeneralOptions.of(config).model
+
+
+def max_new_tokens_of(config):
+    return RolloutOptions.of(config).max_new_tokens
 
 
 def test_recipe_builds_the_tiny_model_and_fills_lr_and_answer_length(tmp_path):
     config = quickstart_config(tmp_path, task="reverse", task_length=4)
     model_dir = tmp_path / "run" / "model"
-    assert config.option.model == str(model_dir)
-    assert config.option.lr == 5e-4
-    assert config.option.max_new_tokens == 4
+    assert model_of(config) == str(model_dir)
+    assert lr_of(config) == 5e-4
+    assert max_new_tokens_of(config) == 4
     shape = json.loads((model_dir / "config.json").read_text())
     assert shape["model_type"] == "qwen2"
     assert (shape["hidden_size"], shape["num_hidden_layers"], shape["num_attention_heads"]) == (64, 2, 4)
@@ -34,7 +57,7 @@ def test_recipe_builds_the_tiny_model_and_fills_lr_and_answer_length(tmp_path):
 def test_recipe_builds_the_architecture_asked_for(tmp_path):
     config = quickstart_config(tmp_path, task_arch="llama")
     assert json.loads((tmp_path / "run" / "model" / "config.json").read_text())["model_type"] == "llama"
-    assert config.option.max_new_tokens == 1
+    assert max_new_tokens_of(config) == 1
 
 
 def test_a_resumed_run_keeps_its_model(tmp_path):
@@ -42,23 +65,23 @@ def test_a_resumed_run_keeps_its_model(tmp_path):
     weights = tmp_path / "run" / "model" / "model.safetensors"
     before = weights.read_bytes()
     config = quickstart_config(tmp_path, seed=7)  # a rebuild with another seed would change the weights
-    assert config.option.model == str(tmp_path / "run" / "model")
+    assert model_of(config) == str(tmp_path / "run" / "model")
     assert weights.read_bytes() == before
 
 
 def test_recipe_keeps_what_the_user_set(tmp_path):
-    own_model = quickstart_config(tmp_path / "first").option.model
+    own_model = model_of(quickstart_config(tmp_path / "first"))
     config = quickstart_config(tmp_path, model=own_model, max_new_tokens=9)
-    assert config.option.model == own_model
-    assert config.option.max_new_tokens == 9
-    assert config.option.lr == 1e-6, "an own model gets the kernel's generic lr, not the tiny model's"
+    assert model_of(config) == own_model
+    assert max_new_tokens_of(config) == 9
+    assert lr_of(config) == TrainerOptions.defaults().lr, "an own model gets the trainers' lr, not the tiny model's"
     assert not (tmp_path / "run" / "model").exists()
-    assert quickstart_config(tmp_path / "lr", lr=1e-3).option.lr == 1e-3
+    assert lr_of(quickstart_config(tmp_path / "lr", lr=1e-3)) == 1e-3
 
 
 def test_recipe_does_nothing_when_another_source_is_chosen(tmp_path):
     config = make_config(plugin, run_dir=tmp_path / "run", datasource="jsonl")
-    assert config.option.model is None
+    assert model_of(config) is None
     assert not (tmp_path / "run").exists()
 
 
@@ -72,7 +95,7 @@ def test_recipe_rejects_tasks_too_long_for_the_tiny_model(tmp_path):
 def test_recipe_samples_carry_the_tiny_models_token_ids(tmp_path):
     config = quickstart_config(tmp_path, n_samples_per_prompt=2)
     sample = build("datasource", "tasks", plugin, config=config).get_groups(1)[0].samples[0]
-    tokenizer = load_tokenizer(config.option.model)
+    tokenizer = load_tokenizer(model_of(config))
     assert sample.tokens == tokenizer(sample.prompt)["input_ids"]
     assert tokenizer.decode(char_token_ids(sample.label), skip_special_tokens=True) == sample.label
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import plasmid_dynamic.plugin
 import pytest
+from plasmid_dynamic.options import ZeroStdOptions
 
+from plasmid.errors import UsageError
 from plasmid.testing import build, make_config
 from plasmid.testing.contracts.filter import make_group
 from plasmid.types import Verdict
@@ -38,9 +40,19 @@ def test_the_tolerance_is_an_option():
     assert exact(make_group([1.0, 1.0 + 1e-12])).keep
 
 
-def test_a_negative_tolerance_is_refused():
-    with pytest.raises(ValueError, match="--zero-std-tolerance must be >= 0"):
-        zero_std(zero_std_tolerance=-1.0)
+def test_the_tolerance_defaults_to_1e_8():
+    assert ZeroStdOptions.of(make_config(plasmid_dynamic.plugin)).zero_std_tolerance == 1e-8
+    assert zero_std().tolerance == 1e-8
+
+
+@pytest.mark.parametrize(("bad", "message"), [
+    (-1.0, "--zero-std-tolerance -1.0: must be >= 0"),
+    ("wide", "--zero-std-tolerance: expected float, got 'wide'"),
+])
+def test_a_bad_tolerance_is_a_one_line_usage_error_naming_its_flag(bad, message):
+    with pytest.raises(UsageError) as raised:
+        make_config(plasmid_dynamic.plugin, zero_std_tolerance=bad)
+    assert str(raised.value) == message
 
 
 def test_a_single_sample_group_has_nothing_to_compare_and_is_dropped():

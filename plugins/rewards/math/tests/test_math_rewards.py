@@ -69,9 +69,7 @@ def test_with_the_think_tag_only_the_text_after_it_is_graded():
     assert reward("math").score(r"<think>the answer is \boxed{4}", "4") == 1.0
 
 
-def test_the_think_tag_flag_alone_means_close_think_and_a_value_names_another_tag():
-    parser_default = make_config(plasmid_math.plugin).option.math_think_tag
-    assert parser_default is None
+def test_another_think_tag_can_be_named():
     custom = reward("math-format", math_think_tag="</reasoning>")
     assert custom.score(r"<reasoning>x</reasoning>\boxed{4}", "4") == 1.0
     assert custom.score(r"\boxed{4}", "4") == 0.0 - 1.0  # no tag: no answer, so the penalty

@@ -51,7 +51,7 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):  # keep test output quiet
         pass
 
-    def do_POST(self):  # noqa: N802 - the http.server API
+    def do_POST(self):
         scenario = self.scenario
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         with scenario.lock:

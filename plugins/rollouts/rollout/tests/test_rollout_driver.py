@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import plasmid_dynamic.plugin
+import plasmid_hf.plugin
 import plasmid_match.plugin
 import plasmid_rollout.plugin
 import plasmid_tasks.plugin
@@ -16,8 +17,8 @@ from plasmid.session import build_rollout_context, instantiate
 from plasmid.testing import make_config, make_registry
 from plasmid.types import Status
 
-PLUGINS = (plasmid_tasks.plugin, plasmid_torchgen.plugin, plasmid_rollout.plugin, plasmid_match.plugin,
-           plasmid_dynamic.plugin)
+PLUGINS = (plasmid_tasks.plugin, plasmid_hf.plugin, plasmid_torchgen.plugin, plasmid_rollout.plugin,
+           plasmid_match.plugin, plasmid_dynamic.plugin)
 
 
 class SlowOddGroups:
@@ -36,8 +37,8 @@ class SlowOddGroups:
 
 class SlowPlugin:
     @hookimpl
-    def plasmid_generators(self, register):
-        register("slow-odd", SlowOddGroups, kind="generate")
+    def plasmid_generate_fns(self, register):
+        register("slow-odd", SlowOddGroups)
 
 
 def make_context(tmp_path, *extra, **options):
@@ -125,8 +126,8 @@ class LongOddGroups:
 
 class LongPlugin:
     @hookimpl
-    def plasmid_generators(self, register):
-        register("long-odd", LongOddGroups, kind="generate")
+    def plasmid_generate_fns(self, register):
+        register("long-odd", LongOddGroups)
 
 
 def test_partial_rollout_keeps_aborted_tokens_and_continues_them(tmp_path):

@@ -5,12 +5,16 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 from plasmid.config import Config
 from plasmid.errors import UsageError
 from plasmid.groups import GroupStream, make_group
+from plasmid.kernel_options import GeneralOptions, RolloutOptions
+from plasmid.options import Options
 from plasmid.types import Group
+from plasmid_jsonl.options import JsonlOptions
 from plasmid_jsonl.prompts import PromptEncoder
 from plasmid_jsonl.reader import Keys, Record, read_records
 
@@ -31,24 +35,26 @@ class JsonlSource(GroupStream):
     in file order, or empty without it.
     """
 
+    option_classes: ClassVar[tuple[type[Options], ...]] = (JsonlOptions, GeneralOptions, RolloutOptions)
+
     def __init__(self, config: Config) -> None:
-        option = config.option
-        if not option.prompt_data:
+        options, general = JsonlOptions.of(config), GeneralOptions.of(config)
+        if options.prompt_data is None:
             raise UsageError("the jsonl data source needs --prompt-data PATH (a .jsonl or .parquet file)")
-        if not option.model:
+        if not general.model:
             raise UsageError("the jsonl data source needs --model: its tokenizer encodes the prompts")
-        super().__init__(option.n_samples_per_prompt)
-        self.path = str(option.prompt_data)
-        self.shuffle = option.rollout_shuffle
-        self.seed = option.seed
-        self.num_epochs = option.num_epochs
-        self.encode = PromptEncoder(option.model, chat=option.apply_chat_template)
-        keys = Keys(input=option.input_key, label=option.label_key, metadata=option.metadata_key)
-        self.train = self._read(option.prompt_data, keys, "--prompt-data")
-        self.eval = self._read(option.eval_prompt_data, keys, "--eval-prompt-data") if option.eval_prompt_data else []
+        super().__init__(RolloutOptions.of(config).n_samples_per_prompt)
+        self.path = str(options.prompt_data)
+        self.shuffle = options.rollout_shuffle
+        self.seed = general.seed
+        self.num_epochs = options.num_epochs
+        self.encode = PromptEncoder(general.model, chat=options.apply_chat_template)
+        self.train = self._read(options.prompt_data, options.keys, "--prompt-data")
+        self.eval = (self._read(options.eval_prompt_data, options.keys, "--eval-prompt-data")
+                     if options.eval_prompt_data is not None else [])
         self._order: tuple[int, list[int]] | None = None  # (epoch, row order) of the current epoch
 
-    def _read(self, path: str, keys: Keys, flag: str) -> list[Record]:
+    def _read(self, path: Path, keys: Keys, flag: str) -> list[Record]:
         return [dataclasses.replace(record, prompt=self.encode.check(record.prompt, record.location))
                 for record in read_records(path, keys, flag)]
 

@@ -1,7 +1,7 @@
 """The quickstart recipe: what ``plasmid train`` needs beyond the tasks to learn on a laptop.
 
-Applied by the plugin's ``plasmid_configure`` when ``tasks`` is the chosen data source, before
-the kernel fills its generic fallbacks. It fills only what the user left unset:
+Applied by the plugin's ``plasmid_defaults`` when ``tasks`` is the chosen data source, before
+options are checked. It fills only what the user left unset:
 
 - ``--model``: a tiny causal LM (hidden 64, 2 layers, 4 heads, FFN 256, tied embeddings, 64
   positions; :func:`plasmid_torch.tiny.build_tiny_model` with ``--seed`` and ``--task-arch``) with the
@@ -10,7 +10,7 @@ the kernel fills its generic fallbacks. It fills only what the user left unset:
 - ``--lr``: 5e-4 for that tiny model (at 3e-3 the policy's entropy collapses). Measured: on
   mod10 with 32 prompts x 8 samples, temperature 1, GRPO, AdamW (betas 0.9/0.99), grad clip 1.0,
   the mean reward reaches 0.9 after 350-415 steps. With a model of your own, ``--lr`` keeps the
-  kernel's generic default.
+  trainers' default (:class:`plasmid_torch.trainer_options.TrainerOptions`).
 - ``--max-new-tokens``: the task's answer length (the answer is exactly that many characters,
   one token each with the char tokenizer; the engine also stops on ``<eos>``).
 """
@@ -21,7 +21,8 @@ from pathlib import Path
 
 from plasmid.config import Config
 from plasmid.errors import UsageError
-from plasmid_tasks.source import task_from_options
+from plasmid.kernel_options import GeneralOptions
+from plasmid_tasks.options import TaskOptions
 from plasmid_tasks.split import TaskSplit
 
 QUICKSTART_LR = 5e-4
@@ -32,21 +33,19 @@ TINY_MODEL_SHAPE = {"hidden_size": 64, "num_layers": 2, "num_heads": 4, "max_pos
 
 def apply_quickstart_recipe(config: Config) -> None:
     """Validate the task options and fill ``model``, ``lr`` and ``max_new_tokens`` if unset."""
-    option = config.option
-    task = task_from_options(option)
-    TaskSplit(task, option.task_eval_size, option.seed)  # a bad --task-eval-size fails now, not at build
-    if option.model is None:
+    tasks, general = TaskOptions.of(config), GeneralOptions.of(config)
+    task = tasks.build_task()
+    TaskSplit(task, tasks.task_eval_size, general.seed)  # a bad --task-eval-size fails now, not at build
+    if general.model is None:
         _check_fits_tiny_model(task.key, len(task.example(0)[0]), task.answer_length)
         model_dir = Path(config.run_dir) / "model"
         if not model_dir.exists():
             from plasmid_torch.tiny import build_tiny_model
 
-            build_tiny_model(model_dir, seed=option.seed, arch=option.task_arch, **TINY_MODEL_SHAPE)
-        option.model = str(model_dir)
-        if option.lr is None:
-            option.lr = QUICKSTART_LR
-    if option.max_new_tokens is None:
-        option.max_new_tokens = task.answer_length
+            build_tiny_model(model_dir, seed=general.seed, arch=tasks.task_arch, **TINY_MODEL_SHAPE)
+        config.set_default("model", str(model_dir))
+        config.set_default("lr", QUICKSTART_LR)
+    config.set_default("max_new_tokens", task.answer_length)
 
 
 def _check_fits_tiny_model(task_key: str, prompt_chars: int, answer_length: int) -> None:

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from plasmid.config import Config
 from plasmid.errors import UsageError
 from plasmid.groups import GroupStream, make_group
+from plasmid.kernel_options import GeneralOptions, RolloutOptions
+from plasmid.options import Options
 from plasmid.types import Group
 from plasmid_tasks.encoding import PromptEncoder
+from plasmid_tasks.options import TaskOptions
 from plasmid_tasks.split import TaskSplit
-from plasmid_tasks.tasks import Task, make_task
-
-
-def task_from_options(option: Any) -> Task:
-    """The task chosen by ``--task``, ``--task-length`` and ``--task-digits``."""
-    return make_task(option.task, length=option.task_length, digits=option.task_digits)
 
 
 class TaskSource(GroupStream):
@@ -27,12 +24,14 @@ class TaskSource(GroupStream):
     (see :mod:`plasmid_tasks.split`).
     """
 
+    option_classes: ClassVar[tuple[type[Options], ...]] = (TaskOptions, GeneralOptions, RolloutOptions)
+
     def __init__(self, config: Config) -> None:
-        option = config.option
-        super().__init__(option.n_samples_per_prompt)
-        self.task = task_from_options(option)
-        self.split = TaskSplit(self.task, option.task_eval_size, option.seed)
-        self.encode = PromptEncoder(option.model)
+        tasks, general = TaskOptions.of(config), GeneralOptions.of(config)
+        super().__init__(RolloutOptions.of(config).n_samples_per_prompt)
+        self.task = tasks.build_task()
+        self.split = TaskSplit(self.task, tasks.task_eval_size, general.seed)
+        self.encode = PromptEncoder(general.model)
 
     # ------------------------------------------------------------------------------- training
     def next_prompt(self) -> tuple[str, list[int], str, dict[str, Any]]:

@@ -17,7 +17,9 @@ addition   ``a+b=``            ``a + b`` zero-padded to D + 1 digits,  D + 1 (``
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass
+from typing import Literal
 
 from plasmid.errors import UsageError
 
@@ -87,23 +89,23 @@ class Addition(Task):
         return f"{a:0{self.digits}d}+{b:0{self.digits}d}=", f"{a + b:0{self.digits + 1}d}"
 
 
-TASK_NAMES = ("mod10", "reverse", "digitsum", "addition")
+#: The ``--task`` choices.
+TaskName = Literal["mod10", "reverse", "digitsum", "addition"]
+TASK_NAMES: tuple[str, ...] = typing.get_args(TaskName)
 
 
 def make_task(name: str, length: int = 3, digits: int = 2) -> Task:
-    """The task ``name`` with its parameters (``--task``, ``--task-length``, ``--task-digits``)."""
+    """The task ``name`` with its parameters (``--task``, ``--task-length``, ``--task-digits``;
+    ``length`` and ``digits`` are at least 1, as :class:`plasmid_tasks.options.TaskOptions`
+    declares them)."""
     if name == "mod10":
         return Mod10("mod10", "mod10", domain_size=100, answer_length=1, holds_out_eval=False)
     if name in ("reverse", "digitsum"):
-        if length < 1:
-            raise UsageError(f"--task-length must be >= 1 for task {name}, got {length}")
         key = f"{name}(length={length})"
         if name == "reverse":
             return Reverse(name, key, domain_size=10**length, answer_length=length, length=length)
         return DigitSum(name, key, domain_size=10**length, answer_length=1, length=length)
     if name == "addition":
-        if digits < 1:
-            raise UsageError(f"--task-digits must be >= 1 for task addition, got {digits}")
         return Addition(name, f"addition(digits={digits})", domain_size=10 ** (2 * digits),
                         answer_length=digits + 1, digits=digits)
     raise UsageError(f"unknown --task {name!r}; choose one of {', '.join(TASK_NAMES)}")

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from plasmid import hookimpl
-
-DEFAULT_TOLERANCE = 1e-8
-
-
-@hookimpl
-def plasmid_addoption(parser):
-    group = parser.getgroup("dynamic", "dynamic sampling filter (--filter zero-std)")
-    group.addoption("--zero-std-tolerance", type=float, default=DEFAULT_TOLERANCE,
-                    help="zero-std drops a group when its highest and lowest rewards differ by at most this")
+from plasmid.config import OptionParser
+from plasmid_dynamic.options import ZeroStdOptions
 
 
 @hookimpl
-def plasmid_filters(register):
+def plasmid_addoption(parser: OptionParser) -> None:
+    parser.add_options(ZeroStdOptions)
+
+
+@hookimpl
+def plasmid_filters(register: Callable[..., None]) -> None:
     register("zero-std", "plasmid_dynamic.zero_std:ZeroStdFilter")

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import ClassVar
 
+from plasmid.config import Config
+from plasmid.options import Options
 from plasmid.types import Group, Verdict
+from plasmid_dynamic.options import ZeroStdOptions
 
 #: The reason of a dropped group, as counted in the rollout metrics.
 REASON = "zero_std"
@@ -20,10 +23,10 @@ class ZeroStdFilter:
     so every sample has a reward; an unscored sample is an error.
     """
 
-    def __init__(self, config: Any) -> None:
-        self.tolerance = float(config.getoption("zero_std_tolerance", 1e-8))
-        if not self.tolerance >= 0:
-            raise ValueError(f"--zero-std-tolerance must be >= 0, got {self.tolerance}")
+    option_classes: ClassVar[tuple[type[Options], ...]] = (ZeroStdOptions,)
+
+    def __init__(self, config: Config) -> None:
+        self.tolerance = ZeroStdOptions.of(config).zero_std_tolerance
 
     def __call__(self, group: Group) -> Verdict:
         if not group.samples:

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import re
-from typing import Any
+from typing import ClassVar
 
+from plasmid.config import Config
+from plasmid.options import Options
 from plasmid.types import Sample
 from plasmid_code.extract import extract_code
 from plasmid_code.labels import Suite, parse_label, same_output
-from plasmid_code.sandbox import Limits, Sandbox, new_nonce
+from plasmid_code.options import CodeOptions
+from plasmid_code.sandbox import Sandbox, new_nonce
 
 SOLUTION = "solution.py"
 TESTS = "tests.json"
@@ -27,18 +29,13 @@ class CodeReward:
     plugin's name); the program's own failures (errors, time-outs, crashes) only fail tests.
     """
 
-    def __init__(self, config: Any) -> None:
-        option = config.option
-        timeout = float(option.code_timeout)
-        self.limits = Limits(
-            wall_seconds=timeout,
-            cpu_seconds=max(1, math.ceil(timeout)),
-            memory_bytes=int(option.code_memory_mb) * 1024**2,
-            processes=int(option.code_processes),
-            output_bytes=int(option.code_max_output_kb) * 1024,
-        )
-        self.sandbox = Sandbox(self.limits, concurrency=int(option.code_concurrency), python=option.code_python,
-                               uid_base=int(option.code_sandbox_uid))
+    option_classes: ClassVar[tuple[type[Options], ...]] = (CodeOptions,)
+
+    def __init__(self, config: Config) -> None:
+        options = CodeOptions.of(config)
+        self.limits = options.limits
+        self.sandbox = Sandbox(self.limits, concurrency=options.code_concurrency, python=options.code_python,
+                               uid_base=options.code_sandbox_uid)
 
     async def __call__(self, sample: Sample) -> float:
         suite = parse_label(sample.label, f"reward 'code' (plasmid-code), sample {sample.index}")

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from plasmid import hookimpl
+from plasmid.config import OptionParser
+from plasmid_match.options import MatchOptions
 
 
 @hookimpl
-def plasmid_addoption(parser):
-    group = parser.getgroup("match", "the match rewards")
-    group.addoption("--choice-letters", default="ABCDE",
-                    help="the option letters of the 'choice' reward, in order (index 0 is the first)")
+def plasmid_addoption(parser: OptionParser) -> None:
+    parser.add_options(MatchOptions)
 
 
 @hookimpl
-def plasmid_rewards(register):
+def plasmid_rewards(register: Callable[..., None]) -> None:
     register("exact", "plasmid_match.rewards:ExactMatch", default=True)
     register("normalized", "plasmid_match.rewards:NormalizedMatch")
     register("f1", "plasmid_match.rewards:TokenF1")

@@ -7,21 +7,25 @@ returns a float in [0, 1]). They keep no state, so concurrent calls are safe.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import ClassVar
 
+from plasmid.config import Config
+from plasmid.options import Options
 from plasmid.types import Sample
 from plasmid_match.choice import extract_choice
 from plasmid_match.labels import MissingLabelError, acceptable_answers
 from plasmid_match.normalize import answer_tokens, normalize_answer
+from plasmid_match.options import MatchOptions
 
 
 class MatchReward:
     """Base of the match rewards: ``score(response, answer)`` maximised over the label's answers."""
 
     name = "match"
+    option_classes: ClassVar[tuple[type[Options], ...]] = ()
 
-    def __init__(self, config: Any = None) -> None:
-        self.config = config
+    def __init__(self, config: Config) -> None:
+        """Built once per run as ``reward(config)``; only ``choice`` reads an option."""
 
     def score(self, response: str, answer: str) -> float:
         raise NotImplementedError
@@ -84,11 +88,11 @@ class ChoiceReward(MatchReward):
     """
 
     name = "choice"
+    option_classes = (MatchOptions,)
 
-    def __init__(self, config: Any = None) -> None:
+    def __init__(self, config: Config) -> None:
         super().__init__(config)
-        letters = config.getoption("choice_letters", "ABCDE") if config is not None else "ABCDE"
-        self.letters = "".join(dict.fromkeys(str(letters).upper()))
+        self.letters = MatchOptions.of(config).letters
 
     def label_letters(self, sample: Sample) -> set[str]:
         label = sample.label

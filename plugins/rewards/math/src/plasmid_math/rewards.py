@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import numbers
-from typing import Any
+from typing import Any, ClassVar
 
+from plasmid.config import Config
+from plasmid.options import Options
 from plasmid.types import Sample
 from plasmid_math.equivalence import equivalent
 from plasmid_math.extract import FinalAnswer, final_answer, last_boxed
+from plasmid_math.options import MathOptions, think_tag
 from plasmid_math.symbolic import SymbolicChecker
 
 
@@ -56,13 +59,14 @@ class MathReward:
     """``math``: see the module docstring. Thread-safe and stateless apart from the sympy workers."""
 
     name = "math"
+    option_classes: ClassVar[tuple[type[Options], ...]] = (MathOptions,)
 
-    def __init__(self, config: Any) -> None:
-        option = config.option
-        self.think_tag: str | None = option.math_think_tag
-        self.tolerance = float(option.math_tolerance)
-        self.symbolic = SymbolicChecker(timeout=float(option.math_symbolic_timeout),
-                                        workers=int(option.math_symbolic_workers), tolerance=self.tolerance)
+    def __init__(self, config: Config) -> None:
+        self.options = options = MathOptions.of(config)
+        self.think_tag = think_tag(config)
+        self.tolerance = options.math_tolerance
+        self.symbolic = SymbolicChecker(timeout=options.math_symbolic_timeout, workers=options.math_symbolic_workers,
+                                        tolerance=self.tolerance)
 
     def grade(self, response: str, label: Any, where: str = "sample") -> tuple[float, FinalAnswer | None]:
         """``(1.0 or 0.0, the final answer found)`` for ``response`` against ``label`` (blocking)."""
@@ -86,9 +90,9 @@ class MathFormatReward(MathReward):
 
     name = "math-format"
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: Config) -> None:
         super().__init__(config)
-        self.penalty = float(config.option.math_format_penalty)
+        self.penalty = self.options.math_format_penalty
 
     def score(self, response: str, label: Any, where: str = "sample") -> float:
         value, found = self.grade(response, label, where)

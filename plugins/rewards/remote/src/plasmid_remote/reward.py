@@ -21,11 +21,14 @@ import numbers
 import os
 import weakref
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, ClassVar
 
+from plasmid.config import Config
 from plasmid.errors import UsageError
+from plasmid.options import Options
 from plasmid.types import Sample
 from plasmid_remote.batching import Batcher
+from plasmid_remote.options import RemoteOptions
 from plasmid_remote.transport import RemoteError, RetryableError, post_json, safe_url, scrub
 
 log = logging.getLogger("plasmid_remote")
@@ -44,22 +47,24 @@ def check_score(value: Any, where: str) -> float | dict[str, float]:
 class RemoteReward:
     """See the module docstring. Safe to call concurrently, from several event loops in turn."""
 
-    def __init__(self, config: Any) -> None:
-        option = config.option
-        if not option.rm_url:
+    option_classes: ClassVar[tuple[type[Options], ...]] = (RemoteOptions,)
+
+    def __init__(self, config: Config) -> None:
+        options = RemoteOptions.of(config)
+        if not options.rm_url:
             raise UsageError("reward 'remote' (plasmid-remote) needs --rm-url URL: where the reward model listens")
-        self.url = option.rm_url
-        self.timeout = float(option.rm_timeout)
-        self.retries = int(option.rm_retries)
-        self.backoff = float(option.rm_backoff)
-        self.concurrency = int(option.rm_concurrency)
-        self.batch_size = int(option.rm_batch_size)
-        self.batch_window = float(option.rm_batch_window)
+        self.url = options.rm_url
+        self.timeout = options.rm_timeout
+        self.retries = options.rm_retries
+        self.backoff = options.rm_backoff
+        self.concurrency = options.rm_concurrency
+        self.batch_size = options.rm_batch_size
+        self.batch_window = options.rm_batch_window
         self.token = None
-        if option.rm_token_env:
-            self.token = os.environ.get(option.rm_token_env)
+        if options.rm_token_env:
+            self.token = os.environ.get(options.rm_token_env)
             if not self.token:
-                raise UsageError(f"--rm-token-env {option.rm_token_env}: that environment variable is not set "
+                raise UsageError(f"--rm-token-env {options.rm_token_env}: that environment variable is not set "
                                  f"(or empty); export it, or drop --rm-token-env")
         self.executor = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="plasmid-remote")
         self._per_loop: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -23,9 +23,14 @@ import math
 import time
 from collections import Counter
 from dataclasses import replace
+from typing import ClassVar
 
+from plasmid.config import Config
 from plasmid.context import RolloutContext
+from plasmid.kernel_options import GeneralOptions, RolloutOptions, ScheduleOptions
+from plasmid.options import Options
 from plasmid.types import Group, RolloutBatch, Sample, SamplingParams, Status, Verdict
+from plasmid_rollout.options import RolloutDriverOptions
 
 #: How long aborted generation may take to return before its task is cancelled (seconds).
 ABORT_GRACE_SECONDS = 2.0
@@ -44,17 +49,26 @@ def reset_to_prompt(sample: Sample) -> Sample:
 
 
 class AsyncRolloutDriver:
-    """Provider ``rollout``; see the module docstring. Built as ``AsyncRolloutDriver(config)``."""
+    """Provider ``rollout``; see the module docstring. Built as ``AsyncRolloutDriver(config)``.
 
-    def __init__(self, config) -> None:
-        self.config = config
-        self.max_launch_factor = getattr(config.option, "rollout_max_launch_factor", 4)
+    The options it reads (its own and the kernel's) are read once, when it is built.
+    """
+
+    option_classes: ClassVar[tuple[type[Options], ...]] = (RolloutDriverOptions, RolloutOptions, ScheduleOptions,
+                                                           GeneralOptions)
+
+    def __init__(self, config: Config) -> None:
+        rollout = RolloutOptions.of(config)
+        self.prompts_per_step = rollout.prompts_per_step
+        self.over_sampling = rollout.over_sampling
+        self.max_launch_factor = RolloutDriverOptions.of(config).rollout_max_launch_factor
+        self.partial_rollout = ScheduleOptions.of(config).partial_rollout
+        self.seed = GeneralOptions.of(config).seed
 
     # ------------------------------------------------------------------ one training step
     async def run(self, ctx: RolloutContext, rollout_id: int) -> RolloutBatch:
-        option = ctx.config.option
-        target = option.prompts_per_step
-        wave = math.ceil(target * option.over_sampling)
+        target = self.prompts_per_step
+        wave = math.ceil(target * self.over_sampling)
         budget = wave * self.max_launch_factor
         began = time.perf_counter()
         running: dict[asyncio.Task, Group] = {}
@@ -82,7 +96,7 @@ class AsyncRolloutDriver:
                         dropped[verdict.reason or "dropped"] += 1
                 short = target - len(kept) - len(running)
                 if short > 0 and launched < budget:
-                    launch(min(math.ceil(short * option.over_sampling), budget - launched))
+                    launch(min(math.ceil(short * self.over_sampling), budget - launched))
         except BaseException:  # a group failed (--reward-errors fail) or we were cancelled: stop the others
             for task in running:
                 task.cancel()
@@ -97,9 +111,8 @@ class AsyncRolloutDriver:
 
     async def _generate_group(self, ctx: RolloutContext, group: Group, params: SamplingParams) -> Group:
         """Generate every sample of ``group`` concurrently, then score it (unless aborted)."""
-        seed = ctx.config.option.seed
         outputs = await asyncio.gather(*(
-            ctx.generate(ctx, sample, replace(params, seed=sample_seed(seed, sample.index)))
+            ctx.generate(ctx, sample, replace(params, seed=sample_seed(self.seed, sample.index)))
             for sample in group.samples
         ))
         group.samples = [s for out in outputs for s in (out if isinstance(out, list) else [out])]
@@ -132,7 +145,7 @@ class AsyncRolloutDriver:
         for task in stragglers:
             task.cancel()
         await asyncio.gather(*stragglers, return_exceptions=True)
-        keep_partial = ctx.config.option.partial_rollout
+        keep_partial = self.partial_rollout
         returned = []
         for task, group in running.items():
             returned_ok = task in finished and task.exception() is None

@@ -1,0 +1,25 @@
+"""The options of plasmid-jsonl, declared once: flags, help, checks and typed values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from plasmid.options import Options, option
+from plasmid_jsonl.reader import Keys
+
+
+class JsonlOptions(Options, group="jsonl", description="prompts from .jsonl/.parquet files (--datasource jsonl)"):
+    prompt_data: Path | None = option(None, "training prompts (.jsonl or .parquet)", metavar="PATH")
+    eval_prompt_data: Path | None = option(None, "evaluation prompts", metavar="PATH", default_text="none")
+    input_key: str = option("prompt", "the field holding the prompt")
+    label_key: str = option("label", "the field holding the label (given to rewards)")
+    metadata_key: str = option("metadata", "the field holding a metadata object")
+    apply_chat_template: bool = option(False, "prompts are chat messages (or strings, as one user message) encoded "
+                                              "with the model's chat template and a generation prompt")
+    rollout_shuffle: bool = option(False, "shuffle the prompts each epoch (--seed + epoch)")
+    num_epochs: int | None = option(None, "passes over --prompt-data", min=1, default_text="unlimited")
+
+    @property
+    def keys(self) -> Keys:
+        """Which field of a row holds what (``--input-key``, ``--label-key``, ``--metadata-key``)."""
+        return Keys(input=self.input_key, label=self.label_key, metadata=self.metadata_key)

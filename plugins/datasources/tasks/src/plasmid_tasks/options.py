@@ -1,0 +1,22 @@
+"""The options of plasmid-tasks, declared once: flags, help, checks and typed values."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from plasmid.options import Options, option
+from plasmid_tasks.tasks import Task, TaskName, make_task
+
+
+class TaskOptions(Options, group="tasks", description="built-in synthetic tasks (--datasource tasks, the quickstart)"):
+    task: TaskName = option("mod10", "which task")
+    task_length: int = option(3, "digits in a reverse/digitsum prompt", min=1)
+    task_digits: int = option(2, "digits of each addition operand", min=1)
+    task_eval_size: int = option(200, "prompts held out for evaluation (all tasks but mod10, whose eval split is "
+                                      "all 100)", min=1)
+    task_arch: Literal["qwen2", "llama"] = option("qwen2", "architecture of the tiny model built when --model is "
+                                                           "not given")
+
+    def build_task(self) -> Task:
+        """The task chosen by ``--task``, ``--task-length`` and ``--task-digits``."""
+        return make_task(self.task, length=self.task_length, digits=self.task_digits)

@@ -1,0 +1,32 @@
+"""The options of the ``code`` reward, declared once: flags, help, checks and typed values."""
+
+from __future__ import annotations
+
+import math
+
+from plasmid.options import Options, option
+from plasmid_code.sandbox import Limits
+
+
+class CodeOptions(Options, group="code", description="the 'code' reward: tests run in a sandbox"):
+    code_timeout: float = option(5.0, "wall-clock seconds per test run", gt=0)
+    code_memory_mb: int = option(512, "address-space limit of each sandbox process (MiB)", min=1)
+    code_processes: int = option(16, "processes the sandbox user may have at once (bounds fork bombs)", min=1)
+    code_max_output_kb: int = option(1024, "stdout kept per run (KiB); more fails the run", min=1)
+    code_concurrency: int = option(2, "sandboxed runs at once (per process)", min=1)
+    code_python: str | None = option(None, "Python that runs the code; the sandbox user must be able to execute it",
+                                     default_text="this one, else /usr/bin/python3")
+    code_sandbox_uid: int = option(61000, "first of --code-concurrency uids the sandbox runs as when plasmid runs "
+                                          "as root; they must belong to no user", min=1)
+
+    @property
+    def limits(self) -> Limits:
+        """The sandbox limits of one run: ``--code-timeout`` of wall clock and as many CPU seconds
+        (rounded up, at least 1), memory in bytes, processes, output in bytes."""
+        return Limits(
+            wall_seconds=self.code_timeout,
+            cpu_seconds=max(1, math.ceil(self.code_timeout)),
+            memory_bytes=self.code_memory_mb * 1024**2,
+            processes=self.code_processes,
+            output_bytes=self.code_max_output_kb * 1024,
+        )
