@@ -3,9 +3,9 @@
 Works when an installed plugin is broken: listing loads tolerantly and shows the reason.
 
 ``plasmid plugins show NAME`` also imports the plugin's providers to describe each one: the
-first line of its factory's docstring, and the options it reads when the factory lists them as
-``reads_options`` (a tuple of option names in Python form, ``("eps_clip", "kl_coef")``; kernel
-options and other plugins' options included).
+first line of its factory's docstring, and the options it reads when the factory lists them: as
+``option_classes`` (a tuple of :class:`plasmid.options.Options` classes), or, for plugins written
+before typed options, as ``reads_options`` (option names in Python form, ``("eps_clip",)``).
 """
 
 from __future__ import annotations
@@ -100,8 +100,8 @@ def all_options(manager: PluginManager) -> dict[str, dict[str, Any]]:
 
 def provider_details(registry: Registry, name: str) -> list[dict[str, Any]]:
     """The providers plugin ``name`` registers, each imported: ``{family, name, summary, reads}``
-    (``reads``: its factory's ``reads_options``; a factory that fails to import gets the reason
-    as its summary)."""
+    (``reads``: :func:`options_read` of its factory; a factory that fails to import gets the
+    reason as its summary)."""
     details = []
     for family, providers in registry.providers.items():
         for provider in providers.values():
