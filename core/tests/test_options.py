@@ -89,6 +89,8 @@ def test_help_shows_the_real_default_of_each_option():
     ({"cache_policy": "random"}, "--cache-policy 'random': choose one of lru, fifo"),
     ({"cache_size": "many"}, "--cache-size: expected int, got 'many'"),
     ({"cache_size": 2.5}, "--cache-size: expected int"),
+    ({"cache_ratio": float("nan")}, "--cache-ratio: expected float, got nan"),
+    ({"cache_ratio": "nan"}, "--cache-ratio: expected float, got 'nan'"),
     ({"cache_policy": "fifo", "cache_warm": True}, "--cache-warm needs --cache-policy lru"),
 ])
 def test_a_bad_value_is_a_one_line_usage_error_naming_the_flag(values, message):
@@ -184,3 +186,13 @@ def test_an_invalid_choice_on_the_command_line_is_one_line():
     with pytest.raises(UsageError, match="--cache-policy: invalid choice: 'random'") as caught:
         parser_with(CacheOptions).parse(["--cache-policy", "random"])
     assert "\n" not in str(caught.value)
+
+
+def test_a_flag_with_a_const_takes_its_value_optionally():
+    class Tagged(Options, group="tagged"):
+        think_tag: str | None = option(None, "grade after the last TAG", const="</think>", metavar="TAG")
+
+    parser = parser_with(Tagged)
+    assert Tagged.from_values(vars(parser.parse([]))).think_tag is None
+    assert Tagged.from_values(vars(parser.parse(["--think-tag"]))).think_tag == "</think>"
+    assert Tagged.from_values(vars(parser.parse(["--think-tag", "</reason>"]))).think_tag == "</reason>"

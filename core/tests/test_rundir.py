@@ -83,3 +83,13 @@ def test_a_resume_never_rewrites_the_runs_header(tmp_path):
     header = (run_dir / "config.json").read_text()
     write_header(make_config(run_dir=run_dir, temperature=0.7, resume=True, num_rollouts=900))
     assert (run_dir / "config.json").read_text() == header
+
+
+def test_a_local_module_plugin_that_is_gone_is_named_with_where_it_was(tmp_path):
+    run_dir = tmp_path / "run"
+    finished_run(run_dir)
+    lock = json.loads((run_dir / "plugins.lock.json").read_text())
+    lock.append({"name": "killer", "distribution": "(local)", "version": "", "target": "/tmp/killer.py"})
+    (run_dir / "plugins.lock.json").write_text(json.dumps(lock))
+    with pytest.raises(UsageError, match=r"plugin killer \(/tmp/killer.py\) -> absent"):
+        check_run_dir(make_config(run_dir=run_dir, resume=True))

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Callable, Iterator
@@ -65,6 +66,8 @@ class OptionSpec:
     :ivar metavar: the value's name in ``--help``.
     :ivar default_text: what ``--help`` shows as the default (``"--lr"``, ``"the recipe's"``);
         ``""`` shows none.
+    :ivar const: the value of the flag given without a value (its value is then optional:
+        ``--math-think-tag`` alone means ``</think>``); ``None``: the flag needs its value.
     """
 
     help: str = ""
@@ -74,13 +77,15 @@ class OptionSpec:
     flag: str | None = None
     metavar: str | None = None
     default_text: str | None = None
+    const: Any = None
 
 
 def option(default: Any, help: str = "", *, min: float | None = None, gt: float | None = None,
            max: float | None = None, flag: str | None = None, metavar: str | None = None,
-           default_text: str | None = None) -> Any:
+           default_text: str | None = None, const: Any = None) -> Any:
     """Declare one option field of an :class:`Options` class (see the module docstring)."""
-    spec = OptionSpec(help=help, min=min, gt=gt, max=max, flag=flag, metavar=metavar, default_text=default_text)
+    spec = OptionSpec(help=help, min=min, gt=gt, max=max, flag=flag, metavar=metavar, default_text=default_text,
+                      const=const)
     return dataclasses.field(default=default, metadata={SPEC_KEY: spec})
 
 
@@ -157,6 +162,8 @@ class OptionField:
             kwargs["default"] = None        # argparse appends onto a default list; the default is applied later
         else:
             kwargs["default"] = self.default
+        if self.spec.const is not None:
+            kwargs.update(nargs="?", const=self.spec.const)
         return kwargs
 
     def convert(self, raw: Any) -> Any:
@@ -185,6 +192,8 @@ class OptionField:
             if kind.scalar is int and (isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer())):
                 raise ValueError
             value = kind.scalar(raw)
+            if isinstance(value, float) and math.isnan(value):
+                raise ValueError
         except (TypeError, ValueError):
             raise UsageError(f"{flag}: expected {kind.scalar.__name__}, got {raw!r}") from None
         if kind.choices and value not in kind.choices:

@@ -71,11 +71,11 @@ def differences(run_dir: Path, config: Config) -> list[str]:
                 changes.append(f"--{name.replace('_', '-')} {_show(before.get(name))} -> {_show(now.get(name))}")
     lock = _read_json(run_dir / LOCK_FILE)
     if lock is not None:
-        before_lock = {entry["name"]: entry.get("version", "") for entry in lock}
-        now_lock = {entry["name"]: entry.get("version", "") for entry in config.plugin_lock}
+        before_lock = {entry["name"]: _plugin_version(entry) for entry in lock}
+        now_lock = {entry["name"]: _plugin_version(entry) for entry in config.plugin_lock}
         for name in sorted(set(before_lock) | set(now_lock)):
             if before_lock.get(name) != now_lock.get(name):
-                changes.append(f"plugin {name} {before_lock.get(name) or 'absent'} -> {now_lock.get(name) or 'absent'}")
+                changes.append(f"plugin {name} {before_lock.get(name, 'absent')} -> {now_lock.get(name, 'absent')}")
     return changes
 
 
@@ -87,6 +87,11 @@ def write_header(config: Config) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / CONFIG_FILE).write_text(json.dumps(config.to_dict(), indent=1))
     (run_dir / LOCK_FILE).write_text(json.dumps(config.plugin_lock, indent=1))
+
+
+def _plugin_version(entry: dict[str, str]) -> str:
+    """A lock entry's version, or where a versionless local module came from."""
+    return entry.get("version") or f"({entry.get('target', 'local module')})"
 
 
 def _read_json(path: Path) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import plasmid_math.plugin
 import pytest
-from plasmid_math.options import MathOptions, think_tag
+from plasmid_math.options import MathOptions
 from plasmid_math.rewards import MathFormatReward, MathReward
 
 from plasmid.config import OptionParser
@@ -19,7 +19,7 @@ def test_the_typed_read_gives_the_declared_defaults():
     assert options == MathOptions.defaults()
     assert (options.math_format_penalty, options.math_tolerance, options.math_symbolic_timeout,
             options.math_symbolic_workers) == (1.0, 1e-6, 5.0, 1)
-    assert think_tag(config) is None
+    assert MathOptions.of(config).math_think_tag is None
 
 
 @pytest.mark.parametrize(("bad", "message"), [

@@ -6,13 +6,12 @@ from collections.abc import Callable
 
 from plasmid import hookimpl
 from plasmid.config import OptionParser
-from plasmid_math.options import MathOptions, add_think_tag_option
+from plasmid_math.options import MathOptions
 
 
 @hookimpl
 def plasmid_addoption(parser: OptionParser) -> None:
     parser.add_options(MathOptions)
-    add_think_tag_option(parser.getgroup(MathOptions.group))
 
 
 @hookimpl

@@ -28,7 +28,7 @@ from plasmid.options import Options
 from plasmid.types import Sample
 from plasmid_math.equivalence import equivalent
 from plasmid_math.extract import FinalAnswer, final_answer, last_boxed
-from plasmid_math.options import MathOptions, think_tag
+from plasmid_math.options import MathOptions
 from plasmid_math.symbolic import SymbolicChecker
 
 
@@ -63,7 +63,7 @@ class MathReward:
 
     def __init__(self, config: Config) -> None:
         self.options = options = MathOptions.of(config)
-        self.think_tag = think_tag(config)
+        self.think_tag = options.math_think_tag
         self.tolerance = options.math_tolerance
         self.symbolic = SymbolicChecker(timeout=options.math_symbolic_timeout, workers=options.math_symbolic_workers,
                                         tolerance=self.tolerance)
