@@ -11,7 +11,9 @@ from typing import Any
 
 import torch
 
+from plasmid.kernel_options import RolloutOptions
 from plasmid.types import Sample
+from plasmid_torch.trainer_options import TrainerOptions
 
 
 def check_samples(samples: Sequence[Sample]) -> None:
@@ -72,13 +74,18 @@ def update_metrics(per_update: Sequence[dict[str, float]]) -> dict[str, float]:
     return metrics
 
 
-def updates_per_rollout(option: Any) -> int:
+def updates_per_rollout(trainer: TrainerOptions, rollout: RolloutOptions) -> int:
     """Optimizer updates per RL step: one per ``--global-batch-size`` samples of the step's
     ``--prompts-per-step`` x ``--n-samples-per-prompt`` (one when the global batch size is unset)."""
-    if not option.global_batch_size:
+    if trainer.global_batch_size is None:
         return 1
-    samples = option.prompts_per_step * option.n_samples_per_prompt
-    return max(1, math.ceil(samples / option.global_batch_size))
+    return max(1, math.ceil(rollout.samples_per_step / trainer.global_batch_size))
+
+
+def scheduled_updates(trainer: TrainerOptions, rollout: RolloutOptions) -> int:
+    """Optimizer updates of the whole run, the length of the learning-rate schedule:
+    ``--num-rollouts`` x :func:`updates_per_rollout`."""
+    return rollout.num_rollouts * updates_per_rollout(trainer, rollout)
 
 
 def pad_rows(rows: Sequence[Sequence[float]], width: int, *, fill: float = 0,

@@ -10,6 +10,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import megatron_cpu_shim  # noqa: E402
+import megatron_cpu_shim
 
 megatron_cpu_shim.install()

@@ -3,6 +3,7 @@ without importing megatron or torch, and routed to the classes that have each fi
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import subprocess
 import sys
@@ -59,7 +60,7 @@ def heavy_modules_after(command: list[str]) -> tuple[str, list[str]]:
              "sys.stderr.write(out.getvalue())\n"
              "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'megatron', 'transformers'}))")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    return result.stderr, eval(result.stdout.strip().splitlines()[-1])
+    return result.stderr, ast.literal_eval(result.stdout.strip().splitlines()[-1])
 
 
 def test_listing_plugins_imports_neither_torch_nor_megatron():
@@ -96,7 +97,7 @@ def test_command_line_forms_of_booleans_choices_and_numbers():
     assert option.megatron_sequence_parallel is True and option.megatron_masked_softmax_fusion is False
     assert option.megatron_recompute_granularity == "selective" and option.megatron_adam_eps == 1e-5
     assert option.megatron_bf16 is None                       # not given: megatron's default
-    with pytest.raises(SystemExit):
+    with pytest.raises(UsageError, match="--megatron-recompute-granularity: invalid choice: 'most'"):
         parser.parse(["--megatron-recompute-granularity", "most"])
 
 
@@ -131,8 +132,3 @@ def test_fields_are_read_from_a_given_source_tree(tmp_path):
     assert fields["shared_knob"].doc == "A knob." and fields["shared_knob"].owners == ("TransformerConfig",)
     assert fields["mode"].choices == ("a", "b") and fields["ratio"].kind == "float"
     assert fields["dtype_knob"].choices == native_options.DTYPE_CHOICES
-
-
-def test_parallel_sizes_below_one_are_refused():
-    with pytest.raises(UsageError, match="--pipeline-model-parallel-size must be >= 1"):
-        testing.make_config(plasmid_megatron.plugin, trainer="megatron", pipeline_model_parallel_size=0)

@@ -16,9 +16,9 @@ import pytest
 
 pytest.importorskip("plasmid_ray")
 
-from test_megatron_e2e import SHIM_PLUGIN  # noqa: E402
+from test_megatron_e2e import SHIM_PLUGIN
 
-from plasmid.run import run_training  # noqa: E402
+from plasmid.run import run_training
 
 
 @pytest.fixture(scope="module")

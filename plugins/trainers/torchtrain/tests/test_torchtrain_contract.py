@@ -1,14 +1,13 @@
 """plasmid-torchtrain against the trainer contract, on a tiny Qwen2 (tied embeddings) and a
-tiny Llama (separate lm_head)."""
+tiny Llama (separate lm_head, and a reference model for the loss's KL term)."""
 
 from __future__ import annotations
 
-import plasmid_grpo.plugin
 import plasmid_torchtrain.plugin
 import pytest
 import torch
 
-from plasmid_torch.testing.contracts.trainer import TrainerContract
+from plasmid_torch.testing.contracts.trainer import ContractLoss, TrainerContract
 
 
 @pytest.fixture(autouse=True)
@@ -19,12 +18,11 @@ def _one_thread():
 class TestTorchtrainContract(TrainerContract):
     plugin = plasmid_torchtrain.plugin
     provider = "torchtrain"
-    loss_plugin = plasmid_grpo.plugin
 
 
 class TestTorchtrainLlamaContract(TrainerContract):
     plugin = plasmid_torchtrain.plugin
     provider = "torchtrain"
-    loss_plugin = plasmid_grpo.plugin
+    contract_loss = ContractLoss(kl_coef=0.05)
     model_options = {"arch": "llama", "tie_word_embeddings": False, "num_kv_heads": 2}
-    config_options = {"kl_loss_coef": 0.05, "micro_batch_size": 3}
+    config_options = {"micro_batch_size": 3}

@@ -93,6 +93,31 @@ def test_warmup_steps_train_only_the_critic(make_trainer):
     assert any(not np.array_equal(before[n], v) for n, v in exported(trainer).items())
 
 
+def test_ppo_keeps_the_policy_frozen_for_every_warmup_step(make_trainer):
+    trainer = make_trainer(critic_warmup_steps=3)
+    before = exported(trainer)
+    for step in range(3):
+        metrics = testing.run(trainer.train_step(make_rollout_batch(VOCAB, seed=step, rollout_id=step)))
+        assert metrics["train/policy_updated"] == 0.0 and metrics["train/updates"] == 0.0, step
+    assert all(np.array_equal(before[n], v) for n, v in exported(trainer).items()), "the policy moved in warm-up"
+    assert trainer.updates == 0 and trainer.steps == 3
+    metrics = testing.run(trainer.train_step(make_rollout_batch(VOCAB, seed=3, rollout_id=3)))
+    assert metrics["train/policy_updated"] == 1.0 and metrics["train/updates"] == 1.0 and trainer.updates == 1
+
+
+def test_a_loss_without_a_critic_trains_the_policy_from_the_first_step_whatever_the_warmup(model_dir, tmp_path):
+    """--critic-warmup-steps only concerns losses with a critic: GRPO's policy is updated in step 0."""
+    config = testing.make_config(plasmid_torchtrain.plugin, plasmid_grpo.plugin, model=str(model_dir), lr=1e-3,
+                                 critic_warmup_steps=3, run_dir=tmp_path / "run")
+    loss = testing.build("loss", "grpo", plasmid_grpo.plugin, config=config)
+    trainer = testing.build("trainer", "torchtrain", plasmid_torchtrain.plugin, config=config, args=(loss,))
+    before = exported(trainer)
+    metrics = testing.run(trainer.train_step(make_rollout_batch(VOCAB)))
+    assert metrics["train/updates"] == 1.0 and trainer.updates == 1
+    assert "train/policy_updated" not in metrics           # reported only by trainers with a critic
+    assert any(not np.array_equal(before[n], v) for n, v in exported(trainer).items()), "GRPO's policy did not move"
+
+
 def test_checkpoint_restores_the_critic_and_its_optimizer(make_trainer, tmp_path):
     trained = make_trainer()
     testing.run(trained.train_step(make_rollout_batch(VOCAB, seed=1)))

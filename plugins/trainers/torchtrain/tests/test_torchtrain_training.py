@@ -94,14 +94,20 @@ def test_rollout_logprob_diff_measures_the_engine_mismatch_on_trained_tokens(mak
 
 
 def test_micro_batches_accumulate_to_the_full_batch_update(make_trainer):
+    """The summed gradient equals the whole batch's to float rounding. The weights get a tenth of
+    the step as tolerance: Adam's first update moves each weight by about lr * sign(grad), so the
+    rounding of a near-zero gradient can move a weight differently by up to lr (1e-3)."""
     whole, split = make_trainer(micro_batch_size=256), make_trainer(micro_batch_size=3)
     metrics_whole = testing.run(whole.train_step(make_rollout_batch(VOCAB)))
     metrics_split = testing.run(split.train_step(make_rollout_batch(VOCAB)))
     for name in ("train/loss", "train/pg_loss", "train/entropy", "train/grad_norm"):
         assert metrics_split[name] == pytest.approx(metrics_whole[name], rel=1e-4, abs=1e-6), name
+    gradients = {name: p.grad for name, p in split.model.named_parameters()}
+    for name, parameter in whole.model.named_parameters():
+        assert torch.allclose(parameter.grad, gradients[name], rtol=1e-4, atol=1e-7), name
     a, b = exported(whole), exported(split)
     for name in a:
-        assert torch.allclose(torch.from_numpy(a[name]), torch.from_numpy(b[name]), atol=1e-6), name
+        assert torch.allclose(torch.from_numpy(a[name]), torch.from_numpy(b[name]), atol=1e-4), name
 
 
 def test_global_batch_size_makes_one_update_per_chunk(make_trainer):

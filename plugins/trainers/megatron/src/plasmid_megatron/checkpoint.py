@@ -111,7 +111,7 @@ def write(path: str | Path, *, hf_tensors: Iterable[tuple[str, torch.Tensor]], m
             save_file(tensors, str(staging / MODEL_SUBDIR / "model.safetensors"), metadata={"format": "pt"})
             copy_model_files(model_dir, staging / MODEL_SUBDIR)
         torch.save(rng, rng_file(staging, rank))
-    except Exception as exc:        # every rank must learn of it before the collective save below
+    except Exception as exc:  # noqa: BLE001 - every rank must learn of it before the collective save below
         failure = exc
     _raise_if_any_failed(failure, f"writing checkpoint {target}")
     dist_checkpointing.save(sharded_state, str(staging / DIST_SUBDIR))

@@ -38,6 +38,7 @@ from plasmid_megatron.converter import Converter
 from plasmid_megatron.model import build_gpt_model, in_training_precision, load_hf_weights, unwrapped
 from plasmid_megatron.model_spec import ModelSpec
 from plasmid_megatron.parallel import Groups
+from plasmid_torch.trainer_options import TrainerOptions
 
 
 @functools.cache
@@ -175,9 +176,8 @@ class MegatronCritic:
         return value, passes.no_tokens(self.device), {name: float(metric) for name, metric in metrics.items()}
 
 
-def critic_lr_settings(option: Any) -> tuple[float, float]:
+def critic_lr_settings(options: TrainerOptions) -> tuple[float, float]:
     """``(lr, min_lr)`` of the critic: ``--critic-lr`` (default ``--lr``), and ``--min-lr`` scaled by
     ``critic_lr / lr`` so that the critic's schedule has the policy's shape."""
-    lr = option.critic_lr if getattr(option, "critic_lr", None) is not None else option.lr
-    scale = lr / option.lr if option.lr else 0.0
-    return lr, option.min_lr * scale
+    lr = options.critic_learning_rate
+    return lr, options.min_lr * (lr / options.lr)

@@ -18,8 +18,9 @@ the real ``dataclasses.fields``.
 
 Fields that are not options, and why (:data:`NOT_NATIVE`): the model's shape comes from ``--model``'s
 ``config.json``; the parallel sizes have their own flags; the optimizer hyper-parameters that every
-trainer shares are the kernel's ``--lr``, ``--min-lr``, ``--weight-decay``, ``--adam-beta1/2`` and
-``--clip-grad``; and a few are set by the trainer because its loss handling depends on them.
+trainer shares are :class:`plasmid_torch.trainer_options.TrainerOptions`' ``--lr``, ``--min-lr``,
+``--weight-decay``, ``--adam-beta1/2`` and ``--clip-grad``; and a few are set by the trainer because
+its loss handling depends on them.
 
 Values default to ``None``: "not given, use megatron's default (or the trainer's choice, see
 :mod:`plasmid_megatron.model`)". A boolean option alone means true: ``--megatron-sequence-parallel``;

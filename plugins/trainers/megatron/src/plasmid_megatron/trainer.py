@@ -1,15 +1,22 @@
 """The megatron trainer: a Hugging Face causal LM trained as a megatron-core ``GPTModel`` with the run's loss.
 
-Options read: ``--model`` (the policy, and the frozen reference when the loss needs one),
-``--temperature`` (log-probs at the sampling temperature, as the engine reports them), ``--seed``,
-the "training" group (``--lr``, ``--lr-schedule``, ``--lr-warmup-steps``, ``--min-lr``,
-``--weight-decay``, ``--adam-beta1/2``, ``--clip-grad``, ``--global-batch-size``,
-``--micro-batch-size``), ``--num-rollouts`` (length of the LR schedule), and this plugin's group:
-the parallel sizes, ``--max-tokens-per-micro-batch``, ``--make-vocab-size-divisible-by`` and the
-native ``--megatron-*`` fields (:mod:`plasmid_megatron.native_options`). With a loss that
-``needs_critic`` (PPO), also ``--critic-lr`` and ``--critic-warmup-steps`` (:mod:`plasmid_megatron.critic`).
+Options read, once, in ``__init__`` (:attr:`MegatronTrainer.option_classes`): ``--model`` (the
+policy, and the frozen reference when the loss needs one) and ``--seed``
+(:class:`plasmid.kernel_options.GeneralOptions`), ``--temperature`` (log-probs at the sampling
+temperature, as the engine reports them) and ``--num-rollouts``, ``--prompts-per-step``,
+``--n-samples-per-prompt`` (the length of the LR schedule; :class:`plasmid.kernel_options.RolloutOptions`),
+the "training" group (:class:`plasmid_torch.trainer_options.TrainerOptions`: ``--lr``,
+``--lr-schedule``, ``--lr-warmup-steps``, ``--min-lr``, ``--weight-decay``, ``--adam-beta1/2``,
+``--clip-grad``, ``--global-batch-size``, ``--micro-batch-size``; with a loss that ``needs_critic``
+(PPO), also ``--critic-lr`` and ``--critic-warmup-steps``, :mod:`plasmid_megatron.critic`), this
+plugin's group (:class:`plasmid_megatron.options.MegatronOptions`: the parallel sizes,
+``--max-tokens-per-micro-batch``, ``--make-vocab-size-divisible-by``) and the native
+``--megatron-*`` fields (:mod:`plasmid_megatron.native_options`).
 
-How a step runs (every rank of the trainer's world calls the same methods with the same batch):
+The step is the library's recipe (:class:`plasmid_torch.train_step.TrainStep`, the same as the torch
+trainer's); this trainer supplies its parts: vocabulary-parallel no-grad log-probs and critic values,
+and policy and critic updates with megatron's ``forward_backward_func`` and optimizer. How a step runs
+(every rank of the trainer's world calls the same methods with the same batch):
 
 1. log-probs of the policy before the update (and of the reference), and with a critic its values
    (``LossBatch.values``: the value of each response token's state, read at the position that
@@ -63,16 +70,19 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
 
+from plasmid.config import Config
 from plasmid.errors import UsageError
+from plasmid.kernel_options import GeneralOptions, RolloutOptions
+from plasmid.options import Options
+from plasmid.protocols import Loss
 from plasmid.types import LossBatch, RolloutBatch, Sample
 from plasmid_megatron import batching, checkpoint, moe, offload, passes, sharded_state
 from plasmid_megatron.context_parallel import check_attention, sum_over_context_parallel
@@ -90,6 +100,7 @@ from plasmid_megatron.model import (
 )
 from plasmid_megatron.model_spec import UnsupportedModel, read_model_spec
 from plasmid_megatron.native_options import check_against, native_values
+from plasmid_megatron.options import MegatronOptions
 from plasmid_megatron.parallel import (
     ParallelSizes,
     all_reduce_sum,
@@ -100,17 +111,9 @@ from plasmid_megatron.parallel import (
 )
 from plasmid_megatron.vocab_parallel import vocab_parallel_logprobs
 from plasmid_torch.compute import compute_executor
-from plasmid_torch.training import (
-    batch_metrics,
-    check_samples,
-    check_trainer_setup,
-    critic_batch_metrics,
-    index_chunks,
-    pad_rows,
-    response_mask,
-    update_metrics,
-    updates_per_rollout,
-)
+from plasmid_torch.train_step import CriticParts, TrainerParts, TrainStep
+from plasmid_torch.trainer_options import TrainerOptions
+from plasmid_torch.training import check_samples, check_trainer_setup, scheduled_updates
 
 NO_CUDA_HINT = ("megatron-core needs CUDA here (its optimizer, RNG tracker and schedules allocate on the GPU), and "
                 "this torch has no CUDA device. Run the megatron trainer on a GPU machine; on CPU only the plugin's "
@@ -128,25 +131,26 @@ class MegatronTrainer:
     #: every method is a collective over the trainer's ranks (see :class:`plasmid.protocols.Trainer`)
     collective = True
 
-    reads_options = ("model", "temperature", "seed", "lr", "lr_schedule", "lr_warmup_steps", "min_lr",
-                     "weight_decay", "adam_beta1", "adam_beta2", "clip_grad", "global_batch_size", "micro_batch_size",
-                     "num_rollouts", "prompts_per_step", "n_samples_per_prompt", "tensor_model_parallel_size",
-                     "pipeline_model_parallel_size", "context_parallel_size", "expert_model_parallel_size",
-                     "max_tokens_per_micro_batch", "make_vocab_size_divisible_by", "critic_lr", "critic_warmup_steps")
+    option_classes: ClassVar[tuple[type[Options], ...]] = (TrainerOptions, MegatronOptions, GeneralOptions,
+                                                            RolloutOptions)
 
-    def __init__(self, config: Any, loss: Any) -> None:
-        option = config.option
-        check_trainer_setup("megatron", option, loss)
+    def __init__(self, config: Config, loss: Loss) -> None:
+        general = GeneralOptions.of(config)
+        check_trainer_setup("megatron", general, loss)
         self.config = config
         self.loss = loss
-        self.model_dir = Path(option.model)
-        self.temperature: float = option.temperature
-        self.micro_batch_size: int = option.micro_batch_size
-        self.max_tokens_per_micro_batch: int | None = option.max_tokens_per_micro_batch
-        self.global_batch_size: int | None = option.global_batch_size
-        self.sizes = ParallelSizes(option.tensor_model_parallel_size, option.pipeline_model_parallel_size,
-                                   option.context_parallel_size, option.expert_model_parallel_size)
-        self.native = native_values(option)
+        #: the run's typed options: the trainers' shared group, this plugin's, the kernel's
+        self.options = TrainerOptions.of(config)
+        self.megatron_options = megatron = MegatronOptions.of(config)
+        self.rollout_options = RolloutOptions.of(config)
+        self.seed = general.seed
+        self.model_dir = Path(general.model)
+        self.temperature: float = self.rollout_options.temperature
+        self.micro_batch_size: int = self.options.micro_batch_size
+        self.max_tokens_per_micro_batch: int | None = megatron.max_tokens_per_micro_batch
+        self.sizes = ParallelSizes(megatron.tensor_model_parallel_size, megatron.pipeline_model_parallel_size,
+                                   megatron.context_parallel_size, megatron.expert_model_parallel_size)
+        self.native = native_values(config.option)
         self.sizes = replace(self.sizes, etp=self.native["TransformerConfig"].get("expert_tensor_parallel_size"))
         try:
             self.spec = read_model_spec(self.model_dir)
@@ -157,17 +161,29 @@ class MegatronTrainer:
                              f"model (qwen2_moe, qwen3_moe); {self.model_dir} is a dense {self.spec.family} model: "
                              f"use --expert-model-parallel-size 1")
         check_attention(self.spec, self.sizes, self.native["TransformerConfig"])   # CP > 1: TransformerEngine's
-        #: train_step calls completed (RL steps trained on).
-        self.steps = 0
-        #: optimizer updates of the policy made (skipped ones included).
-        self.updates = 0
-        #: with a critic: the first this many steps train only the critic (--critic-warmup-steps).
-        self.critic_warmup_steps: int = getattr(option, "critic_warmup_steps", 0) or 0
         #: the critic (:mod:`plasmid_megatron.critic`), built when the loss needs_critic; else None.
         self.critic: MegatronCritic | None = None
         #: the process's compute thread (plasmid_torch.compute): all torch and megatron work runs on it
         self._worker = compute_executor()
         self._run(self._build)
+        critic_parts = None
+        if self.critic is not None:
+            critic_parts = CriticParts(values=self._step_values, update=self._critic_update)
+        #: the train-step recipe, with this trainer's parts; it keeps the step and update counters
+        self.recipe = TrainStep(TrainerParts(loss=loss, policy=self.model, reference=self.ref_model,
+                                             logprobs=self._step_logprobs, policy_update=self._update,
+                                             critic=critic_parts, device=self.device),
+                                self.options, temperature=self.temperature)
+
+    @property
+    def steps(self) -> int:
+        """Train steps completed (RL steps trained on)."""
+        return self.recipe.steps
+
+    @property
+    def updates(self) -> int:
+        """Optimizer updates of the policy made (skipped ones included)."""
+        return self.recipe.updates
 
     # ---------------------------------------------------------------------------------------------
     # Trainer protocol
@@ -185,7 +201,7 @@ class MegatronTrainer:
 
     async def train_step(self, batch: RolloutBatch) -> dict[str, float]:
         """One RL step on ``batch`` (see the module docstring); ``train/...`` float metrics."""
-        return await self._arun(self.run_train_step, batch)
+        return await self._arun(self.recipe.run, batch)
 
     def export_weights(self, bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
         """The policy's weights in Hugging Face names (each once; a tied ``lm_head`` and the
@@ -237,11 +253,11 @@ class MegatronTrainer:
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
         from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
-        option = self.config.option
-        init_model_parallel(self.sizes, option.seed)
+        options = self.options
+        init_model_parallel(self.sizes, self.seed)
         self.groups = current_groups()
         self.device = device()
-        padded = self.spec.padded_vocab_size(option.make_vocab_size_divisible_by, self.sizes.tp)
+        padded = self.spec.padded_vocab_size(self.megatron_options.make_vocab_size_divisible_by, self.sizes.tp)
         try:
             self.converter = Converter(self.spec, self.sizes.tp, padded, ep_size=self.sizes.ep,
                                        etp_size=self.sizes.expert_tp)
@@ -264,12 +280,12 @@ class MegatronTrainer:
         check_against(OptimizerConfig, optimizer_values)
         dtype = params_dtype(self.native["TransformerConfig"])
         optimizer_config = OptimizerConfig(**{
-            "optimizer": "adam", "lr": option.lr, "min_lr": option.min_lr, "weight_decay": option.weight_decay,
-            "adam_beta1": option.adam_beta1, "adam_beta2": option.adam_beta2, "clip_grad": option.clip_grad or 0.0,
+            "optimizer": "adam", "lr": options.lr, "min_lr": options.min_lr, "weight_decay": options.weight_decay,
+            "adam_beta1": options.adam_beta1, "adam_beta2": options.adam_beta2, "clip_grad": options.clip_grad,
             "params_dtype": dtype, "bf16": dtype == torch.bfloat16, "fp16": dtype == torch.float16,
             **optimizer_values})
         self.optimizer = get_megatron_optimizer(optimizer_config, [self.model])
-        self.scheduler = self._make_scheduler(option)
+        self.scheduler = self._make_scheduler()
 
         self.ref_model = None
         if self.loss.needs_ref:
@@ -278,33 +294,34 @@ class MegatronTrainer:
             reference = in_training_precision(reference, self.transformer_config)
             self.ref_model = reference.requires_grad_(False).eval()
 
-        if getattr(self.loss, "needs_critic", False):
-            critic_lr, critic_min_lr = critic_lr_settings(option)
+        if self.loss.needs_critic:
+            critic_lr, critic_min_lr = critic_lr_settings(options)
             self.critic = MegatronCritic(
                 spec=self.spec, config=self.transformer_config, converter=self.converter, read=read,
                 padded_vocab_size=padded, groups=self.groups, device=self.device,
                 ddp_config=DistributedDataParallelConfig(**ddp_values),
                 optimizer_config=replace(optimizer_config, lr=critic_lr, min_lr=critic_min_lr),
-                make_scheduler=lambda optimizer: self._make_scheduler(option, optimizer, critic_lr, critic_min_lr))
+                make_scheduler=lambda optimizer: self._make_scheduler(optimizer, critic_lr, critic_min_lr))
 
         #: device memory of everything above, freed by offload() and restored by onload()
         self.memory = offload.MemoryStash(self._device_state, device=self.device)
 
-    def _make_scheduler(self, option: Any, optimizer: Any = None, lr: float | None = None,
-                        min_lr: float | None = None) -> Any:
-        """The LR schedule of ``optimizer`` (default: the policy's) from ``lr`` to ``min_lr``
-        (default ``--lr``, ``--min-lr``), shaped by ``--lr-schedule`` and ``--lr-warmup-steps``."""
+    def _make_scheduler(self, optimizer: Any = None, lr: float | None = None, min_lr: float | None = None) -> Any:
+        """The LR schedule of ``optimizer`` (the policy's when not given) from ``lr`` to ``min_lr``
+        (the policy's ``--lr``, ``--min-lr`` when not given), shaped by ``--lr-schedule`` and
+        ``--lr-warmup-steps`` over the run's :func:`~plasmid_torch.training.scheduled_updates`."""
         from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
-        total = option.num_rollouts * updates_per_rollout(option)
-        warmup = option.lr_warmup_steps
-        lr = option.lr if lr is None else lr
-        min_lr = option.min_lr if min_lr is None else min_lr
+        options = self.options
+        total = scheduled_updates(options, self.rollout_options)
+        warmup = options.lr_warmup_steps
+        lr = options.lr if lr is None else lr
+        min_lr = options.min_lr if min_lr is None else min_lr
         optimizer = self.optimizer if optimizer is None else optimizer
         return OptimizerParamScheduler(optimizer, init_lr=0.0, max_lr=lr, min_lr=min_lr,
                                        lr_warmup_steps=warmup, lr_decay_steps=max(total, warmup + 1),
-                                       lr_decay_style=option.lr_schedule, start_wd=option.weight_decay,
-                                       end_wd=option.weight_decay, wd_incr_steps=1, wd_incr_style="constant")
+                                       lr_decay_style=options.lr_schedule, start_wd=options.weight_decay,
+                                       end_wd=options.weight_decay, wd_incr_steps=1, wd_incr_style="constant")
 
     # ---------------------------------------------------------------------------------------------
     # the worker thread
@@ -408,77 +425,21 @@ class MegatronTrainer:
     # training
     # ---------------------------------------------------------------------------------------------
 
-    def run_train_step(self, batch: RolloutBatch) -> dict[str, float]:
-        started = time.perf_counter()
-        samples = batch.samples
-        if not samples:
-            return {"train/samples": 0.0, "train/tokens": 0.0, "train/updates": 0.0,
-                    "train/seconds": time.perf_counter() - started}
-        check_samples(samples)
-        loss_batch, trainer_old = self._loss_batch(samples)
-        advantages, returns = self.loss.advantages(loss_batch)
-        loss_batch.advantages, loss_batch.returns = advantages, returns
-
-        train_policy = self.critic is None or self.steps >= self.critic_warmup_steps
-        per_update = []
-        for chunk in index_chunks(len(samples), self.global_batch_size):
-            update = self._update(samples, loss_batch, chunk) if train_policy else {}
-            if self.critic is not None:
-                update.update(self._critic_update(samples, loss_batch, chunk))
-            per_update.append(update)
-        self.steps += 1
-
-        metrics = update_metrics(per_update)
-        if self.critic is not None:
-            metrics.update(critic_batch_metrics(loss_batch))
-            metrics["train/policy_updated"] = float(train_policy)
-        metrics.update(batch_metrics(samples, loss_batch.advantages.cpu(), loss_batch.response_mask.cpu(),
-                                     trainer_old))
-        metrics["train/updates"] = float(len(per_update) if train_policy else 0)
-        metrics["train/seconds"] = time.perf_counter() - started
-        return metrics
-
-    def _loss_batch(self, samples: list[Sample]) -> tuple[LossBatch, torch.Tensor | None]:
-        """The step's :class:`LossBatch` (on this rank's device), and the trainer's old log-probs
-        (CPU; ``None`` when the loss does not need them and the rollout's are used)."""
+    def _step_logprobs(self, model: Any, samples: Sequence[Sample], temperature: float) -> torch.Tensor:
+        """The recipe's ``logprobs`` part: ``[B, T]`` float32 CPU log-probs of every sample, on every rank."""
         width = max(s.response_length for s in samples)
-        for position, sample in enumerate(samples):
-            if sample.reward is None or not math.isfinite(sample.reward):
-                raise ValueError(f"sample {position} (index {sample.index}, group {sample.group_index}) has reward "
-                                 f"{sample.reward!r}: every sample must be scored with a finite reward before training")
-        mask = response_mask(samples, width)
-        have_rollout = all(s.rollout_logprobs is not None for s in samples)
-        rollout = pad_rows([s.rollout_logprobs for s in samples], width) if have_rollout else None
-        rows = range(len(samples))
-        trainer_old = None
-        if self.loss.needs_old_logprobs or rollout is None:
-            trainer_old = self._forward_logprobs(self.model, samples, rows, width, self.temperature)
-        ref = None
-        if self.ref_model is not None:
-            ref = self._forward_logprobs(self.ref_model, samples, rows, width, self.temperature)
-        values = self._critic_values(samples, rows, width) if self.critic is not None else None
-        on = functools.partial(_to, device=self.device)
-        batch = LossBatch(
-            rewards=on(torch.tensor([s.reward for s in samples], dtype=torch.float32)),
-            group_index=on(torch.tensor([s.group_index for s in samples], dtype=torch.long)),
-            response_mask=on(mask),
-            old_logprobs=on(trainer_old if trainer_old is not None else rollout),
-            ref_logprobs=on(ref),
-            rollout_logprobs=on(rollout),
-            values=on(values),
-            total_tokens=int(mask.sum()),
-            total_samples=len(samples),
-        )
-        return batch, trainer_old
+        return self._forward_logprobs(model, samples, range(len(samples)), width, temperature)
 
-    def _update(self, samples: list[Sample], loss_batch: LossBatch, chunk: list[int]) -> dict[str, float]:
-        """One optimizer update on the samples ``chunk``, normalised by the chunk's totals."""
+    def _step_values(self, samples: Sequence[Sample]) -> torch.Tensor:
+        """The recipe's critic ``values`` part: ``[B, T]`` float32 CPU values of every sample, on every rank."""
+        return self._critic_values(samples, range(len(samples)), max(s.response_length for s in samples))
+
+    def _update(self, step_batch: LossBatch, samples: Sequence[Sample], chunk: list[int]) -> dict[str, float]:
+        """One optimizer update on the samples ``chunk``; ``step_batch`` (the whole step's rows)
+        carries the chunk's totals, by which each micro-batch loss is normalised."""
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
-        index = torch.tensor(chunk, dtype=torch.long, device=self.device)
-        step_batch = replace(loss_batch, total_tokens=int(loss_batch.response_mask[index].sum()),
-                             total_samples=len(chunk))
-        width = int(loss_batch.response_mask.shape[1])
+        width = int(step_batch.response_mask.shape[1])
         micro_batches = self._micro_batches(samples, chunk, width)
         self.model.train()
         self.model.zero_grad_buffer()
@@ -498,15 +459,11 @@ class MegatronTrainer:
         self.scheduler.step(1)
         lr = float(self.optimizer.param_groups[0]["lr"])
         grad_norm, skipped = self._optimizer_step()
-        self.updates += 1
         return {**totals, "grad_norm": grad_norm, "lr": lr, "skipped_updates": float(skipped)}
 
-    def _critic_update(self, samples: list[Sample], loss_batch: LossBatch, chunk: list[int]) -> dict[str, float]:
+    def _critic_update(self, step_batch: LossBatch, samples: Sequence[Sample], chunk: list[int]) -> dict[str, float]:
         """One critic optimizer update on the samples ``chunk`` (:meth:`MegatronCritic.update`)."""
-        index = torch.tensor(chunk, dtype=torch.long, device=self.device)
-        step_batch = replace(loss_batch, total_tokens=int(loss_batch.response_mask[index].sum()),
-                             total_samples=len(chunk))
-        micro_batches = self._micro_batches(samples, chunk, int(loss_batch.response_mask.shape[1]))
+        micro_batches = self._micro_batches(samples, chunk, int(step_batch.response_mask.shape[1]))
         return self.critic.update(micro_batches, step_batch, self.loss, reduce_metrics=self._reduced_metrics,
                                   optimizer_step=self._optimizer_step)
 
@@ -585,8 +542,7 @@ class MegatronTrainer:
         wanted = sharded_state.sharded_state_dict(trainables, {}, loading=True)
         runtime = sharded_state.runtime_values(wanted)
         saved = sharded_state.restore(trainables, runtime, checkpoint.read(path, wanted))
-        self.steps = saved["steps"]
-        self.updates = saved["updates"]
+        self.recipe.restore(saved)
         if saved["layout"] == self._layout():
             checkpoint.set_rng_state(checkpoint.read_rng(path))
 
@@ -599,7 +555,7 @@ class MegatronTrainer:
         return parts
 
     def _saved_counters(self) -> dict[str, Any]:
-        return {"steps": self.steps, "updates": self.updates, "layout": self._layout(),
+        return {**self.recipe.counters(), "layout": self._layout(),
                 "parts": sharded_state.describe(self._trainables())}
 
     def _layout(self) -> dict[str, int]:
@@ -656,7 +612,3 @@ def _decoupled_grad(optimizer_config: Any) -> bool:
     """Whether megatron keeps this optimizer's gradients in ``decoupled_grad`` (precision-aware optimizer)."""
     return bool(getattr(optimizer_config, "use_precision_aware_optimizer_no_fp8_or_ds_fp8",
                         getattr(optimizer_config, "use_precision_aware_optimizer", False)))
-
-
-def _to(tensor: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
-    return None if tensor is None else tensor.to(device)

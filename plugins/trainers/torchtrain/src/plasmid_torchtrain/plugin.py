@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 from plasmid import hookimpl
+from plasmid.config import OptionParser
+from plasmid_torch.trainer_options import TrainerOptions
+
+
+@hookimpl
+def plasmid_addoption(parser: OptionParser) -> None:
+    parser.add_options(TrainerOptions)
 
 
 @hookimpl

@@ -1,15 +1,17 @@
 """The learning-rate schedule: linear warmup, then constant, linear or cosine decay to ``--min-lr``.
 
-Counted in optimizer updates: a run makes ``--num-rollouts`` x :func:`updates_per_rollout` of them.
+Counted in optimizer updates: a run makes ``--num-rollouts`` x
+:func:`plasmid_torch.training.updates_per_rollout` of them.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
 
-from plasmid_torch.training import updates_per_rollout
+from plasmid.kernel_options import RolloutOptions
+from plasmid_torch.trainer_options import TrainerOptions
+from plasmid_torch.training import scheduled_updates
 
 SCHEDULES = ("constant", "linear", "cosine")
 
@@ -37,15 +39,14 @@ def learning_rate(update: int, *, lr: float, schedule: str, warmup_steps: int, t
     return min_lr + (lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def lr_multiplier(option: Any) -> Callable[[int], float]:
-    """``update -> learning_rate(update) / --lr`` for ``torch.optim.lr_scheduler.LambdaLR``."""
-    base = option.lr
-    total = option.num_rollouts * updates_per_rollout(option)
+def lr_multiplier(options: TrainerOptions, rollout: RolloutOptions) -> Callable[[int], float]:
+    """``update -> learning_rate(update) / --lr`` for ``torch.optim.lr_scheduler.LambdaLR``, over the
+    run's :func:`~plasmid_torch.training.scheduled_updates`."""
+    base = options.lr
+    total = scheduled_updates(options, rollout)
 
     def multiplier(update: int) -> float:
-        if base == 0:
-            return 0.0
-        return learning_rate(update, lr=base, schedule=option.lr_schedule, warmup_steps=option.lr_warmup_steps,
-                             total_steps=total, min_lr=option.min_lr) / base
+        return learning_rate(update, lr=base, schedule=options.lr_schedule, warmup_steps=options.lr_warmup_steps,
+                             total_steps=total, min_lr=options.min_lr) / base
 
     return multiplier

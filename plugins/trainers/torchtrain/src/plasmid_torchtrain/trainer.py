@@ -1,11 +1,19 @@
 """The torch trainer: a Hugging Face causal LM trained in float32 on CPU with the run's loss.
 
-Options read: ``--model`` (the policy, and the frozen reference when the loss needs one),
-``--temperature`` (log-probs are taken at the sampling temperature, as the engine reports them),
-the "training" group (``--lr``, ``--lr-schedule``, ``--lr-warmup-steps``, ``--min-lr``,
-``--weight-decay``, ``--adam-beta1/2``, ``--clip-grad``, ``--global-batch-size``,
-``--micro-batch-size``) and ``--num-rollouts`` (length of the LR schedule); with a loss that
-``needs_critic``, also ``--critic-lr`` and ``--critic-warmup-steps`` (:mod:`.critic`).
+Options read, once, in ``__init__``: ``--model`` (the policy, and the frozen reference when the
+loss needs one; :class:`plasmid.kernel_options.GeneralOptions`), ``--temperature`` (log-probs are
+taken at the sampling temperature, as the engine reports them) and ``--num-rollouts``,
+``--prompts-per-step``, ``--n-samples-per-prompt`` (the length of the LR schedule;
+:class:`plasmid.kernel_options.RolloutOptions`), and the "training" group
+(:class:`plasmid_torch.trainer_options.TrainerOptions`: ``--lr``, ``--lr-schedule``,
+``--lr-warmup-steps``, ``--min-lr``, ``--weight-decay``, ``--adam-beta1/2``, ``--clip-grad``,
+``--global-batch-size``, ``--micro-batch-size``; with a loss that ``needs_critic``, also
+``--critic-lr`` and ``--critic-warmup-steps``, :mod:`.critic`).
+
+The step itself is the library's recipe (:class:`plasmid_torch.train_step.TrainStep`); this trainer
+supplies its parts: padded tensors of the samples, no-grad log-probs and values sharded over the
+data-parallel ranks (:mod:`.distributed`), and policy and critic updates made with
+:func:`plasmid_torch.optimizer_update.optimizer_update`.
 
 The model stays in eval mode: dropout is off, so log-probs are deterministic and comparable
 with the engine's.
@@ -14,27 +22,23 @@ with the engine's.
 from __future__ import annotations
 
 import copy
-import math
-import time
-from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
+from plasmid.config import Config
+from plasmid.kernel_options import GeneralOptions, RolloutOptions
+from plasmid.options import Options
+from plasmid.protocols import Loss
 from plasmid.types import LossBatch, RolloutBatch, Sample
 from plasmid_torch.compute import run_compute
 from plasmid_torch.hf import load_causal_lm
-from plasmid_torch.training import (
-    batch_metrics,
-    check_trainer_setup,
-    critic_batch_metrics,
-    index_chunks,
-    pad_rows,
-    update_metrics,
-)
+from plasmid_torch.optimizer_update import optimizer_update
+from plasmid_torch.train_step import CriticParts, TrainerParts, TrainStep
+from plasmid_torch.trainer_options import TrainerOptions
+from plasmid_torch.training import check_trainer_setup, index_chunks
 from plasmid_torchtrain import batching, checkpoint, critic, distributed, schedule, weights
 
 
@@ -52,18 +56,20 @@ class TorchTrainer:
     For the first ``--critic-warmup-steps`` steps only the critic is trained.
     """
 
-    def __init__(self, config: Any, loss: Any) -> None:
-        option = config.option
-        check_trainer_setup("torchtrain", option, loss)
+    option_classes: ClassVar[tuple[type[Options], ...]] = (TrainerOptions, GeneralOptions, RolloutOptions)
+
+    def __init__(self, config: Config, loss: Loss) -> None:
+        general = GeneralOptions.of(config)
+        check_trainer_setup("torchtrain", general, loss)
+        rollout = RolloutOptions.of(config)
+        #: the run's trainer options ("training" group)
+        self.options = options = TrainerOptions.of(config)
         self.config = config
         self.loss = loss
-        self.model_dir = Path(option.model)
-        self.temperature: float = option.temperature
-        self.micro_batch_size: int = option.micro_batch_size
+        self.model_dir = Path(general.model)
+        self.temperature: float = rollout.temperature
         #: this process's data-parallel rank (:mod:`.distributed`; one rank unless a runtime started more)
         self.dp = distributed.DataParallel.current()
-        self.global_batch_size: int | None = option.global_batch_size
-        self.clip_grad: float = option.clip_grad
         self.model = load_causal_lm(str(self.model_dir), "float32")
         self.model.requires_grad_(True)
         self.ref_model = None
@@ -71,24 +77,36 @@ class TorchTrainer:
             self.ref_model = copy.deepcopy(self.model).requires_grad_(False)
         pad_id = self.model.config.pad_token_id
         self.pad_id: int = pad_id if pad_id is not None else 0
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=option.lr,
-                                           betas=(option.adam_beta1, option.adam_beta2),
-                                           weight_decay=option.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule.lr_multiplier(option))
+        lr_multiplier = schedule.lr_multiplier(options, rollout)
+        self.optimizer = self._adamw(self.model, options.lr)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_multiplier)
         self.critic: critic.ValueModel | None = None
-        self.critic_warmup_steps: int = getattr(option, "critic_warmup_steps", 0) or 0
-        if getattr(loss, "needs_critic", False):
+        critic_parts = None
+        if loss.needs_critic:
             self.critic = critic.load_value_model(self.model_dir)
-            critic_lr = getattr(option, "critic_lr", None) or option.lr
-            self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=critic_lr,
-                                                      betas=(option.adam_beta1, option.adam_beta2),
-                                                      weight_decay=option.weight_decay)
-            self.critic_scheduler = torch.optim.lr_scheduler.LambdaLR(self.critic_optimizer,
-                                                                      schedule.lr_multiplier(option))
-        #: train_step calls completed (RL steps trained on).
-        self.steps = 0
-        #: optimizer updates of the policy made.
-        self.updates = 0
+            self.critic_optimizer = self._adamw(self.critic, options.critic_learning_rate)
+            self.critic_scheduler = torch.optim.lr_scheduler.LambdaLR(self.critic_optimizer, lr_multiplier)
+            critic_parts = CriticParts(values=self._step_values, update=self._critic_update)
+        #: the train-step recipe, with this trainer's parts; it keeps the step and update counters
+        self.recipe = TrainStep(TrainerParts(loss=loss, policy=self.model, reference=self.ref_model,
+                                             logprobs=self._step_logprobs, policy_update=self._update,
+                                             critic=critic_parts, prepare=self._pad),
+                                options, temperature=self.temperature)
+
+    def _adamw(self, model: torch.nn.Module, lr: float) -> torch.optim.AdamW:
+        options = self.options
+        return torch.optim.AdamW(model.parameters(), lr=lr, betas=(options.adam_beta1, options.adam_beta2),
+                                 weight_decay=options.weight_decay)
+
+    @property
+    def steps(self) -> int:
+        """Train steps completed (RL steps trained on)."""
+        return self.recipe.steps
+
+    @property
+    def updates(self) -> int:
+        """Optimizer updates of the policy made."""
+        return self.recipe.updates
 
     # ---------------------------------------------------------------------------------------------
     # Trainer protocol
@@ -105,10 +123,11 @@ class TorchTrainer:
         return await run_compute(self.compute_values, samples)
 
     async def train_step(self, batch: RolloutBatch) -> dict[str, float]:
-        """One RL step on ``batch``: old/ref log-probs, advantages, then one optimizer update per
-        ``--global-batch-size`` samples (default: one for the whole batch), each accumulated over
-        micro-batches of ``--micro-batch-size`` samples. Metrics are ``train/...`` floats."""
-        return await run_compute(self.run_train_step, batch)
+        """One RL step on ``batch`` (:class:`plasmid_torch.train_step.TrainStep`): old/ref
+        log-probs, advantages, then one optimizer update per ``--global-batch-size`` samples
+        (default: one for the whole batch), each accumulated over micro-batches of
+        ``--micro-batch-size`` samples. Metrics are ``train/...`` floats."""
+        return await run_compute(self.recipe.run, batch)
 
     def export_weights(self, bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
         """The policy's weights in Hugging Face names (each tensor once; a tied ``lm_head`` is
@@ -137,7 +156,7 @@ class TorchTrainer:
     def compute_logprobs(self, samples: list[Sample], temperature: float) -> list[list[float]]:
         if not samples:
             return []
-        padded = batching.pad_samples(samples, self.pad_id)
+        padded = self._pad(samples)
         values = self._no_grad_logprobs(self.model, padded, temperature)
         return [values[row, : sample.response_length].tolist() for row, sample in enumerate(samples)]
 
@@ -147,53 +166,16 @@ class TorchTrainer:
                              f"there are no values to compute")
         if not samples:
             return []
-        padded = batching.pad_samples(samples, self.pad_id)
+        padded = self._pad(samples)
         values = self._no_grad_values(padded)
         return [values[row, : sample.response_length].tolist() for row, sample in enumerate(samples)]
-
-    def run_train_step(self, batch: RolloutBatch) -> dict[str, float]:
-        started = time.perf_counter()
-        samples = batch.samples
-        if not samples:
-            return {"train/samples": 0.0, "train/tokens": 0.0, "train/updates": 0.0,
-                    "train/seconds": time.perf_counter() - started}
-        padded = batching.pad_samples(samples, self.pad_id)
-        loss_batch, trainer_old = self._loss_batch(samples, padded)
-        if self.critic is not None:
-            loss_batch.values = self._no_grad_values(padded, sharded=True)
-        loss_batch.advantages, loss_batch.returns = self.loss.advantages(loss_batch)
-        train_policy = self.steps >= self.critic_warmup_steps
-
-        per_update: list[dict[str, float]] = []
-        for chunk in map(torch.tensor, index_chunks(len(samples), self.global_batch_size)):
-            step_batch = replace(loss_batch.select(chunk), total_tokens=int(loss_batch.response_mask[chunk].sum()),
-                                 total_samples=len(chunk))
-            step_rows = padded.rows(chunk)
-            update: dict[str, float] = {}
-            if train_policy:
-                update.update(self._update(step_batch, step_rows))
-            if self.critic is not None:
-                update.update(self._critic_update(step_batch, step_rows))
-            per_update.append(update)
-        self.steps += 1
-
-        metrics = update_metrics(per_update)
-        mask = loss_batch.response_mask
-        if self.critic is not None:
-            metrics.update(critic_batch_metrics(loss_batch))
-            metrics["train/policy_updated"] = float(train_policy)
-        metrics.update(batch_metrics(samples, loss_batch.advantages, mask, trainer_old))
-        metrics["train/updates"] = float(len(per_update) if train_policy else 0)
-        metrics["train/seconds"] = time.perf_counter() - started
-        return metrics
 
     def save_checkpoint(self, path: str) -> None:
         state = {
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "rng": checkpoint.rng_state(),
-            "steps": self.steps,
-            "updates": self.updates,
+            **self.recipe.counters(),
         }
         if self.critic is not None:
             state["critic_optimizer"] = self.critic_optimizer.state_dict()
@@ -218,8 +200,51 @@ class TorchTrainer:
             self.critic_optimizer.load_state_dict(state["critic_optimizer"])
             self.critic_scheduler.load_state_dict(state["critic_scheduler"])
         checkpoint.set_rng_state(state["rng"])
-        self.steps = state["steps"]
-        self.updates = state["updates"]
+        self.recipe.restore(state)
+
+    # ---------------------------------------------------------------------------------------------
+    # the parts of the train step (plasmid_torch.train_step.TrainerParts)
+    # ---------------------------------------------------------------------------------------------
+
+    def _pad(self, samples: list[Sample]) -> batching.PaddedBatch:
+        return batching.pad_samples(samples, self.pad_id)
+
+    def _step_logprobs(self, model: Any, padded: batching.PaddedBatch, temperature: float) -> torch.Tensor:
+        """``[B, T]`` no-grad log-probs in a train step: sharded over the data-parallel ranks, gathered."""
+        return self._no_grad_logprobs(model, padded, temperature, sharded=True)
+
+    def _step_values(self, padded: batching.PaddedBatch) -> torch.Tensor:
+        """``[B, T]`` no-grad critic values in a train step: sharded over the data-parallel ranks, gathered."""
+        return self._no_grad_values(padded, sharded=True)
+
+    def _update(self, batch: LossBatch, padded: batching.PaddedBatch, chunk: list[int]) -> dict[str, float]:
+        """One policy optimizer update on the samples ``chunk`` (normalised by the chunk's totals,
+        which ``batch`` carries); each data-parallel rank backpropagates its shard."""
+        rows = torch.tensor(chunk)
+        chunk_batch, chunk_rows = batch.select(rows), padded.rows(rows)
+
+        def micro_losses() -> Iterator[tuple[torch.Tensor, dict[str, float]]]:
+            for micro in self.dp.micro_batches(chunk_rows.size, self.options.micro_batch_size):
+                logprobs, entropy = batching.response_logprobs(self.model, chunk_rows.rows(micro), self.temperature,
+                                                               with_entropy=True)
+                value, metrics = self.loss.policy_loss(chunk_batch.select(micro), logprobs, entropy)
+                yield value, {"loss": float(value.detach()), **metrics}
+
+        return optimizer_update(self.optimizer, self.scheduler, self.model.parameters(), micro_losses(),
+                                clip_grad=self.options.clip_grad, sync=self.dp)
+
+    def _critic_update(self, batch: LossBatch, padded: batching.PaddedBatch, chunk: list[int]) -> dict[str, float]:
+        """One critic optimizer update on ``loss.value_loss`` over the samples ``chunk``."""
+        rows = torch.tensor(chunk)
+        chunk_batch, chunk_rows = batch.select(rows), padded.rows(rows)
+
+        def micro_losses() -> Iterator[tuple[torch.Tensor, dict[str, float]]]:
+            for micro in self.dp.micro_batches(chunk_rows.size, self.options.micro_batch_size):
+                values = critic.response_values(self.critic, chunk_rows.rows(micro))
+                yield self.loss.value_loss(chunk_batch.select(micro), values)
+
+        return optimizer_update(self.critic_optimizer, self.critic_scheduler, self.critic.parameters(),
+                                micro_losses(), clip_grad=self.options.clip_grad, sync=self.dp, prefix="critic_")
 
     # ---------------------------------------------------------------------------------------------
 
@@ -244,84 +269,5 @@ class TorchTrainer:
 
     def _row_chunks(self, size: int, sharded: bool) -> Iterator[torch.Tensor]:
         if sharded:
-            return self.dp.micro_batches(size, self.micro_batch_size)
-        return map(torch.tensor, index_chunks(size, self.micro_batch_size))
-
-    def _loss_batch(self, samples: list[Sample], padded: batching.PaddedBatch) -> tuple[LossBatch, Any]:
-        """The step's :class:`LossBatch`, and the trainer's old log-probs (``None`` when the loss
-        does not need them and the rollout's are used instead)."""
-        width = padded.response_mask.shape[1]
-        for position, sample in enumerate(samples):
-            if sample.reward is None or not math.isfinite(sample.reward):
-                raise ValueError(f"sample {position} (index {sample.index}, group {sample.group_index}) has reward "
-                                 f"{sample.reward!r}: every sample must be scored with a finite reward before training")
-        have_rollout = all(s.rollout_logprobs is not None for s in samples)
-        rollout = pad_rows([s.rollout_logprobs for s in samples], width) if have_rollout else None
-        trainer_old = None
-        if self.loss.needs_old_logprobs or rollout is None:
-            trainer_old = self._no_grad_logprobs(self.model, padded, self.temperature, sharded=True)
-        ref = None
-        if self.ref_model is not None:
-            ref = self._no_grad_logprobs(self.ref_model, padded, self.temperature, sharded=True)
-        batch = LossBatch(
-            rewards=torch.tensor([s.reward for s in samples], dtype=torch.float32),
-            group_index=torch.tensor([s.group_index for s in samples], dtype=torch.long),
-            response_mask=padded.response_mask,
-            old_logprobs=trainer_old if trainer_old is not None else rollout,
-            ref_logprobs=ref,
-            rollout_logprobs=rollout,
-            total_tokens=int(padded.response_mask.sum()),
-            total_samples=len(samples),
-        )
-        return batch, trainer_old
-
-    def _update(self, step_batch: LossBatch, step_rows: batching.PaddedBatch) -> dict[str, float]:
-        """One policy optimizer update on ``step_batch`` (normalised by its totals); each
-        data-parallel rank backpropagates its shard, gradients and loss metrics are summed."""
-        self.optimizer.zero_grad(set_to_none=True)
-        totals: dict[str, float] = defaultdict(float)
-        for micro in self.dp.micro_batches(step_rows.size, self.micro_batch_size):
-            logprobs, entropy = batching.response_logprobs(self.model, step_rows.rows(micro), self.temperature,
-                                                           with_entropy=True)
-            value, loss_metrics = self.loss.policy_loss(step_batch.select(micro), logprobs, entropy)
-            value.backward()
-            totals["loss"] += float(value.detach())
-            for name, metric in loss_metrics.items():
-                totals[name] += float(metric)
-        parameters = [p for p in self.model.parameters() if p.requires_grad]
-        self.dp.sum_gradients(parameters)
-        totals = self.dp.sum_metrics(totals)
-        max_norm = self.clip_grad if self.clip_grad and self.clip_grad > 0 else math.inf
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, max_norm))
-        lr = self.optimizer.param_groups[0]["lr"]
-        skipped = not math.isfinite(grad_norm)
-        if skipped:   # a non-finite gradient would poison the weights: drop this update
-            self.optimizer.zero_grad(set_to_none=True)
-        else:
-            self.optimizer.step()
-        self.scheduler.step()
-        self.updates += 1
-        return {**totals, "grad_norm": grad_norm, "lr": lr, "skipped_updates": float(skipped)}
-
-    def _critic_update(self, step_batch: LossBatch, step_rows: batching.PaddedBatch) -> dict[str, float]:
-        """One critic optimizer update on ``loss.value_loss`` over ``step_batch``."""
-        self.critic_optimizer.zero_grad(set_to_none=True)
-        totals: dict[str, float] = defaultdict(float)
-        for micro in self.dp.micro_batches(step_rows.size, self.micro_batch_size):
-            values = critic.response_values(self.critic, step_rows.rows(micro))
-            value, loss_metrics = self.loss.value_loss(step_batch.select(micro), values)
-            value.backward()
-            for name, metric in loss_metrics.items():
-                totals[name] += float(metric)
-        self.dp.sum_gradients(self.critic.parameters())
-        totals = self.dp.sum_metrics(totals)
-        max_norm = self.clip_grad if self.clip_grad and self.clip_grad > 0 else math.inf
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(list(self.critic.parameters()), max_norm))
-        lr = self.critic_optimizer.param_groups[0]["lr"]
-        skipped = not math.isfinite(grad_norm)
-        if skipped:
-            self.critic_optimizer.zero_grad(set_to_none=True)
-        else:
-            self.critic_optimizer.step()
-        self.critic_scheduler.step()
-        return {**totals, "critic_grad_norm": grad_norm, "critic_lr": lr, "critic_skipped_updates": float(skipped)}
+            return self.dp.micro_batches(size, self.options.micro_batch_size)
+        return map(torch.tensor, index_chunks(size, self.options.micro_batch_size))

@@ -5,26 +5,33 @@ Subclass it in the plugin's tests, naming the plugin module and the provider::
     class TestMyTrainer(TrainerContract):
         plugin = my_trainer.plugin
         provider = "my-trainer"
-        loss_plugin = plasmid_grpo.plugin   # default: plasmid-grpo's plugin, when installed
-        loss_provider = "grpo"
         model_options = {"arch": "llama"}   # optional: build_tiny_model keywords
         config_options = {"lr": 1e-3}       # optional: options to build the trainer with
+        contract_loss = ContractLoss(kl_coef=0.05)   # optional: the loss, here with a reference model
+        # or a plugin's loss instead: loss_plugin = plasmid_grpo.plugin; loss_provider = "grpo"
 
 The trainer trains a tiny model built with :func:`plasmid_torch.tiny.build_tiny_model` on batches
-made by hand (:func:`make_rollout_batch`). What it checks:
+made by hand (:func:`make_rollout_batch`), with a loss of this module (:class:`ContractLoss`,
+:class:`ContractCriticLoss`: test support, so the contract needs no loss plugin) unless
+``loss_plugin`` names one. The trainer plugin declares the trainers' shared options
+(:class:`plasmid_torch.trainer_options.TrainerOptions`). What it checks:
 
 - ``train_step`` returns finite float metrics (with ``train/loss``) and changes the weights;
 - ``logprobs`` returns one value per response token, each ``<= 0``;
 - ``export_weights`` buckets respect the byte bound (a single larger tensor alone) and cover
   every tensor of the saved Hugging Face checkpoint exactly once, with equal values;
 - ``save`` then ``load`` into a fresh trainer restores the log-probs exactly;
+- a trainer resumed from a checkpoint takes the same next step as the one that wrote it: every
+  metric and weight bit-identical (optimizer, LR schedule and counters restored);
 - the checkpoint's ``model/`` directory (:attr:`TrainerContract.checkpoint_model_subdir`) loads
-  with ``transformers.AutoModelForCausalLM`` and ``AutoTokenizer.from_pretrained``.
+  with ``transformers.AutoModelForCausalLM`` and ``AutoTokenizer.from_pretrained``;
+- critic warm-up (``--critic-warmup-steps``): with a loss that trains a critic, the warm-up steps
+  leave the policy unchanged and train the critic (:class:`plasmid.protocols.SupportsValues`), the
+  next one updates the policy; a loss without a critic ignores the option.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import random
@@ -36,8 +43,9 @@ import pytest
 import torch
 
 from plasmid import testing
-from plasmid.protocols import Trainer
-from plasmid.types import Group, RolloutBatch, Sample, Status
+from plasmid.config import Config
+from plasmid.protocols import SupportsValues, Trainer
+from plasmid.types import Group, LossBatch, RolloutBatch, Sample, Status
 from plasmid_torch.tiny import BOS_ID, SPECIAL_TOKENS, build_tiny_model
 
 
@@ -87,11 +95,82 @@ def exported(trainer: Any, bucket_bytes: int = 1 << 40) -> dict[str, np.ndarray]
     return {name: as_numpy(tensor).copy() for bucket in trainer.export_weights(bucket_bytes) for name, tensor in bucket}
 
 
-def default_loss_plugin() -> Any:
-    try:
-        return importlib.import_module("plasmid_grpo.plugin")
-    except ImportError:
-        pytest.skip("the trainer contract needs a loss: install plasmid-grpo or set loss_plugin/loss_provider")
+# -------------------------------------------------------------------------------------------------
+# TEST SUPPORT: the contract's own losses (not RL algorithms to train with)
+# -------------------------------------------------------------------------------------------------
+
+
+class ContractLoss:
+    """TEST SUPPORT: the smallest policy-gradient loss that satisfies :class:`plasmid.protocols.Loss`,
+    so that the trainer contract needs no loss plugin. Not an algorithm to train with.
+
+    - advantages: each sample's reward minus its group's mean reward, on every trained token;
+    - policy loss: ``-sum(ratio * advantage) / total_tokens`` over trained tokens, with
+      ``ratio = exp(logprobs - old_logprobs)`` (1 at the first update, where the gradient is the
+      plain policy gradient); with ``kl_coef > 0``, plus ``kl_coef * sum((logprobs - ref)^2 / 2) /
+      total_tokens`` (and ``needs_ref`` is true: the trainer keeps a reference model);
+    - metrics (summed over micro-batches, like the loss): ``pg_loss``, ``entropy`` and ``kl``.
+
+    Built as ``ContractLoss()`` or, as a registered provider would be, ``ContractLoss(config)``.
+    """
+
+    needs_critic = False
+    needs_old_logprobs = True
+
+    def __init__(self, config: Config | None = None, *, kl_coef: float = 0.0) -> None:
+        self.kl_coef = kl_coef
+        self.needs_ref = kl_coef > 0
+
+    def advantages(self, batch: LossBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
+        rewards = batch.rewards.float()
+        groups = batch.group_index
+        group_sum = torch.zeros_like(rewards).index_add_(0, groups, rewards)
+        group_size = torch.zeros_like(rewards).index_add_(0, groups, torch.ones_like(rewards))
+        relative = rewards - (group_sum / group_size.clamp(min=1))[groups]
+        return relative.unsqueeze(1) * batch.response_mask, None
+
+    def policy_loss(self, batch: LossBatch, logprobs: torch.Tensor,
+                    entropy: torch.Tensor | None) -> tuple[torch.Tensor, dict[str, float]]:
+        trained = batch.response_mask > 0
+        zero = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
+        total = max(int(batch.total_tokens), 1)
+        ratio = torch.exp(torch.where(trained, logprobs - batch.old_logprobs, zero))
+        pg_loss = -torch.where(trained, ratio * batch.advantages, zero).sum() / total
+        loss, metrics = pg_loss, {"pg_loss": float(pg_loss.detach())}
+        if self.needs_ref:
+            kl = torch.where(trained, (logprobs - batch.ref_logprobs) ** 2 / 2, zero).sum() / total
+            loss = loss + self.kl_coef * kl
+            metrics["kl"] = float(kl.detach())
+        if entropy is not None:
+            metrics["entropy"] = float(torch.where(trained, entropy.detach(), zero).sum()) / total
+        return loss, metrics
+
+
+class ContractCriticLoss(ContractLoss):
+    """TEST SUPPORT: :class:`ContractLoss` with a critic (a :class:`plasmid.protocols.CriticLoss`).
+
+    - returns: each sample's reward on every trained token (no discount);
+    - advantages: ``returns - values`` (the critic's values before the update);
+    - value loss: ``sum((values - returns)^2 / 2) / total_tokens`` over trained tokens; metric
+      ``value_loss``.
+    """
+
+    needs_critic = True
+
+    def advantages(self, batch: LossBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
+        returns = batch.rewards.float().unsqueeze(1) * batch.response_mask
+        return (returns - batch.values) * batch.response_mask, returns
+
+    def value_loss(self, batch: LossBatch, values: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        trained = batch.response_mask > 0
+        zero = torch.zeros((), dtype=values.dtype, device=values.device)
+        loss = torch.where(trained, (values - batch.returns) ** 2 / 2, zero).sum() / max(int(batch.total_tokens), 1)
+        return loss, {"value_loss": float(loss.detach())}
+
+
+def without_time(metrics: dict[str, float]) -> dict[str, float]:
+    """``metrics`` without the wall-clock ones (``*seconds*``)."""
+    return {name: value for name, value in metrics.items() if "seconds" not in name}
 
 
 class TrainerContract:
@@ -99,8 +178,11 @@ class TrainerContract:
 
     plugin: Any = None
     provider: str = ""
+    #: the loss the trainer is built with (unless ``loss_plugin`` is set)
+    contract_loss: Any = ContractLoss()
+    #: a loss plugin to build ``loss_provider`` from instead of :attr:`contract_loss`
     loss_plugin: Any = None
-    loss_provider: str = "grpo"
+    loss_provider: str = ""
     config_options: dict[str, Any] = {}
     model_options: dict[str, Any] = {}
     #: where a checkpoint keeps its Hugging Face model directory, relative to the checkpoint
@@ -117,15 +199,19 @@ class TrainerContract:
 
     @pytest.fixture
     def make_trainer(self, model_dir: Path, tmp_path: Path) -> Any:
-        """``make_trainer(**options)``: a fresh trainer (and its loss) on the tiny model."""
-        loss_plugin = self.loss_plugin or default_loss_plugin()
+        """``make_trainer(loss=None, **options)``: a fresh trainer on the tiny model, with ``loss``
+        (default: :attr:`contract_loss`, or ``loss_provider`` of ``loss_plugin`` when that is set)."""
+        plugins = (self.plugin,) if self.loss_plugin is None else (self.plugin, self.loss_plugin)
 
-        def factory(**options: Any) -> Any:
+        def factory(loss: Any = None, **options: Any) -> Any:
             merged = {"lr": 1e-3, "model": str(model_dir), "run_dir": tmp_path / "run", **self.config_options,
                       **options}
-            config = testing.make_config(self.plugin, loss_plugin, **merged)
-            loss = testing.build("loss", self.loss_provider, self.plugin, loss_plugin, config=config)
-            return testing.build("trainer", self.provider, self.plugin, loss_plugin, config=config, args=(loss,))
+            config = testing.make_config(*plugins, **merged)
+            if loss is None and self.loss_plugin is not None:
+                loss = testing.build("loss", self.loss_provider, *plugins, config=config)
+            elif loss is None:
+                loss = self.contract_loss
+            return testing.build("trainer", self.provider, *plugins, config=config, args=(loss,))
 
         return factory
 
@@ -204,3 +290,47 @@ class TrainerContract:
         state = {name: tensor.numpy() for name, tensor in model.state_dict().items()}
         for name, value in exported(trainer).items():
             assert np.array_equal(state[name], value), name
+
+    def test_a_resumed_trainer_takes_the_same_next_step_bit_for_bit(self, make_trainer: Any, vocab_size: int,
+                                                                    tmp_path: Path) -> None:
+        options = {"lr_schedule": "cosine", "lr_warmup_steps": 1, "num_rollouts": 3}
+        straight = make_trainer(**options)
+        testing.run(straight.train_step(make_rollout_batch(vocab_size, seed=1)))
+        testing.run(straight.save(str(tmp_path / "ckpt")))
+        expected = without_time(testing.run(straight.train_step(make_rollout_batch(vocab_size, seed=2,
+                                                                                   rollout_id=1))))
+        expected_weights = exported(straight)
+
+        resumed = make_trainer(**options)
+        testing.run(resumed.load(str(tmp_path / "ckpt")))
+        got = without_time(testing.run(resumed.train_step(make_rollout_batch(vocab_size, seed=2, rollout_id=1))))
+        assert got == expected, {name: (expected.get(name), got.get(name)) for name in set(expected) | set(got)
+                                 if expected.get(name) != got.get(name)}
+        weights = exported(resumed)
+        assert set(weights) == set(expected_weights)
+        differing = [name for name, value in expected_weights.items() if not np.array_equal(weights[name], value)]
+        assert not differing, f"the resumed trainer's weights differ: {differing}"
+
+    def test_critic_warmup_trains_only_the_critic_then_the_policy(self, make_trainer: Any, vocab_size: int) -> None:
+        trainer = make_trainer(loss=ContractCriticLoss(), critic_warmup_steps=1)
+        assert isinstance(trainer, SupportsValues), "a trainer built with a critic loss must have values()"
+        probe = make_rollout_batch(vocab_size, seed=3).samples
+        policy_before, values_before = exported(trainer), testing.run(trainer.values(probe))
+
+        metrics = testing.run(trainer.train_step(make_rollout_batch(vocab_size, seed=1)))
+        assert metrics["train/policy_updated"] == 0.0 and metrics["train/updates"] == 0.0
+        moved = [name for name, value in exported(trainer).items() if not np.array_equal(policy_before[name], value)]
+        assert not moved, f"the policy moved during the critic warm-up: {moved}"
+        assert testing.run(trainer.values(probe)) != values_before, "the critic did not train during warm-up"
+
+        metrics = testing.run(trainer.train_step(make_rollout_batch(vocab_size, seed=2, rollout_id=1)))
+        assert metrics["train/policy_updated"] == 1.0 and metrics["train/updates"] >= 1.0
+        assert any(not np.array_equal(policy_before[name], value) for name, value in exported(trainer).items())
+
+    def test_a_loss_without_a_critic_ignores_the_critic_warmup(self, make_trainer: Any, vocab_size: int) -> None:
+        trainer = make_trainer(loss=ContractLoss(), critic_warmup_steps=3)
+        before = exported(trainer)
+        metrics = testing.run(trainer.train_step(make_rollout_batch(vocab_size)))
+        assert metrics["train/updates"] == 1.0
+        assert any(not np.array_equal(before[name], value) for name, value in exported(trainer).items()), \
+            "a loss without a critic has no warm-up: the first step must update the policy"

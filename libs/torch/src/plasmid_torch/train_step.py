@@ -1,0 +1,220 @@
+"""The RL train step, written once: every trainer supplies its parts, :class:`TrainStep` does the rest
+(imports torch).
+
+The shape is torchtitan's ``TrainSpec``: a trainer is a small record of what differs (here
+:class:`TrainerParts`: how its models compute log-probs and values, how it makes one optimizer
+update) around one shared recipe. One call of :meth:`TrainStep.run` on a
+:class:`plasmid.types.RolloutBatch` of ``B`` samples, ``T`` the longest response:
+
+1. an empty batch reports ``train/samples``, ``train/tokens``, ``train/updates`` (all 0) and
+   ``train/seconds``, and counts no step;
+2. the samples are checked (:func:`plasmid_torch.training.check_samples`; every reward finite);
+3. ``inputs = parts.prepare(samples)``: the samples in the trainer's own form (padded tensors, ...),
+   handed to every other part;
+4. the :class:`plasmid.types.LossBatch` of the whole batch, on ``parts.device``: rewards, groups,
+   ``response_mask`` (each sample's ``loss_mask``), the rollout's log-probs when every sample has
+   them; ``old_logprobs``: the policy's, computed now, when the loss ``needs_old_logprobs`` or a
+   sample has no rollout log-probs, else the rollout's; ``ref_logprobs`` when there is a
+   reference model; ``values`` (the critic's, before any update) when there is a critic;
+5. ``loss.advantages`` on the whole batch fills ``advantages`` and ``returns``;
+6. the warm-up rule: the policy is trained unless there is a critic and fewer than
+   ``--critic-warmup-steps`` steps were trained (a loss without a critic ignores the option);
+7. one optimizer update per ``--global-batch-size`` samples (one for the whole batch when unset):
+   ``parts.policy_update`` (when the policy is trained), then ``parts.critic.update``, each
+   given the batch with ``total_tokens`` / ``total_samples`` of that chunk;
+8. metrics: the updates' (:func:`plasmid_torch.training.update_metrics`), with a critic
+   :func:`~plasmid_torch.training.critic_batch_metrics` and ``train/policy_updated``, the batch's
+   (:func:`~plasmid_torch.training.batch_metrics`), ``train/updates`` (policy updates made) and
+   ``train/seconds``; the step and policy-update counters (:attr:`TrainStep.steps`,
+   :attr:`TrainStep.updates`) advance, and a checkpoint saves them.
+
+In a trainer of several ranks every rank runs the recipe on the same batch; the parts are
+collective where the trainer needs them to be (each no-grad pass returns every row on every rank).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from plasmid.protocols import Loss
+from plasmid.types import LossBatch, RolloutBatch, Sample
+from plasmid_torch.trainer_options import TrainerOptions
+from plasmid_torch.training import (
+    batch_metrics,
+    check_samples,
+    critic_batch_metrics,
+    index_chunks,
+    pad_rows,
+    response_mask,
+    update_metrics,
+)
+
+#: ``update(batch, inputs, chunk) -> metrics``: one optimizer update over the samples ``chunk``
+#: (positions in the step's batch). ``batch`` is the whole step's LossBatch with ``total_tokens``
+#: and ``total_samples`` of the chunk (the normalisers of its micro-batch losses); select its rows
+#: with ``batch.select(...)``. Metrics are names without the ``train/`` prefix.
+Update = Callable[[LossBatch, Any, list[int]], dict[str, float]]
+
+
+@dataclass(frozen=True)
+class CriticParts:
+    """What a trainer with a critic (for a loss that ``needs_critic``) supplies.
+
+    :ivar values: ``values(inputs)``: ``[B, T]`` float32 CPU values of the state before each
+        response token, no gradient, 0 beyond each response.
+    :ivar update: one critic optimizer update (:data:`Update`) on ``loss.value_loss``; its
+        metrics are the loss's and ``critic_grad_norm``, ``critic_lr``, ``critic_skipped_updates``.
+    """
+
+    values: Callable[[Any], torch.Tensor]
+    update: Update
+
+
+@dataclass(frozen=True)
+class TrainerParts:
+    """What a trainer supplies to :class:`TrainStep`: its loss, models, device and passes.
+
+    :ivar loss: the run's :class:`plasmid.protocols.Loss`.
+    :ivar policy: the policy model, handed back to :attr:`logprobs`.
+    :ivar reference: the frozen reference model (the loss ``needs_ref``), else ``None``.
+    :ivar logprobs: ``logprobs(model, inputs, temperature)``: ``[B, T]`` float32 CPU log-probs of
+        every sample's response tokens under ``model``, no gradient, 0 beyond each response.
+    :ivar policy_update: one policy optimizer update (:data:`Update`) on ``loss.policy_loss``; its
+        metrics are ``loss``, the loss's own, ``grad_norm``, ``lr`` and ``skipped_updates``.
+    :ivar critic: the critic's parts, ``None`` without a critic.
+    :ivar device: where the step's LossBatch lives (where the trainer computes its losses).
+    :ivar prepare: ``prepare(samples)``: the step's samples in the form the other parts take
+        (default: the samples themselves).
+    """
+
+    loss: Loss
+    policy: Any
+    reference: Any
+    logprobs: Callable[[Any, Any, float], torch.Tensor]
+    policy_update: Update
+    critic: CriticParts | None = None
+    device: torch.device = torch.device("cpu")
+    prepare: Callable[[Sequence[Sample]], Any] = list
+
+
+class TrainStep:
+    """The train-step recipe of every trainer (see the module docstring), with its counters.
+
+    :param parts: what the trainer supplies.
+    :param options: the run's trainer options (``--global-batch-size``, ``--critic-warmup-steps``).
+    :param temperature: the sampling temperature (``--temperature``): old and reference log-probs
+        are taken at it, as the engine reports them.
+    """
+
+    def __init__(self, parts: TrainerParts, options: TrainerOptions, *, temperature: float) -> None:
+        self.parts = parts
+        self.options = options
+        self.temperature = temperature
+        #: train steps completed (RL steps trained on; empty batches are not counted).
+        self.steps = 0
+        #: optimizer updates of the policy made (skipped ones included).
+        self.updates = 0
+
+    @property
+    def trains_policy(self) -> bool:
+        """Whether the next step updates the policy: unless there is a critic and fewer than
+        ``--critic-warmup-steps`` steps were trained."""
+        return self.parts.critic is None or self.steps >= self.options.critic_warmup_steps
+
+    def run(self, batch: RolloutBatch) -> dict[str, float]:
+        """One RL step on ``batch``; its ``train/...`` float metrics."""
+        started = time.perf_counter()
+        samples = batch.samples
+        if not samples:
+            return {"train/samples": 0.0, "train/tokens": 0.0, "train/updates": 0.0,
+                    "train/seconds": time.perf_counter() - started}
+        check_samples(samples)
+        check_rewards(samples)
+        parts = self.parts
+        inputs = parts.prepare(samples)
+        loss_batch, trainer_old = self.loss_batch(samples, inputs)
+        loss_batch.advantages, loss_batch.returns = parts.loss.advantages(loss_batch)
+
+        train_policy = self.trains_policy
+        per_update: list[dict[str, float]] = []
+        for chunk in index_chunks(len(samples), self.options.global_batch_size):
+            chunk_batch = replace(loss_batch, total_tokens=int(loss_batch.response_mask[chunk].sum()),
+                                  total_samples=len(chunk))
+            update: dict[str, float] = {}
+            if train_policy:
+                update.update(parts.policy_update(chunk_batch, inputs, chunk))
+                self.updates += 1
+            if parts.critic is not None:
+                update.update(parts.critic.update(chunk_batch, inputs, chunk))
+            per_update.append(update)
+        self.steps += 1
+
+        metrics = update_metrics(per_update)
+        if parts.critic is not None:
+            metrics.update(critic_batch_metrics(loss_batch))
+            metrics["train/policy_updated"] = float(train_policy)
+        metrics.update(batch_metrics(samples, loss_batch.advantages.cpu(), loss_batch.response_mask.cpu(),
+                                     trainer_old))
+        metrics["train/updates"] = float(len(per_update) if train_policy else 0)
+        metrics["train/seconds"] = time.perf_counter() - started
+        return metrics
+
+    def loss_batch(self, samples: Sequence[Sample], inputs: Any) -> tuple[LossBatch, torch.Tensor | None]:
+        """The step's :class:`LossBatch` on ``parts.device`` (advantages not yet filled in), and the
+        policy's old log-probs (``[B, T]`` CPU; ``None`` when the rollout's were used instead)."""
+        parts = self.parts
+        width = max(sample.response_length for sample in samples)
+        mask = response_mask(samples, width)
+        have_rollout = all(sample.rollout_logprobs is not None for sample in samples)
+        rollout = pad_rows([sample.rollout_logprobs for sample in samples], width) if have_rollout else None
+        trainer_old = None
+        if parts.loss.needs_old_logprobs or rollout is None:
+            trainer_old = parts.logprobs(parts.policy, inputs, self.temperature)
+        ref = None
+        if parts.reference is not None:
+            ref = parts.logprobs(parts.reference, inputs, self.temperature)
+        values = parts.critic.values(inputs) if parts.critic is not None else None
+        on = functools.partial(_to, device=parts.device)
+        batch = LossBatch(
+            rewards=on(torch.tensor([sample.reward for sample in samples], dtype=torch.float32)),
+            group_index=on(torch.tensor([sample.group_index for sample in samples], dtype=torch.long)),
+            response_mask=on(mask),
+            old_logprobs=on(trainer_old if trainer_old is not None else rollout),
+            ref_logprobs=on(ref),
+            rollout_logprobs=on(rollout),
+            values=on(values),
+            total_tokens=int(mask.sum()),
+            total_samples=len(samples),
+        )
+        return batch, trainer_old
+
+    def counters(self) -> dict[str, int]:
+        """``{"steps", "updates"}``, for a checkpoint."""
+        return {"steps": self.steps, "updates": self.updates}
+
+    def restore(self, counters: dict[str, Any]) -> None:
+        """Continue counting from a checkpoint's :meth:`counters`."""
+        self.steps = int(counters["steps"])
+        self.updates = int(counters["updates"])
+
+
+def check_rewards(samples: Sequence[Sample]) -> None:
+    """Raise ``ValueError`` naming the first sample whose reward is missing or not finite."""
+    for position, sample in enumerate(samples):
+        if sample.reward is None or not math.isfinite(sample.reward):
+            raise ValueError(f"sample {position} (index {sample.index}, group {sample.group_index}) has reward "
+                             f"{sample.reward!r}: every sample must be scored with a finite reward before training")
+
+
+def _to(tensor: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
+    return None if tensor is None else tensor.to(device)
+
+
+__all__ = ["CriticParts", "TrainStep", "TrainerParts", "Update", "check_rewards"]

@@ -1,0 +1,36 @@
+"""The megatron trainer's own options (``--trainer megatron``): the parallel layout, micro-batch
+packing and vocabulary padding.
+
+megatron-core's own config fields pass through as ``--megatron-<field>``, generated from the
+installed version (:mod:`plasmid_megatron.native_options`); the options every trainer shares are
+:class:`plasmid_torch.trainer_options.TrainerOptions`. This module imports neither torch nor
+megatron: the plugin declares it before any trainer is chosen.
+"""
+
+from __future__ import annotations
+
+from plasmid.options import Options, option
+
+
+class MegatronOptions(Options, group="megatron", description="the megatron-core trainer (--trainer megatron)"):
+    """Read once by :class:`plasmid_megatron.trainer.MegatronTrainer`."""
+
+    tensor_model_parallel_size: int = option(1, "tensor-parallel ranks", min=1)
+    pipeline_model_parallel_size: int = option(1, "pipeline stages", min=1)
+    context_parallel_size: int = option(
+        1, "context-parallel ranks: each sequence is split over this many ranks (2 chunks each, load-balanced "
+        "for causal attention); needs TransformerEngine's attention (CUDA with transformer_engine installed)",
+        min=1)
+    expert_model_parallel_size: int = option(
+        1, "expert-parallel ranks: each mixture-of-experts layer's routed experts are split over this many "
+        "(data-parallel) ranks, tokens exchanged all-to-all; must divide num_experts. Mixture-of-experts models "
+        "only (qwen2_moe, qwen3_moe); each expert's weights are split further over "
+        "--megatron-expert-tensor-parallel-size ranks (default: the tensor-parallel size)", min=1)
+    max_tokens_per_micro_batch: int | None = option(
+        None, "pack micro-batches by a budget of padded tokens (samples x longest) instead of --micro-batch-size "
+        "samples each", min=1, default_text="off")
+    make_vocab_size_divisible_by: int = option(128, "pad the embedding rows to a multiple of this x "
+                                               "tensor-parallel size", min=1)
+
+
+__all__ = ["MegatronOptions"]
