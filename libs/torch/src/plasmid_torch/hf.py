@@ -10,7 +10,7 @@ from typing import Any
 from plasmid.errors import UsageError
 
 
-def _check_model_dir(path: str | os.PathLike) -> Path:
+def _check_model_dir(path: str | os.PathLike[str]) -> Path:
     directory = Path(path)
     if not (directory / "config.json").is_file():
         raise UsageError(f"--model {path}: not a Hugging Face model directory (no config.json there)")

@@ -123,7 +123,7 @@ class PolicyGradientLoss:
 
     def shaped_rewards(self, batch: LossBatch) -> torch.Tensor:
         """``[B]`` rewards plus DAPO's overlong penalty (with ``--overlong-buffer-len``)."""
-        rewards = batch.rewards.float()
+        rewards: torch.Tensor = batch.rewards.float()
         if not self.overlong_buffer_length:
             return rewards
         lengths = algorithms.response_lengths(batch.response_mask)
@@ -223,10 +223,12 @@ class PolicyGradientLoss:
         if batch.ref_logprobs is None:
             raise ValueError(f"{flag} needs the reference model's log-probs but LossBatch.ref_logprobs is None: "
                              f"the trainer must compute them when loss.needs_ref is true")
-        return batch.ref_logprobs
+        ref_logprobs: torch.Tensor = batch.ref_logprobs
+        return ref_logprobs
 
     def _require_values(self, batch: LossBatch) -> torch.Tensor:
         if batch.values is None:
             raise ValueError(f"{type(self).__name__} needs the critic's values but LossBatch.values is None: the "
                              f"trainer must compute them when loss.needs_critic is true")
-        return batch.values
+        values: torch.Tensor = batch.values
+        return values

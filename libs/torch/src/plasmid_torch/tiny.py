@@ -75,7 +75,7 @@ def tiny_config(vocab_size: int, arch: str = "qwen2", hidden_size: int = 64, num
     return configs[arch](**{**common, **overrides})
 
 
-def build_tiny_model(directory: str | os.PathLike, *, alphabet: str = DIGITS_ALPHABET, seed: int = 0,
+def build_tiny_model(directory: str | os.PathLike[str], *, alphabet: str = DIGITS_ALPHABET, seed: int = 0,
                      arch: str = "qwen2", **config_kwargs: Any) -> Path:
     """Initialise a tiny causal LM with ``seed`` and save it with its tokenizer to ``directory``.
 

@@ -172,8 +172,8 @@ class TrainStep:
         parts = self.parts
         width = max(sample.response_length for sample in samples)
         mask = response_mask(samples, width)
-        have_rollout = all(sample.rollout_logprobs is not None for sample in samples)
-        rollout = pad_rows([sample.rollout_logprobs for sample in samples], width) if have_rollout else None
+        rollout_rows = [sample.rollout_logprobs for sample in samples if sample.rollout_logprobs is not None]
+        rollout = pad_rows(rollout_rows, width) if len(rollout_rows) == len(samples) else None
         trainer_old = None
         if parts.loss.needs_old_logprobs or rollout is None:
             trainer_old = parts.logprobs(parts.policy, inputs, self.temperature)

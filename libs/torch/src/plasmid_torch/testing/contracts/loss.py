@@ -99,9 +99,10 @@ class LossContract:
     @staticmethod
     def current_logprobs(batch: LossBatch, seed: int = 1, spread: float = 0.3) -> torch.Tensor:
         """Log-probs of a policy a little away from the old one, as a leaf tensor with gradient."""
+        old_logprobs: torch.Tensor = batch.old_logprobs
         generator = torch.Generator().manual_seed(seed)
-        noise = (torch.rand(batch.old_logprobs.shape, generator=generator) * 2 - 1) * spread
-        return (batch.old_logprobs + noise).clamp(max=0.0).requires_grad_(True)
+        noise = (torch.rand(old_logprobs.shape, generator=generator) * 2 - 1) * spread
+        return (old_logprobs + noise).clamp(max=0.0).requires_grad_(True)
 
     @staticmethod
     def entropy(batch: LossBatch) -> torch.Tensor:
@@ -191,9 +192,10 @@ class LossContract:
     @staticmethod
     def current_values(batch: LossBatch, seed: int = 3, spread: float = 0.5) -> torch.Tensor:
         """Critic values a little away from the old ones, as a leaf tensor with gradient."""
+        values: torch.Tensor = batch.values
         generator = torch.Generator().manual_seed(seed)
-        noise = (torch.rand(batch.values.shape, generator=generator) * 2 - 1) * spread
-        return (batch.values + noise).requires_grad_(True)
+        noise = (torch.rand(values.shape, generator=generator) * 2 - 1) * spread
+        return (values + noise).requires_grad_(True)
 
     def value_loss_and_grad(self, loss: Any, batch: LossBatch,
                             values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:

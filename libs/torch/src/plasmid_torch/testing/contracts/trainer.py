@@ -82,7 +82,7 @@ def tensor_nbytes(tensor: Any) -> int:
     return int(tensor.numel() * tensor.element_size())
 
 
-def as_numpy(tensor: Any) -> np.ndarray:
+def as_numpy(tensor: torch.Tensor | np.ndarray) -> np.ndarray:
     """A numpy view or copy of a torch tensor; bfloat16 (which numpy lacks) as float32, exactly."""
     if isinstance(tensor, np.ndarray):
         return tensor
@@ -312,7 +312,7 @@ class TrainerContract:
         assert not differing, f"the resumed trainer's weights differ: {differing}"
 
     def test_critic_warmup_trains_only_the_critic_then_the_policy(self, make_trainer: Any, vocab_size: int) -> None:
-        trainer = make_trainer(loss=ContractCriticLoss(), critic_warmup_steps=1)
+        trainer: Trainer = make_trainer(loss=ContractCriticLoss(), critic_warmup_steps=1)
         assert isinstance(trainer, SupportsValues), "a trainer built with a critic loss must have values()"
         probe = make_rollout_batch(vocab_size, seed=3).samples
         policy_before, values_before = exported(trainer), testing.run(trainer.values(probe))
