@@ -13,8 +13,8 @@ Works in any runtime: locally the trainer and the engines read and write the sam
 a Ray cluster of several nodes ``--sync-dir`` must be a shared file system.
 
 Registered by plugins, not here: plasmid-sync as ``disk`` and plasmid-sglang as ``sglang-disk``
-(``"plasmid_torch.disk_sync:DiskSync"``). ``--sync-dir`` and ``--sync-keep-versions`` are
-plasmid-sync's options; without them the defaults above apply.
+(``"plasmid_torch.disk_sync:DiskSync"``). Its options, ``--sync-dir`` and ``--sync-keep-versions``,
+are :class:`DiskSyncOptions`, declared by both plugins (plasmid-sync's ``delta`` reads them too).
 """
 
 from __future__ import annotations
@@ -27,8 +27,12 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from plasmid.config import Config
+from plasmid.kernel_options import GeneralOptions, ScheduleOptions
+from plasmid.options import Options, option
+from plasmid.protocols import RolloutEngine, SupportsDiskWeights, Trainer
 from plasmid.remote import run_on
 from plasmid.types import SyncReport
 from plasmid_torch.tensors import as_torch, tensor_bytes
@@ -39,10 +43,23 @@ SINGLE_FILE = "model.safetensors"
 MODEL_FILES = ("config.json", "generation_config.json")
 
 
-def sync_root(config: Any) -> Path:
+class DiskSyncOptions(Options, group="sync on disk",
+                      description="weight versions on disk: --weight-sync disk or delta (plasmid-sync), "
+                                  "sglang-disk (plasmid-sglang)"):
+    """Where the syncs that write weights to disk keep them (``disk``, ``delta``, ``sglang-disk``)."""
+
+    sync_dir: Path | None = option(None, "where disk and delta write weight versions; on a multi-node cluster, "
+                                   "a shared file system", default_text="<run dir>/weights")
+    sync_keep_versions: int = option(2, "versions (disk) or updates (delta) kept on disk, newest first", min=1)
+
+    def root(self, run_dir: str | Path) -> Path:
+        """``--sync-dir``, or ``<run_dir>/weights``."""
+        return self.sync_dir if self.sync_dir is not None else Path(run_dir) / "weights"
+
+
+def sync_root(config: Config) -> Path:
     """``--sync-dir``, or ``<run dir>/weights``."""
-    chosen = getattr(config.option, "sync_dir", None)
-    return Path(chosen) if chosen else Path(config.run_dir) / "weights"
+    return DiskSyncOptions.of(config).root(config.run_dir)
 
 
 def version_dir(root: str | Path, version: int) -> Path:
@@ -56,15 +73,18 @@ class DiskSync:
     (a restarted engine catching up) reloads the existing directory.
     """
 
-    def __init__(self, config: Any) -> None:
-        option = config.option
-        self.bucket_bytes: int = option.update_weight_buffer_size
-        self.root = sync_root(config)
-        self.model_dir = str(option.model) if option.model else ""
-        self.keep: int = max(1, int(getattr(option, "sync_keep_versions", 2)))
+    option_classes: ClassVar[tuple[type[Options], ...]] = (DiskSyncOptions, ScheduleOptions, GeneralOptions)
+
+    def __init__(self, config: Config) -> None:
+        self.options = DiskSyncOptions.of(config)
+        self.bucket_bytes = ScheduleOptions.of(config).update_weight_buffer_size
+        self.root = self.options.root(config.run_dir)
+        model = GeneralOptions.of(config).model
+        self.model_dir = str(model) if model else ""
+        self.keep = self.options.sync_keep_versions
         self.written: dict[int, tuple[int, int]] = {}
 
-    async def sync(self, trainer: Any, engines: Sequence[Any], weight_version: int) -> SyncReport:
+    async def sync(self, trainer: Trainer, engines: Sequence[RolloutEngine], weight_version: int) -> SyncReport:
         started = time.perf_counter()
         directory = version_dir(self.root, weight_version)
         if weight_version not in self.written:
@@ -151,10 +171,11 @@ def read_buckets(directory: str | Path, bucket_bytes: int) -> Iterator[list[tupl
     """The tensors of a version directory in buckets of at most ``bucket_bytes`` bytes."""
     from safetensors import safe_open
 
-    pending, size = [], 0
+    pending: list[tuple[str, Any]] = []
+    size = 0
     for file in shard_files(directory):
         with safe_open(str(file), framework="pt") as reader:
-            for name in reader.keys():  # noqa: SIM118 - safe_open is not a mapping
+            for name in reader.keys():
                 tensor = reader.get_tensor(name)
                 if pending and size + tensor_bytes(tensor) > bucket_bytes:
                     yield pending
@@ -165,15 +186,14 @@ def read_buckets(directory: str | Path, bucket_bytes: int) -> Iterator[list[tupl
         yield pending
 
 
-async def load_version(engine: Any, directory: str, weight_version: int, bucket_bytes: int) -> int:
+async def load_version(engine: RolloutEngine, directory: str, weight_version: int, bucket_bytes: int) -> int:
     """Load version directory ``directory`` into ``engine``; bytes loaded.
 
-    An engine that loads checkpoint directories natively (``load_weights_from_disk(directory,
-    weight_version)``, e.g. SGLang's ``/update_weights_from_disk``) is handed the directory;
-    any other engine gets it bucket by bucket through ``update_weights``."""
-    native = getattr(engine, "load_weights_from_disk", None)
-    if native is not None:
-        await native(directory, weight_version)
+    An engine that loads checkpoint directories natively (:class:`plasmid.protocols.SupportsDiskWeights`,
+    e.g. SGLang's ``/update_weights_from_disk``) is handed the directory; any other engine gets
+    it bucket by bucket through ``update_weights``."""
+    if isinstance(engine, SupportsDiskWeights):
+        await engine.load_weights_from_disk(directory, weight_version)
         return sum(path.stat().st_size for path in Path(directory).glob("*.safetensors"))
     loaded = 0
     buckets = iter(read_buckets(directory, bucket_bytes))

@@ -30,7 +30,7 @@ def test_the_table_lists_every_checkpoint_tensor_with_its_shape_and_dtype(tied):
     from safetensors import safe_open
 
     with safe_open(str(tied / "model.safetensors"), framework="pt") as reader:
-        expected = {name: tuple(reader.get_tensor(name).shape) for name in reader.keys()}  # noqa: SIM118
+        expected = {name: tuple(reader.get_tensor(name).shape) for name in reader.keys()}
     assert {name: info.shape for name, info in table.tensors.items()} == expected
     assert {info.dtype for info in table.tensors.values()} == {"float32"}
     assert table.vocab_size == 16 and table.tied

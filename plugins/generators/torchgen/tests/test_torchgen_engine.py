@@ -80,11 +80,6 @@ def test_engine_without_a_model_is_a_usage_error_naming_the_flag():
         build("engine", "torchgen", plasmid_torchgen.plugin, config=make_config(plasmid_torchgen.plugin))
 
 
-def test_max_batch_size_below_one_is_rejected():
-    with pytest.raises(UsageError, match="--torchgen-max-batch-size"):
-        make_config(plasmid_torchgen.plugin, torchgen_max_batch_size=0)
-
-
 # ---------------------------------------------------------------------------------------------
 # Batching
 # ---------------------------------------------------------------------------------------------

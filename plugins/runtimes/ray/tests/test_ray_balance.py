@@ -9,11 +9,11 @@ import pytest
 
 pytest.importorskip("ray")
 
-from plasmid_ray.balance import BalancedRolloutContext  # noqa: E402
+from plasmid_ray.balance import BalancedRolloutContext
 
-from plasmid import testing  # noqa: E402
-from plasmid.context import RolloutContext  # noqa: E402
-from plasmid.types import GenerationOutput, Sample, Status  # noqa: E402
+from plasmid import testing
+from plasmid.context import RolloutContext
+from plasmid.types import GenerationOutput, Sample, Status
 
 
 class FakeEngine:
@@ -59,10 +59,11 @@ def test_a_slow_engine_gets_fewer_groups():
     ctx = context(engines)
 
     async def scenario():
+        waves = []
         for wave in range(6):            # a group every 20 ms; engine 0 is still busy with its first one
-            asyncio.ensure_future(run_groups(ctx, [wave], 2))
+            waves.append(asyncio.ensure_future(run_groups(ctx, [wave], 2)))
             await asyncio.sleep(0.02)
-        await asyncio.sleep(0.3)
+        await asyncio.gather(*waves)
 
     asyncio.run(scenario())
     assert sorted(set(engines[0].served)) == [0]

@@ -3,12 +3,11 @@ colocated or disaggregated, ordered by (node IP, GPU id) so rank -> device is re
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 
 ray = pytest.importorskip("ray")
 
+import plasmid_ray.plugin  # noqa: E402
 from plasmid_ray.placement import (  # noqa: E402
     BundleInfo,
     Resources,
@@ -17,12 +16,14 @@ from plasmid_ray.placement import (  # noqa: E402
     place,
 )
 
+from plasmid import testing  # noqa: E402
+
 
 def option(**values):
+    """A run's configuration: 2 trainer workers of 2 CPUs, 3 engines of 1, colocated, unless ``values`` say."""
     defaults = {"trainer_workers": 2, "engines": 3, "placement": "colocate", "ray_cpus_per_engine": 1.0,
-                "ray_cpus_per_trainer": 2.0, "ray_gpus_per_engine": None, "ray_gpus_per_trainer": None,
-                "ray_placement_timeout": 30.0}
-    return argparse.Namespace(**{**defaults, **values})
+                "ray_cpus_per_trainer": 2.0, "ray_placement_timeout": 30.0}
+    return testing.make_config(plasmid_ray.plugin, **{**defaults, **values})
 
 
 def test_colocated_trainer_and_engine_of_a_rank_share_a_bundle():

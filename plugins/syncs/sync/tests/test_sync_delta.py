@@ -72,7 +72,7 @@ def test_byte_planes_round_trip():
 def test_many_updates_reconstruct_the_trainers_weights_bit_for_bit_and_save_bytes(tmp_path):
     # lr 1e-6 (the generic default; RL fine-tuning steps are small): float32 weights keep their
     # sign, exponent and upper mantissa bits, and the XOR planes of those bytes compress away
-    config, sync, trainer, engines = build(tmp_path, sync_keep_versions=3, lr=1e-6)
+    _, sync, trainer, engines = build(tmp_path, sync_keep_versions=3, lr=1e-6)
 
     async def scenario():
         reports = []

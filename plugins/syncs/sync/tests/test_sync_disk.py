@@ -57,7 +57,7 @@ def build(tmp_path, **options):
 def test_a_version_is_a_loadable_hugging_face_model_directory_in_shards(tmp_path):
     import transformers
 
-    config, sync, trainer, engines = build(tmp_path)
+    _, sync, trainer, engines = build(tmp_path)
 
     async def scenario():
         await trainer.train_step(make_rollout_batch(16))
@@ -76,7 +76,7 @@ def test_a_version_is_a_loadable_hugging_face_model_directory_in_shards(tmp_path
 
 
 def test_only_the_newest_versions_are_kept(tmp_path):
-    config, sync, trainer, engines = build(tmp_path, sync_keep_versions=2)
+    _, sync, trainer, engines = build(tmp_path, sync_keep_versions=2)
 
     async def scenario():
         for version in (1, 2, 3):

@@ -46,14 +46,17 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from plasmid.config import Config
 from plasmid.errors import ProviderError, UsageError
+from plasmid.kernel_options import GeneralOptions, ScheduleOptions
+from plasmid.options import Options
 from plasmid.types import GenerationOutput, SamplingParams, Status
 from plasmid_sglang.client import ServerCallFailed, ServerUnreachable, expect_success, request, request_blocking
 from plasmid_sglang.health import HealthMonitor, report
 from plasmid_sglang.journal import WeightJournal
+from plasmid_sglang.options import SGLangOptions
 from plasmid_sglang.pool import Server, ServerPool
 from plasmid_sglang.requests import (
     generate_request,
@@ -64,7 +67,7 @@ from plasmid_sglang.requests import (
     score_request,
 )
 from plasmid_sglang.router import Router
-from plasmid_sglang.server import ServerProcess, parse_env, server_fields
+from plasmid_sglang.server import ServerProcess, given_native, server_fields
 from plasmid_sglang.weights import TensorTable, as_torch, choose_transport, flattened_bucket, serialize
 
 NamedTensor = tuple[str, Any]
@@ -86,20 +89,23 @@ class SGLangEngine:
     """Rollouts from SGLang servers that it launches on ``--model`` or attaches to (see the module
     docstring). Options: ``--model``, ``--seed``, ``--placement`` and the ``--sglang-*`` options."""
 
-    def __init__(self, config: Any) -> None:
-        option = config.option
-        if not option.model:
+    option_classes: ClassVar[tuple[type[Options], ...]] = (SGLangOptions, GeneralOptions, ScheduleOptions)
+
+    def __init__(self, config: Config) -> None:
+        self.options = options = SGLangOptions.of(config)
+        model = GeneralOptions.of(config).model
+        if not model:
             raise UsageError("engine 'sglang' (plugin plasmid-sglang) needs --model DIR: a local Hugging Face "
                              "model directory that SGLang can serve")
-        self.model_path = str(option.model)
+        self.model_path = str(model)
         self.table = TensorTable(self.model_path)
         self.vocab_size = self.table.vocab_size
-        self.request_timeout = float(option.sglang_request_timeout)
-        self.retries = int(option.sglang_request_retries)
-        self.flush_timeout = float(option.sglang_flush_timeout)
-        self.startup_timeout = float(option.sglang_startup_timeout)
-        self.transport = option.sglang_tensor_transport
-        max_restarts = int(option.sglang_max_restarts)
+        self.request_timeout = options.sglang_request_timeout
+        self.retries = options.sglang_request_retries
+        self.flush_timeout = options.sglang_flush_timeout
+        self.startup_timeout = options.sglang_startup_timeout
+        self.transport = options.sglang_tensor_transport
+        max_restarts = options.sglang_max_restarts
         self.journal = WeightJournal(enabled=max_restarts > 0, all_names=frozenset(self.table.tensors))
         self._weight_version = 0
         self._tickets: set[_Ticket] = set()
@@ -108,22 +114,21 @@ class SGLangEngine:
         self._busy_since: float | None = None
         self._closed = False
         self._blocking = ThreadPoolExecutor(max_workers=4, thread_name_prefix="plasmid-sglang")
-        addresses = [a.strip() for a in (option.sglang_external_addrs or "").split(",") if a.strip()]
+        addresses = options.external_addresses
         servers = self._attach(addresses) if addresses else self._launch(config)
-        self.pool = ServerPool(servers, int(option.sglang_max_concurrency))
+        self.pool = ServerPool(servers, options.sglang_max_concurrency)
         self.monitor: HealthMonitor | None = None
         self.router: Router | None = None
-        if option.sglang_router:
-            self.router = Router(option.sglang_router_policy, list(option.sglang_router_arg or []),
-                                 Path(option.sglang_log_dir or Path(config.run_dir) / "sglang") / "router.log",
-                                 parse_env(option.sglang_server_env))
+        if options.sglang_router:
+            self.router = Router(options.sglang_router_policy, list(options.sglang_router_arg),
+                                 options.log_dir(config.run_dir) / "router.log", options.server_env)
             try:
                 self.router.start([server.url for server in servers], self.startup_timeout)
             except BaseException:
                 self.close()
                 raise
-        if float(option.sglang_health_interval) > 0:
-            self.monitor = HealthMonitor(servers, interval=float(option.sglang_health_interval),
+        if options.sglang_health_interval > 0:
+            self.monitor = HealthMonitor(servers, interval=options.sglang_health_interval,
                                          max_restarts=max_restarts, startup_timeout=self.startup_timeout,
                                          restore=self._restore)
             self.monitor.start()
@@ -132,15 +137,14 @@ class SGLangEngine:
     # Building
     # ----------------------------------------------------------------------------------------
 
-    def _launch(self, config: Any) -> list[Server]:
-        option = config.option
-        log_dir = Path(option.sglang_log_dir or Path(config.run_dir) / "sglang")
-        env = parse_env(option.sglang_server_env)
+    def _launch(self, config: Config) -> list[Server]:
+        log_dir = self.options.log_dir(config.run_dir)
+        env = self.options.server_env
+        port = given_native(config).get("port")
         servers = []
-        for index in range(int(option.sglang_servers)):
+        for index in range(self.options.sglang_servers):
             ordinal = next(_LAUNCHED)
-            values, texts = server_fields(option, self.model_path, ordinal)
-            port = getattr(option, "sglang_port", None)
+            values, texts = server_fields(config, self.model_path, ordinal)
             process = ServerProcess(values, texts, env, log_dir / f"server-{ordinal}.log",
                                     fixed_port=int(port) + ordinal if port else None)
             servers.append(Server(index, process=process, tp_size=int(values.get("tp_size") or 1),

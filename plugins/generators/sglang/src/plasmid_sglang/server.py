@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from plasmid.errors import ProviderError, UsageError
+from plasmid.config import Config
+from plasmid.errors import ProviderError
+from plasmid.kernel_options import GeneralOptions, ScheduleOptions
 from plasmid.native_options import given_values
 from plasmid_sglang.client import ServerUnreachable, request_blocking
 from plasmid_sglang.native import native_fields
@@ -56,19 +58,23 @@ def detect_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def server_fields(option: Any, model_dir: str, ordinal: int, device: str | None = None) -> tuple[dict, dict]:
+def given_native(config: Config) -> dict[str, Any]:
+    """``{ServerArgs field: value}`` of the ``--sglang-<field>`` options given in ``config``."""
+    return given_values(config.option, native_fields())
+
+
+def server_fields(config: Config, model_dir: str, ordinal: int, device: str | None = None) -> tuple[dict, dict]:
     """``(values, texts)`` for server number ``ordinal`` of this process (see
     :mod:`plasmid_sglang.launch`): the given ``--sglang-*`` options, plasmid's defaults for the rest.
     The port is left out (:class:`ServerProcess` picks one at each start)."""
-    fields = native_fields()
-    given = given_values(option, fields)
-    kinds = {f.name: f.kind for f in fields}
+    given = given_native(config)
+    kinds = {f.name: f.kind for f in native_fields()}
     device = str(given.get("device") or device or detect_device())
     cpu = device == "cpu"
-    colocated_gpu = getattr(option, "placement", "colocate") == "colocate" and not cpu
+    colocated_gpu = ScheduleOptions.of(config).placement == "colocate" and not cpu
     defaults: dict[str, Any] = {
         "host": "127.0.0.1",
-        "random_seed": int(getattr(option, "seed", 0) or 0) + ordinal,
+        "random_seed": GeneralOptions.of(config).seed + ordinal,
         "device": device,
         "dtype": checkpoint_dtype(model_dir),
         "skip_tokenizer_init": True,
@@ -85,17 +91,6 @@ def server_fields(option: Any, model_dir: str, ordinal: int, device: str | None 
         values.pop(name, None)
     values.pop("port", None)
     return values, texts
-
-
-def parse_env(entries: list[str] | None) -> dict[str, str]:
-    """``KEY=VALUE`` entries of ``--sglang-server-env`` as a dict."""
-    env = {}
-    for entry in entries or []:
-        key, sep, value = entry.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--sglang-server-env {entry!r}: expected KEY=VALUE (plugin sglang)")
-        env[key] = value
-    return env
 
 
 @dataclass

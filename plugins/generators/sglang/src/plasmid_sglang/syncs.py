@@ -30,10 +30,14 @@ import datetime
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
+from plasmid.config import Config
+from plasmid.kernel_options import ScheduleOptions
+from plasmid.options import Options
 from plasmid.remote import run_on
 from plasmid.types import SyncReport
+from plasmid_sglang.options import SGLangOptions
 from plasmid_sglang.weights import choose_transport, flattened_bucket, serialize
 from plasmid_torch.tensors import PROCESS_STATE, GroupCycle, process_token, tensor_bytes
 
@@ -52,9 +56,11 @@ class TensorSync:
     """Trainer buckets packed into SGLang flattened buckets, through /update_weights_from_tensor
     (colocate); built as ``TensorSync(config)``."""
 
-    def __init__(self, config: Any) -> None:
-        self.bucket_bytes: int = config.option.update_weight_buffer_size
-        self.transport: str = getattr(config.option, "sglang_tensor_transport", "auto")
+    option_classes: ClassVar[tuple[type[Options], ...]] = (SGLangOptions, ScheduleOptions)
+
+    def __init__(self, config: Config) -> None:
+        self.bucket_bytes = ScheduleOptions.of(config).update_weight_buffer_size
+        self.transport: str = SGLangOptions.of(config).sglang_tensor_transport
         self.key = f"sglang-tensor-{uuid.uuid4().hex}"
 
     async def sync(self, trainer: Any, engines: Sequence[Any], weight_version: int) -> SyncReport:
@@ -128,11 +134,13 @@ class DistributedSync:
     """Trainer buckets broadcast to the servers in a torch.distributed group, through
     /update_weights_from_distributed (disaggregate); built as ``DistributedSync(config)``."""
 
-    def __init__(self, config: Any) -> None:
-        option = config.option
-        self.bucket_bytes: int = option.update_weight_buffer_size
-        self.backend: str = getattr(option, "sglang_update_backend", "auto")
-        self.timeout: float = float(getattr(option, "sglang_update_timeout", 600.0))
+    option_classes: ClassVar[tuple[type[Options], ...]] = (SGLangOptions, ScheduleOptions)
+
+    def __init__(self, config: Config) -> None:
+        options = SGLangOptions.of(config)
+        self.bucket_bytes = ScheduleOptions.of(config).update_weight_buffer_size
+        self.backend: str = options.sglang_update_backend
+        self.timeout = options.sglang_update_timeout
         self.key = f"sglang-distributed-{uuid.uuid4().hex[:12]}"
         self.group = GroupCycle(self.key)
 

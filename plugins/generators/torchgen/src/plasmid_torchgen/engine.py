@@ -25,16 +25,20 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
+from plasmid.config import Config
 from plasmid.errors import ProviderError, UsageError
+from plasmid.kernel_options import GeneralOptions
+from plasmid.options import Options
 from plasmid.types import GenerationOutput, SamplingParams, Status
 from plasmid_torch.compute import compute_executor
 from plasmid_torch.hf import load_causal_lm
 from plasmid_torchgen.batch import DecodeBatch, Request
 from plasmid_torchgen.decoder import Decoder
+from plasmid_torchgen.options import TorchgenOptions
 from plasmid_torchgen.stats import EngineStats
 from plasmid_torchgen.weights import WeightTable
 
@@ -48,8 +52,11 @@ class TorchEngine:
     ``--seed`` (the generator of requests without a seed) and ``--torchgen-max-batch-size``.
     """
 
-    def __init__(self, config: Any) -> None:
-        model_path = config.getoption("model")
+    option_classes: ClassVar[tuple[type[Options], ...]] = (TorchgenOptions, GeneralOptions)
+
+    def __init__(self, config: Config) -> None:
+        general = GeneralOptions.of(config)
+        model_path = general.model
         if not model_path:
             raise UsageError("engine 'torchgen' (plugin plasmid-torchgen) needs --model DIR: a local Hugging Face "
                              "causal-LM directory (the quickstart datasource sets one)")
@@ -57,9 +64,9 @@ class TorchEngine:
         self.model = load_causal_lm(self.model_path, dtype="float32")
         self.model.requires_grad_(False)
         self.vocab_size: int = self.model.get_input_embeddings().num_embeddings
-        self.max_batch_size = int(config.getoption("torchgen_max_batch_size", 1024))
+        self.max_batch_size = TorchgenOptions.of(config).torchgen_max_batch_size
         self._stats = EngineStats()
-        shared_generator = torch.Generator().manual_seed(int(config.getoption("seed", 0) or 0))
+        shared_generator = torch.Generator().manual_seed(general.seed)
         self._decoder = Decoder(self.model, shared_generator)
         self._weights = WeightTable(self.model, self.model_path)
         self._weight_version = 0

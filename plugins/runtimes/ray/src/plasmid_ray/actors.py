@@ -18,6 +18,7 @@ from typing import Any
 
 from plasmid.config import Config
 from plasmid.plugins import PluginManager
+from plasmid.protocols import RolloutEngine, SupportsValues, Trainer
 from plasmid.registry import Registry
 from plasmid.remote import run_on
 from plasmid.session import instantiate
@@ -28,6 +29,12 @@ def load_registry(config: Config) -> Registry:
     manager = PluginManager()
     manager.load_lock(config.plugin_lock)
     return Registry.collect(manager)
+
+
+def is_collective(trainer: Trainer) -> bool:
+    """Whether ``trainer`` is *collective*: its class sets ``collective = True`` (weights sharded
+    over the ranks, see :class:`plasmid.protocols.Trainer`); rank-0 reads otherwise."""
+    return bool(getattr(type(trainer), "collective", False))
 
 
 def limit_threads(cpus: float) -> int:
@@ -59,7 +66,7 @@ class EngineHost:
         self.index = index
         limit_threads(cpus)
         registry = load_registry(config)
-        self.engine = instantiate(registry.get("engine", config.option.engine), config)
+        self.engine: RolloutEngine = instantiate(registry.get("engine", config.option.engine), config)
 
     async def ready(self) -> dict[str, Any]:
         return {**describe_process(), "weight_version": self.engine.weight_version}
@@ -119,7 +126,7 @@ class TrainerWorker:
         self.config, self.rank, self.world = config, rank, world
         limit_threads(cpus)
         self.registry = load_registry(config)
-        self.trainer: Any = None
+        self.trainer: Trainer | None = None
         self.followers: list[Any] = []
         self.lock = asyncio.Lock()
 
@@ -137,10 +144,10 @@ class TrainerWorker:
         is collective."""
         if self.world > 1:
             await asyncio.to_thread(self._join_group, master_address, master_port)
-        option = self.config.option
-        loss = instantiate(self.registry.get("loss", option.loss), self.config)
-        self.trainer = instantiate(self.registry.get("trainer", option.trainer), self.config, loss)
-        return {**describe_process(), "collective": bool(getattr(self.trainer, "collective", False))}
+        choice = self.config.option  # provider choices
+        loss = instantiate(self.registry.get("loss", choice.loss), self.config)
+        self.trainer = instantiate(self.registry.get("trainer", choice.trainer), self.config, loss)
+        return {**describe_process(), "collective": is_collective(self.trainer)}
 
     def _join_group(self, master_address: str, master_port: int) -> None:
         import datetime
@@ -165,8 +172,12 @@ class TrainerWorker:
             return await self.trainer.logprobs(samples, temperature)
 
     async def values(self, samples: list[Any]) -> list[list[float]]:
+        trainer = self.trainer
+        if not isinstance(trainer, SupportsValues):
+            raise TypeError(f"trainer {type(trainer).__name__} has no values(samples) (plasmid.protocols."
+                            f"SupportsValues): the loss needs a critic, which this trainer does not train")
         async with self.lock:
-            return await self.trainer.values(samples)
+            return await trainer.values(samples)
 
     async def export_buckets(self, bucket_bytes: int) -> AsyncIterator[list[tuple[str, Any]]]:
         """The trainer's ``export_weights`` buckets as numpy arrays, one Ray object per bucket

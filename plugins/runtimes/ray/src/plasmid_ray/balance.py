@@ -10,18 +10,30 @@ prompt) while any of its requests is still out. Ties go to the lower engine inde
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from plasmid.context import RolloutContext
 from plasmid.types import Sample
+
+
+@runtime_checkable
+class CountsInFlight(Protocol):
+    """An engine (the Ray runtime's proxy) that counts its ``generate`` calls awaiting an answer."""
+
+    in_flight: int
+
+
+def in_flight(engine: Any) -> int:
+    """Requests ``engine`` has in flight; 0 for an engine that does not count them."""
+    return engine.in_flight if isinstance(engine, CountsInFlight) else 0
 
 
 @dataclass
 class BalancedRolloutContext(RolloutContext):
     """A :class:`RolloutContext` whose ``engine_for`` balances by requests in flight.
 
-    Engines must expose ``in_flight`` (the Ray runtime's proxies do); ``engine_for`` returns
-    a :class:`RoutedEngine` that counts the group's outstanding requests.
+    Engines count their requests in flight (:class:`CountsInFlight`; the Ray runtime's proxies
+    do); ``engine_for`` returns a :class:`RoutedEngine` that counts the group's outstanding requests.
     """
 
     _groups: dict[int, list[int]] = field(default_factory=dict, repr=False)
@@ -34,7 +46,7 @@ class BalancedRolloutContext(RolloutContext):
         group = sample.group_index
         assignment = self._groups.get(group)
         if assignment is None:
-            loads = [getattr(engine, "in_flight", 0) for engine in self.engines]
+            loads = [in_flight(engine) for engine in self.engines]
             assignment = self._groups[group] = [loads.index(min(loads)), 0]
         return RoutedEngine(self, group, self.engines[assignment[0]])
 

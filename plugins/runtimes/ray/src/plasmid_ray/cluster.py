@@ -10,6 +10,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from plasmid.config import Config
+from plasmid_ray.options import RayOptions
+
 #: Environment of every actor process: one math thread unless an actor sets more, no hub access.
 ACTOR_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
              "HF_HUB_OFFLINE": "1"}
@@ -26,20 +29,21 @@ class Connection:
     gpus: float
 
 
-def connect(option, cpus_needed: float) -> Connection:
+def connect(config: Config, cpus_needed: float) -> Connection:
     """Attach or start Ray (see the module docstring); returns what was done."""
     import ray
 
     if ray.is_initialized():
         return Connection("(this process)", False, float(ray.cluster_resources().get("GPU", 0)))
-    address = getattr(option, "ray_address", None) or os.environ.get("RAY_ADDRESS")
+    options = RayOptions.of(config)
+    address = options.ray_address if options.ray_address is not None else os.environ.get("RAY_ADDRESS")
     runtime_env = {"env_vars": dict(ACTOR_ENV)}
     if address:
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
         return Connection(address, True, float(ray.cluster_resources().get("GPU", 0)))
     for name, value in LOCAL_CLUSTER_ENV.items():
         os.environ.setdefault(name, value)
-    cpus = getattr(option, "ray_num_cpus", None) or max(float(os.cpu_count() or 1), cpus_needed)
+    cpus = options.ray_num_cpus if options.ray_num_cpus is not None else max(float(os.cpu_count() or 1), cpus_needed)
     ray.init(num_cpus=cpus, include_dashboard=False, runtime_env=runtime_env, log_to_driver=True)
     return Connection("local", True, float(ray.cluster_resources().get("GPU", 0)))
 

@@ -35,6 +35,7 @@ from plasmid.config import Config
 from plasmid.errors import PluginError, ProviderError
 from plasmid.types import GenerationOutput, SamplingParams
 from plasmid_ray.actors import EngineHost
+from plasmid_ray.options import RayOptions
 from plasmid_ray.placement import Placement
 
 #: The proxy whose restart the current task is performing (its calls bypass the restart gate).
@@ -244,7 +245,7 @@ class EnginePool:
 
     def __init__(self, config: Config, placement: Placement) -> None:
         self.config, self.placement = config, placement
-        self.max_restarts: int = int(config.getoption("ray_engine_restarts", 3))
+        self.max_restarts = RayOptions.of(config).ray_engine_restarts
         self.proxies: list[EngineProxy] = []
         self.resync: Callable[[EngineProxy, int], Awaitable[Any]] | None = None
 

@@ -20,7 +20,10 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
 
+from plasmid.config import Config
 from plasmid.errors import UsageError
+from plasmid.kernel_options import ScheduleOptions
+from plasmid_ray.options import RayOptions
 
 
 @dataclass(frozen=True)
@@ -89,26 +92,29 @@ class Placement:
         return f"{trainers}; {engines}"
 
 
-def actor_resources(option, cluster_gpus: float) -> tuple[Resources, Resources]:
+def actor_resources(config: Config, cluster_gpus: float) -> tuple[Resources, Resources]:
     """``(trainer worker, engine)`` reservations from the ``--ray-*`` options; GPUs default to
     1 each when the cluster has any. Colocated actors on GPUs take half a GPU each."""
+    ray_options = RayOptions.of(config)
     default_gpus = 1.0 if cluster_gpus > 0 else 0.0
-    trainer_gpus = _option(option, "ray_gpus_per_trainer", None)
-    engine_gpus = _option(option, "ray_gpus_per_engine", None)
+    trainer_gpus = ray_options.ray_gpus_per_trainer
+    engine_gpus = ray_options.ray_gpus_per_engine
     trainer_gpus = default_gpus if trainer_gpus is None else trainer_gpus
     engine_gpus = default_gpus if engine_gpus is None else engine_gpus
-    if option.placement == "colocate" and trainer_gpus > 0 and engine_gpus > 0:
+    if ScheduleOptions.of(config).placement == "colocate" and trainer_gpus > 0 and engine_gpus > 0:
         shared = max(trainer_gpus, engine_gpus) / 2
         trainer_gpus = engine_gpus = shared
-    return (Resources(_option(option, "ray_cpus_per_trainer", 1.0), trainer_gpus),
-            Resources(_option(option, "ray_cpus_per_engine", 1.0), engine_gpus))
+    return (Resources(ray_options.ray_cpus_per_trainer, trainer_gpus),
+            Resources(ray_options.ray_cpus_per_engine, engine_gpus))
 
 
-def bundle_plan(option, trainer: Resources, engine: Resources) -> tuple[list[dict[str, float]], list[int], list[int]]:
+def bundle_plan(config: Config, trainer: Resources,
+                engine: Resources) -> tuple[list[dict[str, float]], list[int], list[int]]:
     """``(bundles, trainer bundle indexes, engine bundle indexes)`` before ordering."""
-    trainers, engines = option.trainer_workers, option.engines
+    schedule = ScheduleOptions.of(config)
+    trainers, engines = schedule.trainer_workers, schedule.engines
     bundles: list[dict[str, float]] = []
-    if option.placement == "colocate":
+    if schedule.placement == "colocate":
         for slot in range(max(trainers, engines)):
             members = ([trainer] if slot < trainers else []) + ([engine] if slot < engines else [])
             bundles.append(_bundle(members))
@@ -117,20 +123,21 @@ def bundle_plan(option, trainer: Resources, engine: Resources) -> tuple[list[dic
     return bundles, list(range(trainers)), list(range(trainers, trainers + engines))
 
 
-def total_cpus(option, trainer: Resources, engine: Resources) -> float:
-    bundles, _, _ = bundle_plan(option, trainer, engine)
+def total_cpus(config: Config, trainer: Resources, engine: Resources) -> float:
+    """Logical CPUs that every bundle of the run's placement group reserves together."""
+    bundles, _, _ = bundle_plan(config, trainer, engine)
     return sum(b["CPU"] for b in bundles)
 
 
-def place(option, cluster_gpus: float) -> Placement:
+def place(config: Config, cluster_gpus: float) -> Placement:
     """Reserve the placement group, probe and order its bundles, map ranks to bundles."""
     import ray
     from ray.util.placement_group import placement_group
 
-    trainer, engine = actor_resources(option, cluster_gpus)
-    bundles, trainer_slots, engine_slots = bundle_plan(option, trainer, engine)
+    trainer, engine = actor_resources(config, cluster_gpus)
+    bundles, trainer_slots, engine_slots = bundle_plan(config, trainer, engine)
     group = placement_group(bundles, strategy="PACK")
-    timeout = _option(option, "ray_placement_timeout", 120.0)
+    timeout = RayOptions.of(config).ray_placement_timeout
     ready, _ = ray.wait([group.ready()], timeout=timeout)
     if not ready:
         ray.util.remove_placement_group(group)
@@ -141,7 +148,7 @@ def place(option, cluster_gpus: float) -> Placement:
     infos = probe_bundles(group, bundles)
     by_index = {info.index: info for info in infos}
     order = {info.index: rank for rank, info in enumerate(sorted(infos, key=BundleInfo.sort_key))}
-    if option.placement == "colocate":
+    if ScheduleOptions.of(config).placement == "colocate":
         ordered = sorted(range(len(bundles)), key=order.__getitem__)
         trainer_bundles = ordered[: len(trainer_slots)]
         engine_bundles = ordered[: len(engine_slots)]
@@ -187,8 +194,3 @@ def _bundle(members: list[Resources]) -> dict[str, float]:
     if gpus > 0:
         bundle["GPU"] = gpus
     return bundle
-
-
-def _option(option, name: str, default: Any) -> Any:
-    value = getattr(option, name, default)
-    return default if value is None and default is not None else value

@@ -23,17 +23,22 @@ where every request already crosses to an engine actor.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Sequence
+from typing import ClassVar
 
 from plasmid.config import Config
 from plasmid.context import RolloutContext
-from plasmid.protocols import RolloutDriver
+from plasmid.kernel_options import ScheduleOptions
+from plasmid.options import Options
+from plasmid.protocols import RolloutDriver, RolloutEngine, SupportsRestarts, Trainer, WeightSync
+from plasmid.registry import Registry
 from plasmid.session import Session, build_rollout_context, instantiate
 from plasmid.startup import Startup
-from plasmid.types import Group, RolloutBatch, SamplingParams
+from plasmid.types import Group, RolloutBatch, SamplingParams, SyncReport
 from plasmid_ray.balance import BalancedRolloutContext
 from plasmid_ray.cluster import Connection, connect, disconnect
-from plasmid_ray.engines import EnginePool, report
+from plasmid_ray.engines import EnginePool, EngineProxy, report
+from plasmid_ray.options import RayOptions
 from plasmid_ray.placement import Placement, actor_resources, place, total_cpus
 from plasmid_ray.trainer import TrainerProxy, start_trainers
 
@@ -69,33 +74,46 @@ class RestartSafeSync:
     idempotent for one version). Other failures are raised unchanged.
     """
 
-    def __init__(self, inner: Any, pool: EnginePool) -> None:
+    def __init__(self, inner: WeightSync, pool: EnginePool) -> None:
         self.inner, self.pool = inner, pool
 
-    async def sync(self, trainer: Any, engines: list[Any], weight_version: int) -> Any:
-        before = {id(engine): getattr(engine, "restarts", 0) for engine in engines}
+    async def sync(self, trainer: Trainer, engines: Sequence[RolloutEngine], weight_version: int) -> SyncReport:
+        before = {id(engine): restarts(engine) for engine in engines}
 
-        def restarted() -> list[Any]:
-            return [e for e in engines if getattr(e, "restarts", 0) != before[id(e)]]
+        def restarted() -> list[RolloutEngine]:
+            return [e for e in engines if restarts(e) != before[id(e)]]
 
         try:
             sync_report = await self.inner.sync(trainer, engines, weight_version)
-        except Exception as exc:  # noqa: BLE001 - re-raised unless an engine restart explains it
+        except Exception as exc:
             if not restarted():
                 raise
-            names = ", ".join(str(e.index) for e in restarted())
+            names = ", ".join(engine_name(e) for e in restarted())
             report(f"weight sync to version {weight_version} failed because engine {names} was restarted during it "
                    f"({type(exc).__name__}); syncing every engine again")
             return await self.inner.sync(trainer, engines, weight_version)
         if again := restarted():
-            report(f"engine {', '.join(str(e.index) for e in again)} was restarted during the weight sync to "
+            report(f"engine {', '.join(engine_name(e) for e in again)} was restarted during the weight sync to "
                    f"version {weight_version}; sending it that version whole")
             await self.inner.sync(trainer, again, weight_version)
         return sync_report
 
 
+def restarts(engine: RolloutEngine) -> int:
+    """How often ``engine`` was restarted (:class:`plasmid.protocols.SupportsRestarts`); 0 for an
+    engine that is never restarted."""
+    return engine.restarts if isinstance(engine, SupportsRestarts) else 0
+
+
+def engine_name(engine: RolloutEngine) -> str:
+    """The engine's number in the pool (the runtime's proxies have one), else its repr."""
+    return str(engine.index) if isinstance(engine, EngineProxy) else repr(engine)
+
+
 class RayRuntime:
     """Built by the kernel as ``RayRuntime(config)``; :meth:`start` places and builds everything."""
+
+    option_classes: ClassVar[tuple[type[Options], ...]] = (RayOptions, ScheduleOptions)
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -106,26 +124,25 @@ class RayRuntime:
 
     async def start(self, startup: Startup) -> Session:
         config, registry = startup.config, startup.registry
-        option = config.option
-        trainer_resources, engine_resources = actor_resources(option, 0.0)
-        self.connection = connect(option, total_cpus(option, trainer_resources, engine_resources))
+        trainer_resources, engine_resources = actor_resources(config, 0.0)
+        self.connection = connect(config, total_cpus(config, trainer_resources, engine_resources))
         try:
             return await self._start(startup, config, registry)
         except BaseException:
             await self.shutdown()
             raise
 
-    async def _start(self, startup: Startup, config: Config, registry: Any) -> Session:
-        option = config.option
-        self.placement = place(option, self.connection.gpus)
-        report(f"placement ({option.placement}): {self.placement.describe()}")
+    async def _start(self, startup: Startup, config: Config, registry: Registry) -> Session:
+        option = config.option  # provider choices
+        self.placement = place(config, self.connection.gpus)
+        report(f"placement ({ScheduleOptions.of(config).placement}): {self.placement.describe()}")
         self.pool = EnginePool(config, self.placement)
         proxies, self.trainer = await asyncio.gather(self.pool.start(), start_trainers(config, self.placement))
         ctx = BalancedRolloutContext.wrap(build_rollout_context(config, registry, engines=proxies))
         weight_sync = instantiate(registry.get("weight_sync", option.weight_sync), config)
         trainer = self.trainer
 
-        async def resync(proxy: Any, version: int) -> None:
+        async def resync(proxy: EngineProxy, version: int) -> None:
             sync_report = await weight_sync.sync(trainer, [proxy], version)
             report(f"engine {proxy.index} re-synced to weight version {version} with '{option.weight_sync}' "
                    f"({sync_report.bytes} bytes in {sync_report.seconds:.2f} s)")
@@ -140,7 +157,6 @@ class RayRuntime:
             driver=RolloutManager(instantiate(registry.get("rollout", option.rollout), config), self.pool),
             trainer=trainer,
             weight_sync=RestartSafeSync(weight_sync, self.pool),
-            loss=instantiate(registry.get("loss", option.loss), config),
             runtime=self,
         )
 

@@ -25,25 +25,32 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
+from plasmid.config import Config
+from plasmid.kernel_options import ScheduleOptions
+from plasmid.options import Options
+from plasmid.protocols import RolloutEngine, Trainer
 from plasmid.remote import run_on
 from plasmid.types import SyncReport
+from plasmid_sync.options import SyncOptions
 from plasmid_torch.tensors import PROCESS_STATE, GroupCycle, process_token, require_separate_processes, tensor_bytes
 
 
 class BroadcastSync:
     """The ``broadcast`` weight sync; built as ``BroadcastSync(config)``."""
 
-    def __init__(self, config: Any) -> None:
-        option = config.option
-        self.bucket_bytes: int = option.update_weight_buffer_size
-        self.backend: str = getattr(option, "broadcast_backend", "auto")
-        self.timeout: float = float(getattr(option, "broadcast_timeout", 600.0))
+    option_classes: ClassVar[tuple[type[Options], ...]] = (SyncOptions, ScheduleOptions)
+
+    def __init__(self, config: Config) -> None:
+        options = SyncOptions.of(config)
+        self.bucket_bytes = ScheduleOptions.of(config).update_weight_buffer_size
+        self.backend = options.broadcast_backend
+        self.timeout = options.broadcast_timeout
         self.key = f"broadcast-{uuid.uuid4().hex}"
         self.group = GroupCycle(self.key)
 
-    async def sync(self, trainer: Any, engines: Sequence[Any], weight_version: int) -> SyncReport:
+    async def sync(self, trainer: Trainer, engines: Sequence[RolloutEngine], weight_version: int) -> SyncReport:
         require_separate_processes("broadcast", trainer, engines)
         started = time.perf_counter()
         members = list(await asyncio.gather(run_on(trainer, process_token), *(run_on(e, process_token)
@@ -57,7 +64,7 @@ class BroadcastSync:
         return SyncReport(bytes=moved, seconds=time.perf_counter() - started, weight_version=weight_version,
                           buckets=buckets)
 
-    async def _make_group(self, name: str, trainer: Any, engines: Sequence[Any]) -> None:
+    async def _make_group(self, name: str, trainer: Trainer, engines: Sequence[RolloutEngine]) -> None:
         world = 1 + len(engines)
         host, port, backend = await run_on(trainer, open_store, name, world, self.backend, self.timeout)
         await asyncio.gather(

@@ -40,11 +40,16 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from plasmid.config import Config
+from plasmid.kernel_options import ScheduleOptions
+from plasmid.options import Options
+from plasmid.protocols import RolloutEngine, Trainer
 from plasmid.remote import run_on
 from plasmid.types import SyncReport
-from plasmid_torch.disk_sync import sync_root
+from plasmid_sync.options import SyncOptions
+from plasmid_torch.disk_sync import DiskSyncOptions
 from plasmid_torch.tensors import PROCESS_STATE, as_numpy
 
 MANIFEST = "manifest.json"
@@ -54,17 +59,19 @@ FORMAT = "plasmid-delta/1"
 class DeltaSync:
     """The ``delta`` weight sync; built as ``DeltaSync(config)``."""
 
-    def __init__(self, config: Any) -> None:
-        option = config.option
-        self.bucket_bytes: int = option.update_weight_buffer_size
-        self.root = sync_root(config) / "delta"
-        self.level: int = int(getattr(option, "delta_zstd_level", 3))
-        self.keep: int = max(1, int(getattr(option, "sync_keep_versions", 2)))
+    option_classes: ClassVar[tuple[type[Options], ...]] = (SyncOptions, DiskSyncOptions, ScheduleOptions)
+
+    def __init__(self, config: Config) -> None:
+        on_disk = DiskSyncOptions.of(config)
+        self.bucket_bytes = ScheduleOptions.of(config).update_weight_buffer_size
+        self.root = on_disk.root(config.run_dir) / "delta"
+        self.level = SyncOptions.of(config).delta_zstd_level
+        self.keep = on_disk.sync_keep_versions
         self.writer = uuid.uuid4().hex[:16]
         self.sequence = 0
         self.weight_version: int | None = None
 
-    async def sync(self, trainer: Any, engines: Sequence[Any], weight_version: int) -> SyncReport:
+    async def sync(self, trainer: Trainer, engines: Sequence[RolloutEngine], weight_version: int) -> SyncReport:
         started = time.perf_counter()
         applied = await asyncio.gather(*(run_on(engine, applied_update, self.writer) for engine in engines))
         written, raw, delta_bytes, full_bytes, buckets = 0, 0, None, None, 0

@@ -5,16 +5,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import ClassVar
 
+from plasmid.config import Config
+from plasmid.kernel_options import ScheduleOptions
+from plasmid.options import Options
+from plasmid.protocols import RolloutEngine, Trainer
 from plasmid.types import SyncReport
-
-
-def tensor_bytes(tensor: Any) -> int:
-    """Bytes of a ``torch.Tensor``'s or ``numpy.ndarray``'s data."""
-    if hasattr(tensor, "element_size"):
-        return int(tensor.numel() * tensor.element_size())
-    return int(tensor.nbytes)
+from plasmid_torch.tensors import tensor_bytes
 
 
 class InProcessSync:
@@ -29,10 +27,12 @@ class InProcessSync:
     the caller should not generate during a sync when it needs exact versions.
     """
 
-    def __init__(self, config: Any) -> None:
-        self.bucket_bytes: int = config.option.update_weight_buffer_size
+    option_classes: ClassVar[tuple[type[Options], ...]] = (ScheduleOptions,)
 
-    async def sync(self, trainer: Any, engines: Sequence[Any], weight_version: int) -> SyncReport:
+    def __init__(self, config: Config) -> None:
+        self.bucket_bytes = ScheduleOptions.of(config).update_weight_buffer_size
+
+    async def sync(self, trainer: Trainer, engines: Sequence[RolloutEngine], weight_version: int) -> SyncReport:
         started = time.perf_counter()
         moved, buckets = 0, 0
         for bucket in trainer.export_weights(self.bucket_bytes):

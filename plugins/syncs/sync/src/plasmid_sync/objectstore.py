@@ -13,8 +13,12 @@ import asyncio
 import time
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
+from plasmid.config import Config
+from plasmid.kernel_options import ScheduleOptions
+from plasmid.options import Options
+from plasmid.protocols import RolloutEngine, Trainer
 from plasmid.remote import run_on
 from plasmid.types import SyncReport
 from plasmid_torch.tensors import PROCESS_STATE, as_numpy, require_separate_processes, tensor_bytes
@@ -23,11 +27,13 @@ from plasmid_torch.tensors import PROCESS_STATE, as_numpy, require_separate_proc
 class ObjectStoreSync:
     """The ``objectstore`` weight sync; built as ``ObjectStoreSync(config)``."""
 
-    def __init__(self, config: Any) -> None:
-        self.bucket_bytes: int = config.option.update_weight_buffer_size
+    option_classes: ClassVar[tuple[type[Options], ...]] = (ScheduleOptions,)
+
+    def __init__(self, config: Config) -> None:
+        self.bucket_bytes = ScheduleOptions.of(config).update_weight_buffer_size
         self.key = f"objectstore-{uuid.uuid4().hex}"
 
-    async def sync(self, trainer: Any, engines: Sequence[Any], weight_version: int) -> SyncReport:
+    async def sync(self, trainer: Trainer, engines: Sequence[RolloutEngine], weight_version: int) -> SyncReport:
         require_separate_processes("objectstore", trainer, engines)
         started = time.perf_counter()
         key = f"{self.key}-{uuid.uuid4().hex[:8]}"  # per call: a sync may run inside another (engine restart)

@@ -1,4 +1,4 @@
-"""The contract every rollout engine (``plasmid_generators``, ``kind="engine"``) must meet.
+"""The contract every rollout engine (registered with ``plasmid_generators``) must meet.
 
 Subclass it in the engine plugin's tests, naming the plugin module and the provider::
 
@@ -24,6 +24,8 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -61,21 +63,21 @@ class GeneratorContract:
 
     @pytest.fixture(scope="class")
     @classmethod
-    def model_dir(cls, tmp_path_factory):
+    def model_dir(cls, tmp_path_factory: pytest.TempPathFactory) -> Path:
         """A tiny Qwen2-architecture model (vocabulary 16) whose context fits a long generation."""
         return build_tiny_model(tmp_path_factory.mktemp("generator-contract") / "model", seed=0,
                                 max_positions=4096)
 
     @pytest.fixture
-    def engine_factory(self, tmp_path):
+    def engine_factory(self, tmp_path: Path) -> Iterator[Callable[..., RolloutEngine]]:
         """``engine_factory(model_dir, **options)``: an engine serving ``model_dir``, built through
         the registry from ``plugin``; every engine built is shut down after the test."""
-        built = []
+        built: list[RolloutEngine] = []
 
-        def factory(model_dir, **options):
+        def factory(model_dir: str | Path, **options: Any) -> RolloutEngine:
             config = make_config(self.plugin, run_dir=tmp_path / "run", model=str(model_dir),
                                  **{**self.config_options, **options})
-            engine = build("engine", self.provider, self.plugin, config=config)
+            engine: RolloutEngine = build("engine", self.provider, self.plugin, config=config)
             built.append(engine)
             return engine
 
@@ -84,11 +86,11 @@ class GeneratorContract:
             run(engine.shutdown())
 
     @pytest.fixture
-    def engine(self, engine_factory, model_dir):
+    def engine(self, engine_factory: Callable[..., RolloutEngine], model_dir: Path) -> RolloutEngine:
         return engine_factory(model_dir)
 
     @pytest.fixture
-    def reference_model(self, model_dir):
+    def reference_model(self, model_dir: Path) -> Any:
         """The same weights in plain transformers (float32, CPU): what the engine must serve."""
         return load_causal_lm(str(model_dir))
 
@@ -109,28 +111,30 @@ class GeneratorContract:
             assert len(output.token_ids) == params.max_new_tokens, "TRUNCATED means it hit max_new_tokens"
 
     @staticmethod
-    def reference_logprobs(model, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
+    def reference_logprobs(model: Any, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
         with torch.inference_mode():
             input_ids = torch.tensor([token_ids])
             logits = model(input_ids=input_ids).logits[0, prompt_length - 1:-1]
-            return logprobs_from_logits(logits, input_ids[0, prompt_length:], temperature).tolist()
+            logprobs: list[float] = logprobs_from_logits(logits, input_ids[0, prompt_length:], temperature).tolist()
+            return logprobs
 
     # ------------------------------------------------------------------------------------------
     # The contract
     # ------------------------------------------------------------------------------------------
 
-    def test_engine_is_a_rollout_engine_at_weight_version_zero(self, engine):
+    def test_engine_is_a_rollout_engine_at_weight_version_zero(self, engine: RolloutEngine) -> None:
         assert isinstance(engine, RolloutEngine)
         assert engine.weight_version == 0
 
-    def test_response_without_stop_tokens_runs_to_max_new_tokens_and_is_truncated(self, engine, reference_model):
+    def test_response_without_stop_tokens_runs_to_max_new_tokens_and_is_truncated(self, engine: RolloutEngine,
+                                                                                   reference_model: Any) -> None:
         params = SamplingParams(temperature=1.0, max_new_tokens=7, seed=1)
         output = run(engine.generate(PROMPTS[0], params))
         self.check_output(output, params, reference_model.config.vocab_size)
         assert output.status is Status.TRUNCATED and len(output.token_ids) == 7
         assert output.weight_version == 0
 
-    def test_stop_token_ends_the_response_and_is_kept(self, engine):
+    def test_stop_token_ends_the_response_and_is_kept(self, engine: RolloutEngine) -> None:
         greedy = SamplingParams(temperature=0.0, max_new_tokens=8)
         free_run = run(engine.generate(PROMPTS[0], greedy)).token_ids
         stop = free_run[3]
@@ -140,25 +144,26 @@ class GeneratorContract:
         assert output.token_ids == free_run[:first + 1]
         assert output.status is Status.COMPLETED
 
-    def test_greedy_decoding_is_reproducible(self, engine):
+    def test_greedy_decoding_is_reproducible(self, engine: RolloutEngine) -> None:
         params = SamplingParams(temperature=0.0, max_new_tokens=10)
         first, second = run(engine.generate(PROMPTS[2], params)), run(engine.generate(PROMPTS[2], params))
         assert first.token_ids == second.token_ids
 
-    def test_same_seed_gives_the_same_response_and_other_seeds_differ(self, engine):
-        def sample(seed):
+    def test_same_seed_gives_the_same_response_and_other_seeds_differ(self, engine: RolloutEngine) -> None:
+        def sample(seed: int) -> GenerationOutput:
             return run(engine.generate(PROMPTS[1], SamplingParams(temperature=1.0, max_new_tokens=16, seed=seed)))
 
         assert sample(7).token_ids == sample(7).token_ids
         assert len({tuple(sample(seed).token_ids) for seed in (1, 2, 3)}) > 1
 
-    def test_many_concurrent_requests_all_complete_within_their_limits(self, engine, reference_model):
+    def test_many_concurrent_requests_all_complete_within_their_limits(self, engine: RolloutEngine,
+                                                                        reference_model: Any) -> None:
         requests = [(PROMPTS[i % len(PROMPTS)],
                      SamplingParams(temperature=[0.0, 0.7, 1.0][i % 3], top_p=[1.0, 0.9][i % 2],
                                     top_k=[0, 5, 1][i % 3], max_new_tokens=1 + i % 9, stop_token_ids=(2,)))
                     for i in range(48)]
 
-        async def scenario():
+        async def scenario() -> list[GenerationOutput]:
             return await asyncio.gather(*(engine.generate(prompt, params) for prompt, params in requests))
 
         outputs = run(scenario())
@@ -167,10 +172,10 @@ class GeneratorContract:
             self.check_output(output, params, reference_model.config.vocab_size)
 
     @pytest.mark.parametrize("temperature", [1.0, 0.7])
-    def test_score_returns_the_logprobs_generate_reported(self, engine, temperature):
+    def test_score_returns_the_logprobs_generate_reported(self, engine: RolloutEngine, temperature: float) -> None:
         params = SamplingParams(temperature=temperature, max_new_tokens=12, seed=3)
 
-        async def scenario():
+        async def scenario() -> tuple[GenerationOutput, list[float]]:
             output = await engine.generate(PROMPTS[0], params)
             scored = await engine.score(PROMPTS[0] + output.token_ids, len(PROMPTS[0]), temperature)
             return output, scored
@@ -179,21 +184,23 @@ class GeneratorContract:
         assert len(scored) == len(output.token_ids)
         np.testing.assert_allclose(scored, output.logprobs, rtol=0, atol=self.logprob_atol)
 
-    def test_greedy_logprobs_are_reported_at_temperature_one(self, engine):
-        async def scenario():
+    def test_greedy_logprobs_are_reported_at_temperature_one(self, engine: RolloutEngine) -> None:
+        async def scenario() -> tuple[GenerationOutput, list[float]]:
             output = await engine.generate(PROMPTS[3], SamplingParams(temperature=0.0, max_new_tokens=6))
             return output, await engine.score(PROMPTS[3] + output.token_ids, len(PROMPTS[3]), 1.0)
 
         output, scored = run(scenario())
         np.testing.assert_allclose(scored, output.logprobs, rtol=0, atol=self.logprob_atol)
 
-    def test_score_matches_a_forward_pass_of_the_same_weights(self, engine, reference_model):
+    def test_score_matches_a_forward_pass_of_the_same_weights(self, engine: RolloutEngine,
+                                                             reference_model: Any) -> None:
         tokens = PROMPTS[2] + [5, 9, 2, 14, 3]
         scored = run(engine.score(tokens, len(PROMPTS[2]), 0.8))
         expected = self.reference_logprobs(reference_model, tokens, len(PROMPTS[2]), 0.8)
         np.testing.assert_allclose(scored, expected, rtol=0, atol=self.logprob_atol)
 
-    def test_updated_weights_read_back_bit_for_bit_and_set_the_version(self, engine, reference_model):
+    def test_updated_weights_read_back_bit_for_bit_and_set_the_version(self, engine: RolloutEngine,
+                                                                        reference_model: Any) -> None:
         state = reference_model.state_dict()
         generator = torch.Generator().manual_seed(0)
         as_torch = "model.layers.0.self_attn.q_proj.weight"
@@ -201,7 +208,7 @@ class GeneratorContract:
         new_torch = state[as_torch] + 0.01 * torch.randn(state[as_torch].shape, generator=generator)
         new_numpy = (state[as_numpy] * 1.5).numpy()
 
-        async def scenario():
+        async def scenario() -> tuple[dict[str, Any], GenerationOutput]:
             await engine.update_weights([(as_torch, new_torch), (as_numpy, new_numpy)], weight_version=3)
             served = await engine.get_weights([as_torch, as_numpy])
             output = await engine.generate(PROMPTS[1], SamplingParams(max_new_tokens=2))
@@ -213,7 +220,7 @@ class GeneratorContract:
         np.testing.assert_array_equal(np.asarray(served[as_torch]), new_torch.numpy())
         np.testing.assert_array_equal(np.asarray(served[as_numpy]), new_numpy)
 
-    def test_updated_weights_are_the_ones_served(self, engine, reference_model):
+    def test_updated_weights_are_the_ones_served(self, engine: RolloutEngine, reference_model: Any) -> None:
         tokens = PROMPTS[0] + [9, 9, 4, 7]
         before = run(engine.score(tokens, len(PROMPTS[0]), 1.0))
         name = "model.layers.1.mlp.down_proj.weight"
@@ -226,14 +233,14 @@ class GeneratorContract:
         np.testing.assert_allclose(after, expected, rtol=0, atol=self.logprob_atol)
         assert not np.allclose(before, after, rtol=0, atol=1e-4), "the update changed nothing the engine serves"
 
-    def test_unknown_weight_name_is_an_error_that_names_it(self, engine):
+    def test_unknown_weight_name_is_an_error_that_names_it(self, engine: RolloutEngine) -> None:
         with pytest.raises(Exception, match="model.layers.0.no_such_proj.weight"):
             run(engine.update_weights([("model.layers.0.no_such_proj.weight", np.zeros(3, np.float32))], 1))
 
-    def test_abort_all_ends_in_flight_requests_promptly_with_aborted(self, engine):
+    def test_abort_all_ends_in_flight_requests_promptly_with_aborted(self, engine: RolloutEngine) -> None:
         params = SamplingParams(temperature=1.0, max_new_tokens=self.long_generation_tokens)
 
-        async def scenario():
+        async def scenario() -> tuple[int, GenerationOutput, float]:
             long_request = asyncio.ensure_future(engine.generate(PROMPTS[1], params))
             await asyncio.sleep(0.3)
             assert not long_request.done(), "raise long_generation_tokens: the generation ended before the abort"
@@ -249,8 +256,8 @@ class GeneratorContract:
         assert len(output.logprobs) == len(output.token_ids)
         assert seconds < 2.0
 
-    def test_engine_serves_again_after_abort_all(self, engine):
-        async def scenario():
+    def test_engine_serves_again_after_abort_all(self, engine: RolloutEngine) -> None:
+        async def scenario() -> tuple[int, GenerationOutput]:
             idle = await engine.abort_all()
             output = await engine.generate(PROMPTS[0], SamplingParams(max_new_tokens=3))
             return idle, output
@@ -259,10 +266,10 @@ class GeneratorContract:
         assert idle == 0
         assert output.status is Status.TRUNCATED and len(output.token_ids) == 3
 
-    def test_cache_and_memory_calls_leave_the_engine_serving(self, engine):
+    def test_cache_and_memory_calls_leave_the_engine_serving(self, engine: RolloutEngine) -> None:
         params = SamplingParams(temperature=0.0, max_new_tokens=5)
 
-        async def scenario():
+        async def scenario() -> tuple[GenerationOutput, GenerationOutput]:
             before = await engine.generate(PROMPTS[3], params)
             await engine.flush_cache()
             await engine.release_memory()

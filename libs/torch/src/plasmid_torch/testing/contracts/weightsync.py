@@ -9,10 +9,10 @@ them, from a configuration whose ``--model`` is a tiny model built here::
         extra_plugins = (plasmid_torchtrain.plugin, plasmid_grpo.plugin, plasmid_torchgen.plugin)
 
         def make_trainer(self, config):
-            ...                                # a Trainer on config.option.model
+            ...                                # a Trainer on --model
 
         def make_engines(self, config, count):
-            ...                                # `count` RolloutEngines on config.option.model
+            ...                                # `count` RolloutEngines on --model
 
 What it checks, after the trainer has taken one training step (so its weights differ from the
 engines'):
@@ -42,6 +42,9 @@ import numpy as np
 import pytest
 
 from plasmid import testing
+from plasmid.config import Config
+from plasmid.kernel_options import GeneralOptions
+from plasmid.protocols import RolloutEngine, Trainer, WeightSync
 from plasmid.types import Sample
 from plasmid_torch.testing.contracts.trainer import as_numpy, exported, make_rollout_batch, tensor_nbytes
 from plasmid_torch.tiny import build_tiny_model
@@ -51,10 +54,10 @@ from plasmid_torch.tiny import build_tiny_model
 class SyncSetup:
     """What one contract test works on."""
 
-    config: Any
-    sync: Any
-    trainer: Any
-    engines: list[Any]
+    config: Config
+    sync: WeightSync
+    trainer: Trainer
+    engines: list[RolloutEngine]
 
 
 class WeightSyncContract:
@@ -74,12 +77,12 @@ class WeightSyncContract:
     #: the sync compresses: ``report.bytes`` counts what it wrote, ``sync/raw_bytes`` the tensors
     compresses: bool = False
 
-    def make_trainer(self, config: Any) -> Any:
-        """A :class:`plasmid.protocols.Trainer` on ``config.option.model``."""
+    def make_trainer(self, config: Config) -> Trainer:
+        """A :class:`plasmid.protocols.Trainer` on ``--model``."""
         raise NotImplementedError(f"{type(self).__name__} must implement make_trainer(config)")
 
-    def make_engines(self, config: Any, count: int) -> list[Any]:
-        """``count`` :class:`plasmid.protocols.RolloutEngine` on ``config.option.model``."""
+    def make_engines(self, config: Config, count: int) -> list[RolloutEngine]:
+        """``count`` :class:`plasmid.protocols.RolloutEngine` on ``--model``."""
         raise NotImplementedError(f"{type(self).__name__} must implement make_engines(config, count)")
 
     def close(self, setup: SyncSetup) -> None:
@@ -110,7 +113,8 @@ class WeightSyncContract:
     def vocab_size(setup: SyncSetup) -> int:
         import json
 
-        return int(json.loads((Path(setup.config.option.model) / "config.json").read_text())["vocab_size"])
+        model = GeneralOptions.of(setup.config).model
+        return int(json.loads((Path(str(model)) / "config.json").read_text())["vocab_size"])
 
     async def train_then_sync(self, setup: SyncSetup, weight_version: int) -> Any:
         await setup.trainer.train_step(make_rollout_batch(self.vocab_size(setup)))
