@@ -14,15 +14,9 @@ from plasmid.types import Sample, SamplingParams
 
 @dataclass
 class RolloutContext:
-    """The rollout side of a run (implements :class:`plasmid.protocols.RolloutView`).
-
-    :ivar engines: the rollout engines; a driver balances requests over them.
-    :ivar tokenizer: the model's Hugging Face tokenizer (decodes responses), in this process.
-    :ivar generate: the generate function (single-turn unless ``--generate`` chose another).
-    :ivar rewards: the weighted reward functions, with timeouts and failure accounting.
-    :ivar filters: ``(name, filter)`` in the order given by ``--filter``.
-    :ivar sampling: the training rollout's sampling parameters.
-    """
+    """The rollout side of a run, built once per process by
+    :func:`plasmid.session.build_rollout_context`; its fields are those of the
+    :class:`plasmid.protocols.RolloutView` protocol it implements, documented there."""
 
     config: Config
     engines: Sequence[RolloutEngine]
