@@ -21,6 +21,7 @@ from typing import Any, TypedDict
 
 from plasmid.config import OptionParser
 from plasmid.errors import PluginError
+from plasmid.kernel_options import KERNEL_OPTIONS
 from plasmid.options import walk_fields
 from plasmid.plugins import (
     PluginInfo,
@@ -121,8 +122,10 @@ def provider_details(registry: Registry, name: str) -> list[dict[str, Any]]:
 
 def options_read(factory: Any) -> list[str]:
     """The option names a provider reads: the fields of its ``option_classes`` (a tuple of
-    :class:`plasmid.options.Options` classes), or the names in an older ``reads_options``."""
-    names = [field_.name for field_ in walk_fields(getattr(factory, "option_classes", ()))]
+    :class:`plasmid.options.Options` classes) but the kernel's own, which every run has, or the
+    names in an older ``reads_options``."""
+    classes = [cls for cls in getattr(factory, "option_classes", ()) if cls not in KERNEL_OPTIONS]
+    names = [field_.name for field_ in walk_fields(classes)]
     return names + [name for name in getattr(factory, "reads_options", ()) if name not in names]
 
 
