@@ -205,6 +205,22 @@ class TrainStep:
         self.updates = int(counters["updates"])
 
 
+class StepCounters:
+    """What a trainer built on a :class:`TrainStep` (its ``recipe``) reports of its progress."""
+
+    recipe: TrainStep
+
+    @property
+    def steps(self) -> int:
+        """Train steps completed (RL steps trained on)."""
+        return self.recipe.steps
+
+    @property
+    def updates(self) -> int:
+        """Optimizer updates of the policy made (skipped ones included)."""
+        return self.recipe.updates
+
+
 def check_rewards(samples: Sequence[Sample]) -> None:
     """Raise ``ValueError`` naming the first sample whose reward is missing or not finite."""
     for position, sample in enumerate(samples):

@@ -111,7 +111,7 @@ from plasmid_megatron.parallel import (
 )
 from plasmid_megatron.vocab_parallel import vocab_parallel_logprobs
 from plasmid_torch.compute import compute_executor
-from plasmid_torch.train_step import CriticParts, TrainerParts, TrainStep
+from plasmid_torch.train_step import CriticParts, StepCounters, TrainerParts, TrainStep
 from plasmid_torch.trainer_options import TrainerOptions
 from plasmid_torch.training import check_samples, check_trainer_setup, scheduled_updates
 
@@ -120,7 +120,7 @@ NO_CUDA_HINT = ("megatron-core needs CUDA here (its optimizer, RNG tracker and s
                 "tests run it, after patching megatron (plugins/trainers/megatron/tests/megatron_cpu_shim.py)")
 
 
-class MegatronTrainer:
+class MegatronTrainer(StepCounters):
     """The ``megatron`` trainer; built by the kernel as ``MegatronTrainer(config, loss)``.
 
     Implements :class:`plasmid.protocols.Trainer`. In a world of several ranks every method is
@@ -174,16 +174,6 @@ class MegatronTrainer:
                                              logprobs=self._step_logprobs, policy_update=self._update,
                                              critic=critic_parts, device=self.device),
                                 self.options, temperature=self.temperature)
-
-    @property
-    def steps(self) -> int:
-        """Train steps completed (RL steps trained on)."""
-        return self.recipe.steps
-
-    @property
-    def updates(self) -> int:
-        """Optimizer updates of the policy made (skipped ones included)."""
-        return self.recipe.updates
 
     # ---------------------------------------------------------------------------------------------
     # Trainer protocol

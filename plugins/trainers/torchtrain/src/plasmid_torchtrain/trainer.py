@@ -36,13 +36,13 @@ from plasmid.types import LossBatch, RolloutBatch, Sample
 from plasmid_torch.compute import run_compute
 from plasmid_torch.hf import load_causal_lm
 from plasmid_torch.optimizer_update import optimizer_update
-from plasmid_torch.train_step import CriticParts, TrainerParts, TrainStep
+from plasmid_torch.train_step import CriticParts, StepCounters, TrainerParts, TrainStep
 from plasmid_torch.trainer_options import TrainerOptions
 from plasmid_torch.training import check_trainer_setup, index_chunks
 from plasmid_torchtrain import batching, checkpoint, critic, distributed, schedule, weights
 
 
-class TorchTrainer:
+class TorchTrainer(StepCounters):
     """The ``torchtrain`` trainer; built by the kernel as ``TorchTrainer(config, loss)``.
 
     Implements :class:`plasmid.protocols.Trainer`. The async methods run their computation in
@@ -97,16 +97,6 @@ class TorchTrainer:
         options = self.options
         return torch.optim.AdamW(model.parameters(), lr=lr, betas=(options.adam_beta1, options.adam_beta2),
                                  weight_decay=options.weight_decay)
-
-    @property
-    def steps(self) -> int:
-        """Train steps completed (RL steps trained on)."""
-        return self.recipe.steps
-
-    @property
-    def updates(self) -> int:
-        """Optimizer updates of the policy made."""
-        return self.recipe.updates
 
     # ---------------------------------------------------------------------------------------------
     # Trainer protocol
