@@ -91,3 +91,23 @@ class GroupCycle:
             self.formed += 1
             self.name, self.members = name, list(members)
         return self.name
+
+
+def node_address() -> str:
+    """This node's address as Ray knows it (other nodes of the cluster reach it there), else
+    ``127.0.0.1``: where a weight-sync group's rendezvous is served."""
+    try:
+        import ray
+    except ImportError:
+        return "127.0.0.1"
+    return ray.util.get_node_ip_address() if ray.is_initialized() else "127.0.0.1"
+
+
+def group_backend(choice: str) -> str:
+    """The ``torch.distributed`` backend of a weight-sync group: ``choice``, or for ``auto``
+    ``nccl`` when this process sees a GPU, else ``gloo``."""
+    if choice != "auto":
+        return choice
+    import torch
+
+    return "nccl" if torch.cuda.is_available() else "gloo"

@@ -39,7 +39,7 @@ from plasmid.remote import run_on
 from plasmid.types import SyncReport
 from plasmid_sglang.options import SGLangOptions
 from plasmid_sglang.weights import choose_transport, flattened_bucket, serialize
-from plasmid_torch.tensors import PROCESS_STATE, GroupCycle, process_token, tensor_bytes
+from plasmid_torch.tensors import PROCESS_STATE, GroupCycle, group_backend, node_address, process_token, tensor_bytes
 
 
 def _report(started: float, moved: int, buckets: int, weight_version: int) -> SyncReport:
@@ -186,25 +186,10 @@ def engine_rank_count(engine: Any) -> int:
 
 def group_address(trainer: Any, backend: str) -> tuple[str, int, str]:
     """(trainer) ``(host, free port, backend)`` for the group's rendezvous, served by rank 0."""
-    import torch
-
     from plasmid_sglang.server import free_port
 
-    host = _node_address()
-    chosen = backend if backend != "auto" else ("nccl" if torch.cuda.is_available() else "gloo")
-    return host, free_port("0.0.0.0" if host != "127.0.0.1" else host), chosen
-
-
-def _node_address() -> str:
-    """This node's address as Ray knows it (a multi-node cluster), else 127.0.0.1."""
-    try:
-        import ray
-
-        if ray.is_initialized():
-            return ray.util.get_node_ip_address()
-    except ImportError:
-        pass
-    return "127.0.0.1"
+    host = node_address()
+    return host, free_port("0.0.0.0" if host != "127.0.0.1" else host), group_backend(backend)
 
 
 async def join_as_sender(trainer: Any, key: str, name: str, host: str, port: int, world: int, backend: str,

@@ -34,7 +34,15 @@ from plasmid.protocols import RolloutEngine, Trainer
 from plasmid.remote import run_on
 from plasmid.types import SyncReport
 from plasmid_sync.options import SyncOptions
-from plasmid_torch.tensors import PROCESS_STATE, GroupCycle, process_token, require_separate_processes, tensor_bytes
+from plasmid_torch.tensors import (
+    PROCESS_STATE,
+    GroupCycle,
+    group_backend,
+    node_address,
+    process_token,
+    require_separate_processes,
+    tensor_bytes,
+)
 
 
 class BroadcastSync:
@@ -83,24 +91,16 @@ class Member:
     device: str
 
 
-def _backend(choice: str) -> str:
-    import torch
-
-    if choice == "auto":
-        return "nccl" if torch.cuda.is_available() else "gloo"
-    return choice
-
-
 # ------------------------------------------------------------------------------ in the trainer's process
 def open_store(trainer: Any, name: str, world: int, backend: str, timeout: float) -> tuple[str, int, str]:
     """Serve the group's ``TCPStore`` here (a free port); ``(host, port, backend)``."""
     import torch.distributed as dist
 
-    host = _node_address()
+    host = node_address()
     store = dist.TCPStore(host, 0, world, is_master=True, timeout=datetime.timedelta(seconds=timeout),
                           wait_for_workers=False)
     PROCESS_STATE[f"{name}/store"] = store
-    return host, int(store.port), _backend(backend)
+    return host, int(store.port), group_backend(backend)
 
 
 async def send_weights(trainer: Any, name: str, bucket_bytes: int) -> tuple[int, int]:
@@ -191,14 +191,3 @@ def _broadcast(member: Member, tensor: Any) -> Any:
     on_device = tensor.to(member.device)
     member.group.broadcast(on_device, 0).wait()
     return on_device
-
-
-def _node_address() -> str:
-    try:
-        import ray
-
-        if ray.is_initialized():
-            return ray.util.get_node_ip_address()
-    except ImportError:
-        pass
-    return "127.0.0.1"
