@@ -26,13 +26,16 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 import plasmid
 from plasmid import hookspecs
 from plasmid.errors import PluginError
+
+if TYPE_CHECKING:
+    from plasmid.config import Config, OptionParser
 
 ENTRY_POINT_GROUP = "plasmid"
 ENV_VAR = "PLASMID_PLUGINS"
@@ -341,13 +344,13 @@ class PluginManager:
         self.check()
 
     # ---------------------------------------------------------------------------- hook facade
-    def addoption(self, parser: Any) -> None:
+    def addoption(self, parser: OptionParser) -> None:
         self.pm.hook.plasmid_addoption.call_historic(kwargs={"parser": parser})
 
-    def defaults(self, config: Any) -> None:
+    def defaults(self, config: Config) -> None:
         self.pm.hook.plasmid_defaults.call_historic(kwargs={"config": config})
 
-    def configure(self, config: Any) -> None:
+    def configure(self, config: Config) -> None:
         self.pm.hook.plasmid_configure.call_historic(kwargs={"config": config})
 
     def metrics(self, step: int, metrics: dict[str, float]) -> None:
