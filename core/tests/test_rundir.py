@@ -23,6 +23,12 @@ def finished_run(run_dir, **options):
     return config
 
 
+def add_to_lock(run_dir, entry):
+    """Record one more plugin in the run's ``plugins.lock.json``, as if the run had loaded it."""
+    lock = json.loads((run_dir / "plugins.lock.json").read_text())
+    (run_dir / "plugins.lock.json").write_text(json.dumps([*lock, entry]))
+
+
 def test_a_new_run_into_a_fresh_or_missing_directory_is_fine(tmp_path):
     check_run_dir(make_config(run_dir=tmp_path / "new"))
     (tmp_path / "empty").mkdir()
@@ -70,9 +76,7 @@ def test_resume_with_other_options_lists_them_and_refuses(tmp_path):
 def test_resume_with_another_plugin_set_lists_it(tmp_path):
     run_dir = tmp_path / "run"
     finished_run(run_dir)
-    lock = json.loads((run_dir / "plugins.lock.json").read_text())
-    lock.append({"name": "judge", "distribution": "rl-judge", "version": "1.2", "target": "rl_judge.plugin"})
-    (run_dir / "plugins.lock.json").write_text(json.dumps(lock))
+    add_to_lock(run_dir, {"name": "judge", "distribution": "rl-judge", "version": "1.2", "target": "rl_judge.plugin"})
     with pytest.raises(UsageError, match="plugin judge 1.2 -> absent"):
         check_run_dir(make_config(run_dir=run_dir, resume=True))
 
@@ -88,8 +92,6 @@ def test_a_resume_never_rewrites_the_runs_header(tmp_path):
 def test_a_local_module_plugin_that_is_gone_is_named_with_where_it_was(tmp_path):
     run_dir = tmp_path / "run"
     finished_run(run_dir)
-    lock = json.loads((run_dir / "plugins.lock.json").read_text())
-    lock.append({"name": "killer", "distribution": "(local)", "version": "", "target": "/tmp/killer.py"})
-    (run_dir / "plugins.lock.json").write_text(json.dumps(lock))
+    add_to_lock(run_dir, {"name": "killer", "distribution": "(local)", "version": "", "target": "/tmp/killer.py"})
     with pytest.raises(UsageError, match=r"plugin killer \(/tmp/killer.py\) -> absent"):
         check_run_dir(make_config(run_dir=run_dir, resume=True))

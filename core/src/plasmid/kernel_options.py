@@ -7,7 +7,6 @@ library or plugin, not here.
 
 from __future__ import annotations
 
-import importlib
 import os
 from datetime import datetime
 from pathlib import Path
@@ -89,10 +88,6 @@ class CheckpointOptions(Options, group="checkpoints"):
     keep_checkpoints: int = option(2, "complete checkpoints kept on disk", min=1)
 
 
-#: TRANSITIONAL (issue 12): modules declaring a family's options until they move to its library.
-LEGACY_OPTION_MODULES: tuple[str, ...] = (
-)
-
 #: The kernel's own option classes, in ``--help`` order.
 KERNEL_OPTIONS: tuple[type[Options], ...] = (GeneralOptions, RolloutOptions, ScheduleOptions, EvalOptions,
                                              CheckpointOptions)
@@ -133,14 +128,6 @@ def plasmid_addoption(parser: OptionParser) -> None:
     add_choice_options(parser)
     for cls in KERNEL_OPTIONS[1:]:
         parser.add_options(cls)
-    for module in LEGACY_OPTION_MODULES:
-        importlib.import_module(module).add_legacy_options(parser)
-
-
-@hookimpl(trylast=True)
-def plasmid_configure(config: Config) -> None:
-    for module in LEGACY_OPTION_MODULES:
-        importlib.import_module(module).fill_legacy_derived(config.option)
 
 
 def default_run_dir(cwd: str | None = None) -> Path:

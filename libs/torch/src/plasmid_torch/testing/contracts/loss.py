@@ -172,11 +172,7 @@ class LossContract:
         value_1, grad_1, metrics_1 = self.loss_and_grad(loss, batch.select(first), logprobs[first], entropy[first])
         value_2, grad_2, metrics_2 = self.loss_and_grad(loss, batch.select(second), logprobs[second],
                                                         entropy[second])
-        assert torch.allclose(value_1 + value_2, value, atol=1e-6, rtol=1e-5)
-        assert torch.allclose(torch.cat([grad_1, grad_2]), grad, atol=1e-7, rtol=1e-5)
-        assert set(metrics_1) == set(metrics) == set(metrics_2)
-        for name in metrics:
-            assert math.isclose(metrics_1[name] + metrics_2[name], metrics[name], rel_tol=1e-5, abs_tol=1e-6), name
+        assert_additive((value, grad, metrics), (value_1, grad_1, metrics_1), (value_2, grad_2, metrics_2))
 
     def test_first_update_favours_positive_advantage_tokens(self, loss: Any, batch: LossBatch) -> None:
         logprobs = batch.old_logprobs.clone()
@@ -242,14 +238,24 @@ class LossContract:
         first, second = torch.arange(0, split), torch.arange(split, batch.response_mask.shape[0])
         value_1, grad_1, metrics_1 = self.value_loss_and_grad(loss, batch.select(first), values[first])
         value_2, grad_2, metrics_2 = self.value_loss_and_grad(loss, batch.select(second), values[second])
-        assert torch.allclose(value_1 + value_2, value, atol=1e-6, rtol=1e-5)
-        assert torch.allclose(torch.cat([grad_1, grad_2]), grad, atol=1e-7, rtol=1e-5)
-        assert set(metrics_1) == set(metrics) == set(metrics_2)
-        for name in metrics:
-            assert math.isclose(metrics_1[name] + metrics_2[name], metrics[name], rel_tol=1e-5, abs_tol=1e-6), name
+        assert_additive((value, grad, metrics), (value_1, grad_1, metrics_1), (value_2, grad_2, metrics_2))
 
     def test_value_gradient_step_moves_values_towards_returns(self, loss: Any, batch: LossBatch) -> None:
         self.require_critic(loss)
         _, grad, _ = self.value_loss_and_grad(loss, batch, batch.values.clone())
         # a small step along -grad changes the values by -lr * grad; they must approach the returns
         assert float((-grad * (batch.returns - batch.values) * batch.response_mask).sum()) > 0
+
+
+def assert_additive(whole: tuple[torch.Tensor, torch.Tensor, dict[str, float]],
+                    first: tuple[torch.Tensor, torch.Tensor, dict[str, float]],
+                    second: tuple[torch.Tensor, torch.Tensor, dict[str, float]]) -> None:
+    """The ``(loss, gradient, metrics)`` of a batch equal the sums (gradients: the concatenation)
+    of its two halves' (micro-batch losses are normalised by the whole batch's totals)."""
+    value, grad, metrics = whole
+    (value_1, grad_1, metrics_1), (value_2, grad_2, metrics_2) = first, second
+    assert torch.allclose(value_1 + value_2, value, atol=1e-6, rtol=1e-5)
+    assert torch.allclose(torch.cat([grad_1, grad_2]), grad, atol=1e-7, rtol=1e-5)
+    assert set(metrics_1) == set(metrics) == set(metrics_2)
+    for name in metrics:
+        assert math.isclose(metrics_1[name] + metrics_2[name], metrics[name], rel_tol=1e-5, abs_tol=1e-6), name
