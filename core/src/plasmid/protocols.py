@@ -275,6 +275,10 @@ class CriticLoss(Loss, Protocol):
         ...
 
 
+#: Metric-name prefix of the reasons a trainer skipped a step (see :meth:`Trainer.train_step`).
+BAD_STEP_PREFIX = "train/bad_step/"
+
+
 @runtime_checkable
 class Trainer(Protocol):
     """Owns the policy (and reference/critic when the loss needs them) and updates it.
@@ -296,7 +300,14 @@ class Trainer(Protocol):
         ...
 
     async def train_step(self, batch: RolloutBatch) -> dict[str, float]:
-        """One policy update on ``batch`` with the loss given at construction; its metrics."""
+        """One policy update on ``batch`` with the loss given at construction; its metrics.
+
+        A step the trainer refuses to apply (a non-finite loss or gradient, weights that would
+        blow up) leaves the weights and the optimizer state exactly as they were and reports why
+        with metrics named ``BAD_STEP_PREFIX + reason`` (e.g. ``train/bad_step/nonfinite_grad_norm``,
+        value 1.0); the loop logs it with the trainer's plugin and stops the run, with a checkpoint,
+        after ``--max-bad-steps`` such steps in a row.
+        """
         ...
 
     def export_weights(self, bucket_bytes: int) -> Iterator[list[NamedTensor]]:
