@@ -179,7 +179,7 @@ def test_registry_collect_is_tolerant_when_asked():
     with pytest.raises(PluginError, match="explodes.*boom"):
         Registry.collect(manager)
     Registry.collect(manager, tolerant=True)
-    assert manager.infos["explodes"].status == "invalid"
+    assert manager.infos["explodes"].status == "skipped" and "boom" in manager.infos["explodes"].reason
 
 
 def test_no_tokenizer_loaded_says_which_plugin_provides_the_default():

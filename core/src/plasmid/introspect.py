@@ -29,6 +29,7 @@ from plasmid.plugins import (
     Selection,
     did_you_mean,
     installed_entry_points,
+    is_first_party,
     kernel_incompatibility,
 )
 from plasmid.registry import Registry
@@ -43,7 +44,7 @@ def plugins_command(argv: list[str]) -> int:
     parser.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
     if args.action == "check":
-        return check_plugins(args.json)
+        return check_plugins(args.json, args.plugins)
     manager, registry = load_tolerantly(args.plugins)
     if args.action == "show":
         if not args.name:
@@ -168,45 +169,158 @@ def show_plugin(manager: PluginManager, name: str, as_json: bool, registry: Regi
 
 
 CHECK_SNIPPET = """
-import importlib.metadata as m, sys, time
-ep = {e.name: e for e in m.entry_points(group="plasmid")}[sys.argv[1]]
-t = time.perf_counter(); ep.load(); print(time.perf_counter() - t)
+import json, sys
+from plasmid.introspect import check_in_this_process
+print(json.dumps(check_in_this_process(sys.argv[1])))
 """
 
 
 class PluginCheck(TypedDict):
-    """One plugin's line of ``plasmid plugins check`` (``--json``: one object of the list)."""
+    """One plugin's entry of ``plasmid plugins check --json`` (the output is a list of them).
+
+    :ivar problems: one line each; empty when the plugin passed.
+    :ivar error: the problems joined with ``" | "`` (``""`` when ok).
+    :ivar providers: ``[family, name]`` of every provider it registers.
+    """
 
     name: str
     distribution: str
     version: str
     ok: bool
     import_seconds: float | None
+    problems: list[str]
     error: str
+    providers: list[list[str]]
 
 
-def check_plugins(as_json: bool) -> int:
-    """Import every installed plugin in a fresh interpreter; report failures and import time."""
-    results: list[PluginCheck] = []
-    for name, ep in sorted(installed_entry_points().items()):
+def check_in_this_process(name: str) -> dict[str, Any]:
+    """Check installed plugin ``name`` in this (fresh) process, as ``plasmid plugins check`` does:
+    import it, register it (hook arguments against the hookspecs), look for hooks plasmid does
+    not define, call its registration hooks and import every lazy target it registers.
+
+    :returns: ``{"import_seconds": float | None, "problems": [str], "providers": [[family, name]]}``.
+    """
+    import time
+
+    ep = installed_entry_points()[name]
+    result: dict[str, Any] = {"import_seconds": None, "problems": [], "providers": []}
+    started = time.perf_counter()
+    try:
+        obj = ep.load()
+    except Exception as exc:  # noqa: BLE001 - reported, named
+        result["problems"].append(f"failed to import {ep.value}: {type(exc).__name__}: {exc}")
+        return result
+    result["import_seconds"] = time.perf_counter() - started
+    manager = PluginManager()
+    manager.load_kernel_plugins()
+    manager.tolerant = True
+    info = PluginInfo(name, ep.dist.name if ep.dist else "?", ep.dist.version if ep.dist else "", ep.value,
+                      origin="selection")
+    manager.infos[name] = info
+    manager._register(obj, info)
+    if info.status == "loaded":
+        manager.check()
+    if info.status == "loaded":
+        registry = Registry.collect(manager, tolerant=True)
+        result["problems"] += info.problems
+        for family, providers in registry.providers.items():
+            for provider in providers.values():
+                if provider.plugin is not info:
+                    continue
+                result["providers"].append([family, provider.name])
+                try:
+                    provider.load()
+                except PluginError as exc:
+                    result["problems"].append(str(exc))
+    if info.status == "skipped":
+        result["problems"].append(info.reason)
+    return result
+
+
+def check_plugins(as_json: bool, plugins_flag: str | None = None) -> int:
+    """``plasmid plugins check``: validate the installed plugins (those ``--plugins`` selects;
+    default all) without running a training.
+
+    Checked: the declared ``plasmid`` requirement (from metadata, before import); then, each in
+    a fresh interpreter: that it imports (and how long that takes), that every hook it implements
+    exists (a misspelled name) and takes only arguments its hookspec declares, that its
+    registration hooks run, and that every lazy ``"module:attr"`` target it registers imports;
+    then, across the checked plugins, provider names registered twice in a family (reported on
+    the plugin that loses the name, in the registration order of :mod:`plasmid.plugins`). Local
+    modules (``--plugins ./file.py``) are not checked.
+
+    Output: one line per problem, ``NAME (DIST VERSION): PROBLEM``, then a summary line;
+    ``--json``: a list of :class:`PluginCheck`.
+
+    :returns: the exit code: 0 when no problem was found, 1 when any was. (A bad ``--plugins``
+        value is a :class:`PluginError`: exit 2, as for every command.)
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    installed = installed_entry_points()
+    selection = Selection.from_env_or_flag(plugins_flag, installed, dict(os.environ))
+    for name in [*selection.include, *selection.exclude]:
+        if name not in installed:
+            raise PluginError(f"unknown plugin '{name}' in --plugins{did_you_mean(name, installed)}")
+    chosen = [(name, ep) for name, ep in sorted(installed.items(), key=lambda item: (
+        not is_first_party(item[1].dist.name if item[1].dist else ""), item[0]))
+        if name not in selection.exclude and (selection.autoload or name in selection.include)]
+
+    def check_one(name: str, ep: Any) -> PluginCheck:
         result = PluginCheck(name=name, distribution=ep.dist.name if ep.dist else "?",
-                             version=ep.dist.version if ep.dist else "", ok=False, import_seconds=None, error="")
+                             version=ep.dist.version if ep.dist else "", ok=False, import_seconds=None,
+                             problems=[], error="", providers=[])
         problem = kernel_incompatibility(ep.dist)
         if problem:
-            result["error"] = problem
-        else:
+            result["problems"].append(problem)
+            return result
+        try:
             proc = subprocess.run([sys.executable, "-c", CHECK_SNIPPET, name], capture_output=True, text=True,
                                   timeout=300)
-            if proc.returncode == 0:
-                result["ok"], result["import_seconds"] = True, float(proc.stdout.strip().splitlines()[-1])
-            else:
-                last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-                result["error"] = f"import failed: {last}"
-        results.append(result)
+        except subprocess.TimeoutExpired:
+            result["problems"].append("checking it took over 300 s (does importing it hang?)")
+            return result
+        try:
+            found = json.loads(proc.stdout.strip().splitlines()[-1])
+        except (IndexError, ValueError):
+            last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+            result["problems"].append(f"checking it crashed the interpreter (exit {proc.returncode}): {last}")
+            return result
+        result["import_seconds"], result["providers"] = found["import_seconds"], found["providers"]
+        result["problems"] += found["problems"]
+        return result
+
+    with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
+        results = list(pool.map(lambda item: check_one(*item), chosen))
+    _add_collisions(results)
+    for result in results:
+        result["ok"] = not result["problems"]
+        result["error"] = " | ".join(result["problems"])
     if as_json:
         print(json.dumps(results, indent=1))
     else:
         for r in results:
-            state = f"ok {r['import_seconds']:.2f}s" if r["ok"] else f"FAILED: {r['error']}"
-            print(f"{r['name']:<16} {r['distribution'] + ' ' + r['version']:<28} {state}")
+            for problem in r["problems"]:
+                print(f"{r['name']} ({r['distribution']} {r['version']}): {problem}")
+        count = sum(len(r["problems"]) for r in results)
+        print(f"plasmid plugins check: {len(results)} plugins checked, {count} problem{'s' * (count != 1)}")
     return 0 if all(r["ok"] for r in results) else 1
+
+
+def _add_collisions(results: list[PluginCheck]) -> None:
+    """Add a problem to each plugin that registers a provider name the kernel or an earlier
+    plugin of ``results`` (which are in registration order) registers in the same family."""
+    kernel = PluginManager()
+    kernel.load_kernel_plugins()
+    owners: dict[tuple[str, str], str] = {}
+    for family, providers in Registry.collect(kernel).providers.items():
+        for name in providers:
+            owners[(family, name)] = "the kernel (plasmid)"
+    for result in results:
+        label = f"'{result['name']}' (distribution {result['distribution']} {result['version']})"
+        for family, name in result["providers"]:
+            owner = owners.setdefault((family, name), label)
+            if owner != label:
+                result["problems"].append(
+                    f"{family} '{name}' is registered by two plugins: {owner} and {label}, and the first keeps "
+                    f"it (this one is skipped when auto-loaded and an error when selected)")

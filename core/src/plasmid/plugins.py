@@ -9,9 +9,31 @@ module named with ``--plugins ./file.py`` / ``--plugins pkg.module``. The select
 - ``no:a``: exclude ``a`` (with no plain names: every installed plugin but ``a``);
 - ``./path.py`` or ``pkg.module``: add a local module as a plugin.
 
-Filtering happens before import. A selected plugin that fails to import, or whose declared
-``plasmid`` requirement excludes this kernel, is an error; an auto-loaded one is skipped with a
-warning and the run goes on.
+Filtering happens before import.
+
+One policy covers every broken plugin: one that fails to import, whose declared ``plasmid``
+requirement excludes this kernel, whose hook implementation takes an argument its hookspec
+does not declare, that implements a hook plasmid does not define (a misspelled name), whose
+registration hook raises, that registers a lazy ``"module:attr"`` target whose module does not
+exist, or that registers a provider name another plugin of the family registered first.
+
+- An *auto-loaded* plugin (not named in ``--plugins``) is skipped with a one-line warning on
+  stderr, ``plasmid: warning: skipping plugin 'NAME' (distribution DIST VERSION): PROBLEM; FIX``,
+  and the run goes on. A provider-level problem (collision, missing lazy target) skips only that
+  provider; the plugin's other providers and hooks stay.
+- A *selected* plugin (named in ``--plugins``, a local module, or registered directly by
+  :func:`plasmid.testing.make_manager`) stops the start-up with a :class:`PluginError` carrying
+  the same text (``plasmid: error: plugin 'NAME' (...) PROBLEM; FIX``, exit 2).
+- A plugin loaded from a plugin lock (another process of the same run) must load as in the
+  driver: a plugin-level problem is an error; a provider-level one is resolved as the driver
+  resolved it, silently (the driver warned already).
+
+Provider names: in a collision the provider registered first keeps the name. Registration runs
+in a fixed order: the kernel's own plugins, then *first-party* plugins, then every other plugin,
+each group in entry-point name order (local modules last). A first-party plugin is one whose
+distribution is named ``plasmid`` or ``plasmid-*`` (the distributions of this repository; a
+third-party package must not use that prefix), so a third-party reward named ``exact`` never
+displaces plasmid-match's.
 """
 
 from __future__ import annotations
@@ -22,7 +44,6 @@ import importlib.metadata as metadata
 import importlib.util
 import sys
 import time
-import warnings
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -47,9 +68,15 @@ KERNEL_PLUGINS = ("plasmid.kernel_options", "plasmid.builtin")
 class PluginInfo:
     """What the kernel knows of one plugin.
 
-    :ivar status: ``loaded``, ``skipped`` (auto-loaded but broken or incompatible),
-        ``excluded`` (deselected; never imported) or ``kernel``.
+    :ivar status: ``loaded``, ``skipped`` (broken or incompatible: auto-loaded, or listed
+        tolerantly), ``excluded`` (deselected; never imported) or ``kernel``.
+    :ivar reason: why it is skipped or excluded: the problem and its fix.
     :ivar providers: family -> provider names it registered (filled by the registry).
+    :ivar origin: how it came to be loaded, which decides what a problem does (see the module
+        docstring): ``autoload``, ``selection`` (``--plugins``), ``lock`` (another process of
+        the run) or ``""`` (the kernel's own, or registered directly: problems are errors).
+    :ivar problems: provider-level problems (a skipped colliding provider, a missing lazy
+        target), one line each; the plugin itself stays loaded.
     """
 
     name: str
@@ -61,6 +88,8 @@ class PluginInfo:
     import_seconds: float = 0.0
     hooks: list[str] = field(default_factory=list)
     providers: dict[str, list[str]] = field(default_factory=dict)
+    origin: str = ""
+    problems: list[str] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -68,6 +97,30 @@ class PluginInfo:
         if self.distribution == LOCAL_DISTRIBUTION:
             return f"'{self.name}' (local module {self.target})"
         return f"'{self.name}' (distribution {self.distribution} {self.version})"
+
+    @property
+    def fix(self) -> str:
+        """How the user gets rid of a problem of this plugin, for messages."""
+        if self.distribution == LOCAL_DISTRIBUTION:
+            return f"fix the module or drop {self.target} from --plugins"
+        if self.origin in ("autoload", "selection", "lock"):
+            return (f"reinstall it (pip install --force-reinstall {self.distribution}) or deselect it "
+                    f"(--plugins no:{self.name})")
+        return "fix the plugin"
+
+    @property
+    def tolerated(self) -> bool:
+        """Whether a problem of this plugin skips it (auto-loaded) rather than stopping the
+        start-up. A plugin of a lock must load as it did in the driver: its problems are errors,
+        but for provider-level ones, which the driver resolved the same way."""
+        return self.origin == "autoload"
+
+    @property
+    def rank(self) -> int:
+        """Registration order group: 0 the kernel's own, 1 first-party, 2 the rest."""
+        if self.status == "kernel":
+            return 0
+        return 1 if is_first_party(self.distribution) else 2
 
     def lock_entry(self) -> dict[str, str]:
         return {"name": self.name, "distribution": self.distribution, "version": self.version, "target": self.target}
@@ -131,6 +184,13 @@ def installed_entry_points() -> dict[str, metadata.EntryPoint]:
     return found
 
 
+def is_first_party(distribution: str) -> bool:
+    """Whether ``distribution`` is one of this repository's: ``plasmid`` or ``plasmid-*``
+    (compared normalized, so ``plasmid_grpo`` counts)."""
+    normalized = distribution.lower().replace("_", "-").replace(".", "-")
+    return normalized == "plasmid" or normalized.startswith("plasmid-")
+
+
 def _dist_name(ep: metadata.EntryPoint) -> str:
     return ep.dist.name if ep.dist is not None else "?"
 
@@ -160,7 +220,7 @@ def kernel_incompatibility(dist: metadata.Distribution | None) -> str:
             continue
         if not requirement.specifier.contains(plasmid.__version__, prereleases=True):
             return (
-                f"it requires plasmid{requirement.specifier} but plasmid {plasmid.__version__} is installed; "
+                f"requires plasmid{requirement.specifier} but plasmid {plasmid.__version__} is installed; "
                 f"install a version of {dist.name} built for plasmid {plasmid.__version__}, "
                 f"or install a matching kernel (pip install 'plasmid{requirement.specifier}')"
             )
@@ -183,6 +243,43 @@ class PluginManager:
         self.pm.add_hookspecs(hookspecs)
         self.infos: dict[str, PluginInfo] = {}
         self.tolerant = False
+        #: the warnings given so far, each once (see :meth:`warn`)
+        self.warnings: list[str] = []
+
+    # ---------------------------------------------------------------------------- the policy
+    def warn(self, message: str) -> None:
+        """Print ``plasmid: warning: MESSAGE`` on stderr, one line, once per manager; recorded in
+        :attr:`warnings`. Nothing is printed while listing (``tolerant``)."""
+        message = " ".join(message.split())
+        if message in self.warnings:
+            return
+        self.warnings.append(message)
+        if not self.tolerant:
+            print(f"plasmid: warning: {message}", file=sys.stderr, flush=True)
+
+    def reject(self, info: PluginInfo, problem: str, *, fix: str = "", error: BaseException | None = None) -> None:
+        """Apply the policy (module docstring) to a broken plugin: raise a :class:`PluginError`
+        for a selected one; otherwise unregister it, mark it ``skipped`` and warn (auto-loaded)."""
+        fix, problem = fix or info.fix, " ".join(problem.split())
+        if not (info.tolerated or self.tolerant):
+            raise PluginError(f"plugin {info.label} {problem}; {fix}") from error
+        if info.status == "loaded":
+            self.pm.unregister(name=info.name)
+        info.status, info.reason = "skipped", f"{problem}; {fix}"
+        self.infos[info.name] = info
+        if info.origin == "autoload":
+            self.warn(f"skipping plugin {info.label}: {problem}; {fix}")
+
+    def reject_provider(self, info: PluginInfo, what: str, problem: str, fix: str) -> None:
+        """The policy for one provider ``what`` (``reward 'exact'``) of ``info``: an error for a
+        selected plugin; otherwise the provider alone is skipped (recorded in ``info.problems``)
+        with a warning (auto-loaded), and the plugin's other providers stay."""
+        problem = " ".join(problem.split())
+        if not (info.tolerated or info.origin == "lock" or self.tolerant):
+            raise PluginError(f"{problem}; {fix}")
+        info.problems.append(f"{what} skipped: {problem}; {fix}")
+        if info.origin == "autoload":
+            self.warn(f"skipping {what} of plugin {info.label}: {problem}; {fix}")
 
     # ---------------------------------------------------------------------------- loading
     def load_kernel_plugins(self) -> None:
@@ -194,8 +291,9 @@ class PluginManager:
     def load(self, selection: Selection, *, tolerant: bool = False) -> None:
         """Load the kernel's plugins and those ``selection`` picks, then validate hooks.
 
-        ``tolerant`` (for listing plugins): a plugin that fails to import or validate is
-        recorded with its reason instead of stopping the load.
+        Broken plugins follow the policy of the module docstring. ``tolerant`` (for listing
+        plugins): every broken plugin, selected or not, is recorded as ``skipped`` with its
+        reason, without a warning, instead of stopping the load.
         """
         self.tolerant = tolerant
         self.load_kernel_plugins()
@@ -207,38 +305,33 @@ class PluginManager:
                     f"unknown plugin '{name}' in --plugins/{ENV_VAR}{did_you_mean(name, known)} "
                     f"(installed: {', '.join(sorted(known)) or 'none'}; run 'plasmid plugins' to list them)"
                 )
-        for name, ep in sorted(installed.items()):
+        ordered = sorted(installed.items(), key=lambda item: (not is_first_party(_dist_name(item[1])), item[0]))
+        for name, ep in ordered:
             info = PluginInfo(name, _dist_name(ep), _dist_version(ep), ep.value)
             self.infos[name] = info
             chosen = name in selection.include
             if name in selection.exclude or not (chosen or selection.autoload):
                 info.status, info.reason = "excluded", "not selected by --plugins"
                 continue
-            self._load_entry_point(ep, info, required=chosen and not tolerant)
+            info.origin = "selection" if chosen else "autoload"
+            self._load_entry_point(ep, info)
         for target in selection.local:
             self.load_local(target)
         self.check()
 
-    def _load_entry_point(self, ep: metadata.EntryPoint, info: PluginInfo, *, required: bool) -> None:
+    def _load_entry_point(self, ep: metadata.EntryPoint, info: PluginInfo) -> None:
         problem = kernel_incompatibility(ep.dist)
-        error: BaseException | None = None
-        if not problem:
-            started = time.perf_counter()
-            try:
-                obj = ep.load()
-            except Exception as exc:  # noqa: BLE001 - any import failure is reported, named
-                error = exc
-                problem = f"failed to import {ep.value}: {type(exc).__name__}: {exc}"
-            info.import_seconds = time.perf_counter() - started
         if problem:
-            if required:
-                raise PluginError(
-                    f"plugin {info.label} {problem}. Fix the installation (pip install --force-reinstall "
-                    f"{info.distribution}) or deselect it with --plugins no:{info.name}"
-                ) from error
-            info.status, info.reason = "skipped", problem
-            warnings.warn(f"plasmid: skipping plugin {info.label}: {problem}", stacklevel=2)
+            self.reject(info, problem, fix=f"or deselect it (--plugins no:{info.name})")
             return
+        started = time.perf_counter()
+        try:
+            obj = ep.load()
+        except Exception as exc:  # noqa: BLE001 - any import failure is reported, named
+            info.import_seconds = time.perf_counter() - started
+            self.reject(info, f"failed to import {ep.value}: {type(exc).__name__}: {exc}", error=exc)
+            return
+        info.import_seconds = time.perf_counter() - started
         self._register(obj, info)
 
     def load_local(self, target: str) -> PluginInfo:
@@ -262,44 +355,39 @@ class PluginManager:
             raise
         except Exception as exc:
             raise PluginError(f"local plugin {target} failed to import: {type(exc).__name__}: {exc}") from exc
-        info = PluginInfo(name, LOCAL_DISTRIBUTION, "", target)
+        info = PluginInfo(name, LOCAL_DISTRIBUTION, "", target, origin="selection")
         self.infos[name] = info
         self._register(module, info)
         return info
 
     def _register(self, obj: Any, info: PluginInfo) -> None:
+        """Register ``obj`` under ``info.name``; a hook implementation whose arguments its
+        hookspec does not declare (or a name taken twice) follows the policy."""
         try:
             self.pm.register(obj, name=info.name)
         except (pluggy.PluginValidationError, ValueError) as exc:
-            problem = f"has an invalid hook implementation: {exc}"
-            if self.tolerant:
-                info.status, info.reason = "invalid", problem
-                self.infos[info.name] = info
-                return
-            raise PluginError(f"plugin {info.label} {problem}. Fix the plugin or deselect it with "
-                              f"--plugins no:{info.name}") from exc
+            if info.status == "kernel":
+                raise
+            self.reject(info, f"has an invalid hook implementation: {exc}", error=exc)
+            return
         info.status = info.status if info.status == "kernel" else "loaded"
         info.hooks = sorted(impl_name for impl_name in dir(obj) if impl_name.startswith("plasmid_"))
         self.infos[info.name] = info
 
     def check(self) -> None:
-        """Fail on hook implementations that match no hookspec (a misspelled hook name).
-
-        When tolerant, the offending plugins are unregistered and marked ``invalid`` instead.
-        """
+        """Apply the policy to plugins whose hook implementations match no hookspec (a
+        misspelled hook name): a selected one is an error, an auto-loaded one is skipped."""
         while True:
             try:
                 self.pm.check_pending()
                 return
             except pluggy.PluginValidationError as exc:
                 plugin = self._owner(exc.plugin)
-                where = plugin.label if plugin else repr(exc.plugin)
                 problem = (f"implements a hook that plasmid does not define: {exc}. Check the spelling against "
                            f"plasmid.hookspecs (hooks start with 'plasmid_')")
-                if not (self.tolerant and plugin):
-                    raise PluginError(f"plugin {where} {problem}") from exc
-                self.pm.unregister(exc.plugin)
-                plugin.status, plugin.reason = "invalid", problem
+                if plugin is None:
+                    raise PluginError(f"plugin {exc.plugin!r} {problem}") from exc
+                self.reject(plugin, problem, error=exc)
 
     def _owner(self, obj: Any) -> PluginInfo | None:
         name = self.pm.get_name(obj)
@@ -334,13 +422,13 @@ class PluginManager:
                     f"plugin '{name}' ({dist} {version}) is in the plugin lock but not installed in this process; "
                     f"install it (pip install {dist}=={version})"
                 )
-            info = PluginInfo(name, _dist_name(ep), _dist_version(ep), ep.value)
+            info = PluginInfo(name, _dist_name(ep), _dist_version(ep), ep.value, origin="lock")
             if (info.distribution, info.version) != (dist, version):
                 raise PluginError(
                     f"plugin '{name}': the driver has {dist} {version} but this process has "
                     f"{info.distribution} {info.version}; install the same version (pip install {dist}=={version})"
                 )
-            self._load_entry_point(ep, info, required=True)
+            self._load_entry_point(ep, info)
         self.check()
 
     # ---------------------------------------------------------------------------- hook facade

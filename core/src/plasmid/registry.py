@@ -1,20 +1,29 @@
 """Named providers per family, collected from the registration hooks, and choosing among them.
 
-The registry owns the rules: names are unique per family (two plugins registering one name is
-an error naming both), a lazy ``"module:attr"`` factory is imported only when chosen, and a
-one-provider family resolves to the flag's choice, the single candidate, or the one default.
+The registry owns the rules: names are unique per family, a lazy ``"module:attr"`` factory is
+imported only when chosen, and a one-provider family resolves to the flag's choice, the single
+candidate, or the one default.
+
+Broken registrations follow the policy of :mod:`plasmid.plugins`: a name another plugin
+registered first (plugins register in the order the kernel's, first-party, the rest), a lazy
+target whose module cannot be found (checked without importing it), or a registration hook
+that raises are errors naming the plugin when it was selected, and are skipped with a one-line
+warning when it was auto-loaded; for the first two only that provider is skipped.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
+import importlib.util
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any
 
 from plasmid.errors import PluginError
 from plasmid.families import BY_NAME, FAMILIES, Family
-from plasmid.plugins import PluginInfo, PluginManager, did_you_mean
+from plasmid.plugins import LOCAL_DISTRIBUTION, PluginInfo, PluginManager, did_you_mean
 
 #: ``register(..., kind=K)`` in ``plasmid_generators`` before generate functions had their own
 #: hook: the family K stands for. Deprecated; kept so that plugins written for it keep working.
@@ -53,37 +62,116 @@ class Provider:
         return f"'{self.name}' from {self.plugin.label}"
 
 
+def missing_target(target: str) -> str:
+    """Why the lazy factory ``"module:attr"`` cannot resolve, found without importing anything:
+    its module (or a package above it) cannot be found, or, when the module is imported already,
+    it lacks the attribute. ``""`` when nothing is known to be wrong (only importing it tells)."""
+    module_name, _, attr = target.partition(":")
+    if not module_name:
+        return f"'{target}' is not of the form 'module:attr'"
+    module = sys.modules.get(module_name)
+    if module is None:
+        return _unfindable(module_name)
+    obj: Any = module
+    for part in attr.split(".") if attr else []:
+        if not hasattr(obj, part):
+            return f"module {module_name} has no attribute '{attr}'"
+        obj = getattr(obj, part)
+    return ""
+
+
+def _unfindable(module_name: str) -> str:
+    """``"no module named X"`` when ``module_name`` cannot be found, without executing any of its
+    packages (a package not yet imported is searched by path)."""
+    parts = module_name.split(".")
+    locations: list[str] | None = None
+    for depth in range(1, len(parts) + 1):
+        prefix = ".".join(parts[:depth])
+        module = sys.modules.get(prefix)
+        if module is not None:
+            found = getattr(module, "__path__", None)
+        else:
+            try:
+                if depth == 1:
+                    spec = importlib.util.find_spec(prefix)
+                elif locations is None:
+                    spec = None
+                else:
+                    spec = importlib.machinery.PathFinder.find_spec(prefix, locations)
+            except (ImportError, ValueError):
+                spec = None
+            if spec is None:
+                return f"no module named '{prefix}'"
+            found = spec.submodule_search_locations
+        locations = list(found) if found is not None else None
+    return ""
+
+
+def _deselect(info: PluginInfo) -> str:
+    if info.distribution == LOCAL_DISTRIBUTION:
+        return f"drop {info.target} from --plugins"
+    return f"--plugins no:{info.name}"
+
+
 class Registry:
-    """Providers by family and name."""
+    """Providers by family and name.
+
+    :ivar skipped: family -> provider name -> why it was skipped at start-up (the message
+        :meth:`get` gives when that name is asked for).
+    """
 
     def __init__(self) -> None:
         self.providers: dict[str, dict[str, Provider]] = {family.name: {} for family in FAMILIES}
+        self.skipped: dict[str, dict[str, str]] = {family.name: {} for family in FAMILIES}
+        self.manager: PluginManager | None = None
 
     @classmethod
     def collect(cls, manager: PluginManager, *, tolerant: bool = False) -> Registry:
         """Call every registration hook of every loaded plugin and gather what they register.
 
-        ``tolerant`` (for listing plugins): a plugin whose registration fails is marked
-        ``invalid`` with the reason instead of stopping the collection.
+        Plugins register in :attr:`PluginInfo.rank` order (the kernel's, first-party, the rest),
+        so the provider that keeps a contested name does not depend on entry-point names.
+        Broken registrations follow the policy of :mod:`plasmid.plugins`. ``tolerant`` (for
+        listing plugins): every broken registration is recorded (``skipped`` plugin, or a line of
+        ``PluginInfo.problems``) instead of stopping the collection.
         """
         registry = cls()
-        for family in FAMILIES:
-            for info, impl in manager.registration_impls(family.hook):
-                if info.status == "invalid":
-                    continue
-                register = registry._register_function(family, info)
-                try:
-                    impl.function(**{arg: register for arg in impl.argnames})
-                except PluginError as exc:
-                    if not tolerant:
-                        raise
-                    info.status, info.reason = "invalid", str(exc)
-                except Exception as exc:  # a broken hook names its plugin
-                    problem = f"plugin {info.label} failed in {family.hook}: {type(exc).__name__}: {exc}"
-                    if not tolerant:
-                        raise PluginError(problem) from exc
-                    info.status, info.reason = "invalid", problem
+        registry.manager = manager
+        was_tolerant = manager.tolerant
+        manager.tolerant = was_tolerant or tolerant
+        try:
+            for family in FAMILIES:
+                impls = sorted(manager.registration_impls(family.hook), key=lambda pair: pair[0].rank)
+                for info, impl in impls:
+                    if info.status == "skipped":
+                        continue
+                    registry._call(manager, family, info, impl)
+        finally:
+            manager.tolerant = was_tolerant
         return registry
+
+    def _call(self, manager: PluginManager, family: Family, info: PluginInfo, impl: Any) -> None:
+        """Call one registration hook; one that raises drops every provider of its plugin and
+        the plugin (auto-loaded), or stops the start-up (selected)."""
+        register = self._register_function(family, info)
+        try:
+            impl.function(**{arg: register for arg in impl.argnames})
+        except Exception as exc:  # a broken hook names its plugin
+            if not (info.tolerated or manager.tolerant):
+                if isinstance(exc, PluginError):
+                    raise
+                raise PluginError(f"plugin {info.label} failed in {family.hook}: {type(exc).__name__}: "
+                                  f"{exc}; {info.fix}") from exc
+            self.drop(info)
+            problem = str(exc) if isinstance(exc, PluginError) else f"{type(exc).__name__}: {exc}"
+            manager.reject(info, f"failed in {family.hook}: {problem}", error=exc)
+
+    def drop(self, info: PluginInfo) -> None:
+        """Remove every provider that ``info`` registered."""
+        for providers in self.providers.values():
+            for name in [name for name, provider in providers.items() if provider.plugin is info]:
+                del providers[name]
+        info.providers.clear()
 
     def _register_function(self, family: Family, info: PluginInfo) -> Any:
         """The ``register(name, factory, *, default=False)`` handed to ``info``'s ``family.hook``."""
@@ -104,15 +192,32 @@ class Registry:
         return register
 
     def add(self, provider: Provider) -> None:
+        """Add ``provider``. A name already taken in its family, or a lazy target whose module
+        cannot be found (checked for plugins loaded from entry points or ``--plugins``), is an
+        error, or, for an auto-loaded plugin, skips this provider with a warning (the provider
+        registered first keeps the name)."""
         family = self.providers[provider.family]
+        plugin = provider.plugin
         if not isinstance(provider.name, str) or not provider.name:
-            raise PluginError(f"plugin {provider.plugin.label} registered a {provider.family} without a name")
+            raise PluginError(f"plugin {plugin.label} registered a {provider.family} without a name")
+        what = f"{provider.family} '{provider.name}'"
         if provider.name in family:
             other = family[provider.name]
-            raise PluginError(
-                f"{provider.family} '{provider.name}' is registered by two plugins: {other.plugin.label} and "
-                f"{provider.plugin.label}; deselect one with --plugins no:NAME"
-            )
+            problem = f"{what} is registered by two plugins: {other.plugin.label} and {plugin.label}"
+            if self.manager is None or not (plugin.tolerated or plugin.origin == "lock" or self.manager.tolerant):
+                raise PluginError(f"{problem}; deselect one of them ({_deselect(other.plugin)} or "
+                                  f"{_deselect(plugin)})")
+            self.manager.reject_provider(
+                plugin, what, f"{problem}, and the first keeps it",
+                f"to use this one, deselect the other (--plugins no:{other.plugin.name})")
+            return
+        if isinstance(provider.factory, str) and plugin.origin and self.manager is not None:
+            missing = missing_target(provider.factory)
+            if missing:
+                problem = f"{what} of plugin {plugin.label} points to '{provider.factory}': {missing}"
+                self.skipped[provider.family][provider.name] = f"{problem}; {plugin.fix}"
+                self.manager.reject_provider(plugin, what, problem, plugin.fix)
+                return
         family[provider.name] = provider
         provider.plugin.providers.setdefault(provider.family, []).append(provider.name)
 
@@ -122,6 +227,9 @@ class Registry:
     def get(self, family: str, name: str) -> Provider:
         """The provider ``name`` of ``family``, or an error with a "did you mean"."""
         candidates = self.providers[family]
+        if name not in candidates and name in self.skipped[family]:
+            raise PluginError(f"{family} '{name}' ({BY_NAME[family].flag}) was skipped at start-up: "
+                              f"{self.skipped[family][name]}")
         if name not in candidates:
             listing = ", ".join(p.describe() for p in candidates.values()) or "none is loaded"
             raise PluginError(
