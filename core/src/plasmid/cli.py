@@ -7,12 +7,14 @@
     plasmid score --reward NAME [--label L] < lines   score responses read from stdin (JSON or text lines)
     plasmid new-plugin reward NAME [--dir D]   write a working third-party reward package to start from
 
-Errors that a user can fix (:class:`plasmid.errors.PlasmidError`) print one message and exit 2;
-``--debug`` adds the traceback.
+Errors that a user can fix (:class:`plasmid.errors.PlasmidError`, and a full disk, exceeded quota,
+read-only or forbidden path: an ``OSError`` with one of :data:`DISK_ERRORS`, named by its path)
+print one message and exit 2; ``--debug`` adds the traceback.
 """
 
 from __future__ import annotations
 
+import errno
 import sys
 import traceback
 
@@ -41,6 +43,40 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("plasmid: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        disk = disk_error(exc)
+        if disk is None:
+            raise
+        if "--debug" in rest:
+            traceback.print_exc()
+        print(f"plasmid: error: {disk}", file=sys.stderr)
+        return 2
+
+
+#: errno -> what it means for the file named, in the one-line report of a storage fault.
+DISK_ERRORS = {errno.ENOSPC: "disk full writing {}", errno.EDQUOT: "disk quota exceeded writing {}",
+               errno.EROFS: "read-only file system: cannot write {}", errno.EACCES: "permission denied: {}",
+               errno.EPERM: "operation not permitted: {}"}
+
+
+#: Faults that mean the storage itself, reported even when another error followed them (a
+#: shutdown failing on the same full disk); a forbidden path only when it is the error raised.
+STORAGE_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+
+
+def disk_error(exc: BaseException) -> str | None:
+    """The one-line report of a storage fault that ``exc`` is (any of :data:`DISK_ERRORS`) or
+    followed (one of :data:`STORAGE_FULL` in its ``__cause__``/``__context__`` chain), or ``None``."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        codes = DISK_ERRORS if current is exc else STORAGE_FULL
+        if isinstance(current, OSError) and current.errno in codes:
+            where = current.filename if current.filename is not None else "(no path given)"
+            return DISK_ERRORS[current.errno].format(where) + f" ({current.strerror or current})"
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def cmd_train(argv: list[str]) -> int:

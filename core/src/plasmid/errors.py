@@ -24,6 +24,15 @@ class ProviderError(PlasmidError):
         self.plugin = plugin
 
 
+class CheckpointError(PlasmidError):
+    """A checkpoint could not be written; the previous complete one is left as it was."""
+
+
+class RunStopped(PlasmidError):
+    """The loop stopped a run that cannot learn (``--max-bad-steps``, ``--max-empty-steps``),
+    after writing a checkpoint."""
+
+
 class DataExhausted(PlasmidError):
     """A finite data source cannot give the groups asked for: every epoch is used up.
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
+
+from plasmid.atomic import append_line, write_atomic
+from plasmid.errors import PlasmidError
 
 #: Metrics shown in the progress line, by short label.
 PROGRESS_FIELDS = {"reward": "rollout/reward_mean", "eval_acc": "eval/accuracy", "entropy": "train/entropy"}
@@ -36,17 +40,19 @@ class RunLog:
         self.started = time.perf_counter()
 
     def resume_from(self, first_step: int) -> None:
-        """Keep the entries before ``first_step`` (a resumed run continues after them)."""
+        """Keep the entries before ``first_step`` (a resumed run continues after them); the
+        file is rewritten atomically. A torn last line (a crash or a full disk while it was
+        appended) is dropped with a warning; damage anywhere else is a :class:`PlasmidError`."""
         if self.path.is_file():
-            kept = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+            kept = read_entries(self.path, self.stream)
             self.history = [entry for entry in kept if entry["step"] < first_step]
-            self.path.write_text("".join(json.dumps(entry) + "\n" for entry in self.history))
+            write_atomic(self.path, "".join(json.dumps(entry) + "\n" for entry in self.history))
 
     def write(self, step: int, metrics: dict[str, Any]) -> dict[str, Any]:
+        """Append step ``step``'s entry to ``metrics.jsonl`` (fsynced) and show progress."""
         entry = {"step": step, **{k: _jsonable(v) for k, v in sorted(metrics.items())}}
         self.history.append(entry)
-        with self.path.open("a") as handle:
-            handle.write(json.dumps(entry) + "\n")
+        append_line(self.path, json.dumps(entry))
         self._progress(step, entry)
         due = self.plotted_at is None or time.perf_counter() - self.plotted_at >= self.plot_seconds
         if (step % self.plot_every == 0 and due and step > 0) or step + 1 == self.total_steps:
@@ -72,8 +78,10 @@ class RunLog:
             self.stream.write("\n")
 
     def plot(self) -> Path | None:
-        """Redraw ``reward_curve.png`` (training reward and eval accuracy per step); skipped,
-        with no error, when matplotlib is not installed."""
+        """Redraw ``reward_curve.png`` (training reward and eval accuracy per step), atomically;
+        skipped, with no error, when matplotlib is not installed, and with a one-line warning
+        when the file cannot be written (the curve is redrawn from the metrics; losing it never
+        stops a run)."""
         try:
             from matplotlib.backends.backend_agg import FigureCanvasAgg
             from matplotlib.figure import Figure
@@ -95,8 +103,39 @@ class RunLog:
         axes.set_title(self.run_dir.name)
         target = self.run_dir / "reward_curve.png"
         figure.tight_layout()
-        figure.savefig(target, dpi=80)
+        image = io.BytesIO()
+        figure.savefig(image, dpi=80, format="png")
+        try:
+            write_atomic(target, image.getvalue())
+        except OSError as exc:
+            self.stream.write(f"plasmid: warning: the reward curve was not drawn: {exc}\n")
+            return None
         return target
+
+
+def read_entries(path: Path, warn: TextIO | None = None) -> list[dict[str, Any]]:
+    """The entries of a ``metrics.jsonl``; a torn last line is dropped (with a warning on
+    ``warn``), any other line that is not a JSON object with a ``step`` is a :class:`PlasmidError`
+    naming the file and line."""
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    entries = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+            if not isinstance(entry, dict) or not isinstance(entry.get("step"), int):
+                raise ValueError("not an object with an integer 'step'")
+        except ValueError as exc:
+            if number == len(lines):
+                (warn or sys.stderr).write(f"plasmid: warning: {path}: dropped a torn last line {number} "
+                                           f"({len(line)} characters; a crash or a full disk while it was "
+                                           f"written)\n")
+                break
+            raise PlasmidError(f"{path}, line {number}: not a metrics entry ({exc}); the run's log is "
+                               f"damaged") from None
+        entries.append(entry)
+    return entries
 
 
 def _jsonable(value: Any) -> Any:
