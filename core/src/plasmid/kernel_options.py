@@ -7,6 +7,7 @@ library or plugin, not here.
 
 from __future__ import annotations
 
+import math
 import os
 from datetime import datetime
 from pathlib import Path
@@ -88,20 +89,31 @@ class CheckpointOptions(Options, group="checkpoints"):
     keep_checkpoints: int = option(2, "complete checkpoints kept on disk", min=1)
 
 
+class FaultOptions(Options, group="faults", description="when the loop stops a run that cannot learn"):
+    max_bad_steps: int = option(3, "stop (with a checkpoint) after N steps in a row that the trainer refused "
+                                "(non-finite loss or gradient, ...)", min=1)
+    max_empty_steps: int = option(5, "stop (with a checkpoint) after N steps in a row in which the filters "
+                                  "(or --max-staleness) dropped every group", min=1)
+
+
 #: The kernel's own option classes, in ``--help`` order.
 KERNEL_OPTIONS: tuple[type[Options], ...] = (GeneralOptions, RolloutOptions, ScheduleOptions, EvalOptions,
-                                             CheckpointOptions)
+                                             CheckpointOptions, FaultOptions)
 
 
 def reward_spec(text: str) -> tuple[str, float]:
-    """Parse ``NAME`` or ``NAME:WEIGHT`` (``--reward format:0.1``)."""
+    """Parse ``NAME`` or ``NAME:WEIGHT`` (``--reward format:0.1``); the weight is a finite
+    number (negative weights penalise); NaN and infinities are a :class:`UsageError`."""
     name, _, weight = text.partition(":")
     if not name:
         raise UsageError(f"--reward {text!r}: expected NAME or NAME:WEIGHT")
     try:
-        return name, float(weight) if weight else 1.0
+        value = float(weight) if weight else 1.0
     except ValueError:
         raise UsageError(f"--reward {text!r}: the weight after ':' must be a number") from None
+    if not math.isfinite(value):
+        raise UsageError(f"--reward {text!r}: the weight after ':' must be a finite number, not {weight}")
+    return name, value
 
 
 def reward_weights(config: Config) -> list[tuple[str, float]]:
