@@ -1,0 +1,198 @@
+"""The loop under faults, with fake providers in this process: steps the trainer refuses
+(``--max-bad-steps``), steps whose every group the filters drop (``--max-empty-steps``), and
+SIGTERM / SIGINT during a step (a checkpoint of the finished step, then a normal return; a
+second SIGINT stops at once)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import signal
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from plasmid import hookimpl, loop
+from plasmid.errors import RunStopped
+from plasmid.protocols import BAD_STEP_PREFIX
+from plasmid.registry import Registry
+from plasmid.runlog import RunLog
+from plasmid.session import Session
+from plasmid.startup import Startup
+from plasmid.testing import make_config, make_manager
+from plasmid.types import Group, RolloutBatch, Sample, SyncReport
+
+
+class FakeTrainer:
+    """Refuses the steps in ``bad`` (with ``reasons``); runs ``on_step[step]()`` inside a step."""
+
+    def __init__(self, config, loss=None):
+        self.bad: set[int] = set()
+        self.reasons = ("nonfinite_grad_norm",)
+        self.on_step: dict[int, object] = {}
+        self.steps = 0
+
+    async def train_step(self, batch):
+        step, self.steps = self.steps, self.steps + 1
+        if step in self.on_step:
+            self.on_step[step]()
+        if step in self.bad:
+            return {BAD_STEP_PREFIX + reason: 1.0 for reason in self.reasons}
+        return {"train/loss": 0.5}
+
+    async def save(self, path):
+        Path(path).mkdir(parents=True)
+        (Path(path) / "state.json").write_text(json.dumps({"steps": self.steps}))
+
+    async def load(self, path):
+        self.steps = json.loads((Path(path) / "state.json").read_text())["steps"]
+
+
+class FakeDriver:
+    """One group per step, or none (every group 'dropped by the filter') on the steps in ``empty``."""
+
+    def __init__(self):
+        self.empty: set[int] = set()
+
+    async def run(self, ctx, rollout_id):
+        if rollout_id in self.empty:
+            return RolloutBatch(rollout_id, [], {"rollout/groups_kept": 0.0, "rollout/dropped/zero_std": 4.0})
+        return RolloutBatch(rollout_id, [Group([Sample(reward=1.0)])], {"rollout/reward_mean": 1.0})
+
+    async def evaluate(self, ctx, groups, params):
+        return {}
+
+
+class FakeSync:
+    async def sync(self, trainer, engines, version):
+        return SyncReport(bytes=0, seconds=0.0, weight_version=version)
+
+
+class FakeData:
+    def eval_groups(self):
+        return []
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+
+
+class FakeTrainerPlugin:
+    @hookimpl
+    def plasmid_trainers(self, register):
+        register("fake-trainer", FakeTrainer)
+
+    @hookimpl
+    def plasmid_filters(self, register):
+        register("drop-all", lambda config: lambda group: None)
+
+
+def make_session(run_dir, **options):
+    plugin = FakeTrainerPlugin()
+    options = {"num_rollouts": 10, "eval_interval": 0, "save_interval": 0, **options}
+    config = make_config(plugin, run_dir=run_dir, trainer="fake-trainer", **options)
+    manager = make_manager(plugin)
+    startup = Startup(config, manager, Registry.collect(manager))
+    ctx = SimpleNamespace(data_source=FakeData(), engines=[], eval_sampling=lambda: None)
+    return Session(startup=startup, ctx=ctx, driver=FakeDriver(), trainer=FakeTrainer(config),
+                   weight_sync=FakeSync())
+
+
+def train(session):
+    log = RunLog(session.config.run_dir, 10, stream=io.StringIO())
+    session.config.run_dir.mkdir(parents=True, exist_ok=True)
+    return asyncio.run(loop.train(session, log))
+
+
+def steps_logged(run_dir):
+    return [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def checkpoint_steps(run_dir):
+    return sorted(int(p.name.removeprefix("step_")) for p in (run_dir / "checkpoints").iterdir())
+
+
+def test_bad_steps_in_a_row_stop_the_run_with_a_checkpoint_naming_the_trainers_plugin(tmp_path, capsys):
+    session = make_session(tmp_path / "run", max_bad_steps=3)
+    session.trainer.bad = {1, 3, 4, 5, 6}
+    with pytest.raises(RunStopped) as stopped:
+        train(session)
+    message = str(stopped.value)
+    assert "stopped after 3 bad steps in a row (steps 3-5)" in message
+    assert "trainer 'fake-trainer' from plugin 'FakeTrainerPlugin'" in message
+    assert "nonfinite_grad_norm" in message and "--max-bad-steps" in message
+    assert "\n" not in message
+    assert steps_logged(tmp_path / "run") == [0, 1, 2, 3, 4, 5]
+    assert checkpoint_steps(tmp_path / "run") == [5], "no checkpoint of the last step before stopping"
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "refused the step" in line]
+    assert len(warnings) == 4  # steps 1, 3, 4, 5, each named with the step and the reasons
+    assert warnings[0].startswith("plasmid: warning: step 1: trainer 'fake-trainer' from plugin 'FakeTrainerPlugin'")
+    assert "nonfinite_grad_norm [1 of --max-bad-steps 3 in a row]" in warnings[0]
+    assert "[3 of --max-bad-steps 3 in a row]" in warnings[-1]
+
+
+def test_steps_with_every_group_dropped_warn_and_stop_after_max_empty_steps_naming_the_filters(tmp_path, capsys):
+    session = make_session(tmp_path / "run", max_empty_steps=2, filter=["drop-all"])
+    session.driver.empty = {1, 3, 4}
+    with pytest.raises(RunStopped) as stopped:
+        train(session)
+    message = str(stopped.value)
+    assert "stopped after 2 steps in a row (steps 3-4) with no group left to train on" in message
+    assert "the filters (drop-all; --filter)" in message and "--max-empty-steps" in message
+    assert checkpoint_steps(tmp_path / "run") == [4]
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "no group was left" in line]
+    assert len(warnings) == 3
+    assert "step 1:" in warnings[0] and "zero_std 4" in warnings[0] and "drop-all" in warnings[0]
+
+
+def test_a_good_step_ends_a_streak(tmp_path):
+    session = make_session(tmp_path / "run", max_bad_steps=2, max_empty_steps=2, num_rollouts=6)
+    session.trainer.bad = {0, 2}  # trainer steps 0-3 are run steps 0, 2, 3, 5 (1 and 4 are empty)
+    session.driver.empty = {1, 4}
+    train(session)
+    assert steps_logged(tmp_path / "run") == list(range(6))
+
+
+def test_an_empty_step_does_not_end_a_bad_streak(tmp_path):
+    session = make_session(tmp_path / "run", max_bad_steps=2)
+    session.trainer.bad = {0, 1}  # run steps 0 and 2
+    session.driver.empty = {1}
+    with pytest.raises(RunStopped, match=r"2 bad steps in a row \(steps 0-2\)"):
+        train(session)
+
+
+def test_sigterm_during_a_step_finishes_it_checkpoints_and_returns(tmp_path, capsys):
+    session = make_session(tmp_path / "run")
+    session.trainer.on_step[2] = lambda: os.kill(os.getpid(), signal.SIGTERM)
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    train(session)
+    assert steps_logged(tmp_path / "run") == [0, 1, 2]
+    assert checkpoint_steps(tmp_path / "run") == [2]
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before, "handlers not restored"
+    err = capsys.readouterr().err
+    assert "stopped by SIGTERM after step 2" in err
+
+    resumed = make_session(tmp_path / "run", resume=True, num_rollouts=5)
+    train(resumed)
+    assert steps_logged(tmp_path / "run") == [0, 1, 2, 3, 4]
+
+
+def test_a_second_sigint_stops_at_once_without_a_checkpoint(tmp_path):
+    session = make_session(tmp_path / "run")
+
+    def interrupt_twice():
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    session.trainer.on_step[1] = interrupt_twice
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        train(session)
+    assert steps_logged(tmp_path / "run") == [0]
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    assert signal.getsignal(signal.SIGINT) == before
