@@ -13,18 +13,22 @@ root, no user namespaces) it is what refuses sockets and writes outside.
 Modes:
 
 - ``stdio SOLUTION``: run ``SOLUTION`` as ``__main__`` (its stdin and stdout are the test's).
-- ``asserts SOLUTION TESTS_JSON``: read a nonce from the first line of stdin, load and delete
-  the JSON list of test snippets, run ``SOLUTION`` as module ``solution``, then run each snippet
-  in its namespace and write ``NONCE passed I`` on the original stdout for each one that raises
-  nothing. An early exit, or a snippet that raises, simply writes no marker for it. The nonce
-  defeats exiting early and printing look-alike markers; it does not defeat a program that
-  inspects this harness's stack frames.
+- ``asserts SOLUTION PLAN_JSON``: read a nonce from the first line of stdin, load and delete the
+  plan (see :mod:`plasmid_code.verdict`: per test snippet, a list of steps ``[kind, source]``),
+  run ``SOLUTION`` as module ``solution``, then for each snippet run its steps in that namespace:
+  ``exec`` steps (setup statements; one that raises ends the snippet), ``value`` steps (an
+  expression whose value is reported in the encoding of :func:`encode`) and ``truth`` steps (an
+  expression reported as a bool). One line ``NONCE {"i": I, "done": BOOL, "r": [...]}`` per
+  snippet goes to the original stdout. This harness decides nothing: it never sees an expected
+  value, and the host compares. A program that forges these lines only claims values for the
+  expressions, as a program that computed them would.
 """
 
 import json
 import os
 import re
 import runpy
+import stat
 import sys
 
 REFUSED_EVENTS = frozenset({
@@ -32,11 +36,26 @@ REFUSED_EVENTS = frozenset({
     "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "os.system", "subprocess.Popen",
     "os.kill", "os.killpg", "ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle",
 })
+#: Modules that reach around the audit events (``_posixsubprocess.fork_exec`` starts processes
+#: with no event; ``_ctypes`` calls anything; sub-interpreters run without this hook; the test
+#: modules poke at the interpreter's internals). Importing one is refused (``ImportError``), and
+#: any already loaded, and every module holding one of them, is dropped from ``sys.modules``.
+REFUSED_MODULES = frozenset({
+    "_posixsubprocess", "_ctypes", "_xxsubinterpreters", "_xxinterpchannels", "_interpreters", "_interpchannels",
+    "_interpqueues", "_testcapi", "_testinternalcapi", "_testmultiphase", "_testsinglephase", "_testbuffer",
+    "_testimportmultiple",
+})
 #: audit events whose arguments at these positions are paths that get written.
 WRITING_PATH_EVENTS = {
     "os.chmod": (0,), "os.chown": (0,), "os.link": (0, 1), "os.mkdir": (0,), "os.remove": (0,),
     "os.rename": (0, 1), "os.rmdir": (0,), "os.symlink": (1,), "os.truncate": (0,), "os.utime": (0,),
     "shutil.rmtree": (0,), "os.mkfifo": (0,), "os.mknod": (0,),
+}
+#: For those events, the position of the ``dir_fd`` each path argument is relative to.
+DIR_FD_POSITIONS = {
+    "os.chmod": (2,), "os.chown": (3,), "os.link": (2, 3), "os.mkdir": (2,), "os.remove": (1,),
+    "os.rename": (2, 3), "os.rmdir": (1,), "os.symlink": (2,), "os.utime": (3,), "shutil.rmtree": (1,),
+    "os.mkfifo": (2,), "os.mknod": (3,),
 }
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 ALLOWED_WRITES = ("/dev/null",)
@@ -46,9 +65,48 @@ OTHER_PROCESS = re.compile(r"^/proc/(\d+)(/|$)")
 def install_guard(workdir):
     own_pid = str(os.getpid())
 
-    def inside(path):
-        real = os.path.realpath(os.path.join(workdir, os.fsdecode(path)))
+    def within(real):
         return real == workdir or real.startswith(workdir + os.sep) or real in ALLOWED_WRITES
+
+    def fd_path(fd):
+        return os.readlink(f"/proc/self/fd/{fd}")
+
+    def inside(path, dir_fd=None):
+        if isinstance(path, int):  # an operation on an open descriptor: where does it point?
+            try:
+                return within(os.path.realpath(fd_path(path)))
+            except OSError:
+                return False
+        text = os.fsdecode(path)
+        if not os.path.isabs(text):
+            if isinstance(dir_fd, int) and dir_fd >= 0:
+                try:
+                    base = fd_path(dir_fd)
+                except OSError:
+                    return False
+            else:
+                base = os.getcwd()  # not workdir: a chdir() elsewhere must not make writes look inside
+            text = os.path.join(base, text)
+        return within(os.path.realpath(text))
+
+    def outside_directory_open():
+        """A directory descriptor this process holds outside ``workdir`` (an ``open`` with
+        ``dir_fd=`` reaches through it, and the open event does not carry the dir_fd)."""
+        try:
+            descriptors = os.listdir("/proc/self/fd")
+        except OSError:
+            return "unknown (no /proc/self/fd)"
+        for entry in descriptors:
+            try:
+                fd = int(entry)
+                if not stat.S_ISDIR(os.fstat(fd).st_mode):
+                    continue
+                target = fd_path(fd)
+            except (OSError, ValueError):
+                continue
+            if not within(os.path.realpath(target)):
+                return target
+        return None
 
     def refuse(what):
         raise PermissionError(f"sandbox: {what} is not allowed")
@@ -56,7 +114,11 @@ def install_guard(workdir):
     def hook(event, args):
         if event in REFUSED_EVENTS:
             refuse(event)
-        if event == "open":
+        if event == "import":
+            name = args[0] if args else ""
+            if isinstance(name, str) and name.partition(".")[0] in REFUSED_MODULES:
+                raise ImportError(f"sandbox: importing {name} is not allowed", name=name)
+        elif event == "open":
             path, mode, flags = (tuple(args) + (None, None, None))[:3]
             if path is None or isinstance(path, int):
                 return
@@ -66,14 +128,28 @@ def install_guard(workdir):
                 refuse(f"reading {text}")
             writing = (isinstance(mode, str) and any(char in mode for char in "wax+")) or (
                 isinstance(flags, int) and flags > 0 and flags & WRITE_FLAGS)
-            if writing and not inside(path):
-                refuse(f"writing {text}")
+            if writing:
+                if not inside(path):
+                    refuse(f"writing {text}")
+                if not os.path.isabs(text):
+                    held = outside_directory_open()
+                    if held:
+                        refuse(f"writing {text} while holding a descriptor of directory {held}")
         elif event in WRITING_PATH_EVENTS:
-            for position in WRITING_PATH_EVENTS[event]:
-                if position < len(args) and isinstance(args[position], (str, bytes, os.PathLike)):
-                    if not inside(args[position]):
-                        refuse(f"{event} on {os.fsdecode(args[position])}")
+            dir_fds = DIR_FD_POSITIONS.get(event, ())
+            for number, position in enumerate(WRITING_PATH_EVENTS[event]):
+                if position < len(args) and isinstance(args[position], (str, bytes, os.PathLike, int)):
+                    dir_position = dir_fds[min(number, len(dir_fds) - 1)] if dir_fds else None
+                    dir_fd = args[dir_position] if dir_position is not None and dir_position < len(args) else None
+                    if not inside(args[position], dir_fd):
+                        refuse(f"{event} on {args[position]!r}")
 
+    refused = {id(module) for name, module in sys.modules.items() if name.partition(".")[0] in REFUSED_MODULES}
+    for name, module in list(sys.modules.items()):
+        holds = name.partition(".")[0] in REFUSED_MODULES or any(
+            id(value) in refused for value in list(getattr(module, "__dict__", {}).values()))
+        if holds:
+            del sys.modules[name]
     sys.addaudithook(hook)
 
 
@@ -82,11 +158,53 @@ def run_stdio(solution):
     runpy.run_path(solution, run_name="__main__")
 
 
-def run_asserts(solution, tests_path):
+MAX_DEPTH = 32
+MAX_ITEMS = 100_000
+
+
+def encode(value, depth=0, budget=None):
+    """``value`` in the JSON form :func:`plasmid_code.verdict.decode` reads (capped in depth and items)."""
+    budget = budget if budget is not None else [MAX_ITEMS]
+    budget[0] -= 1
+    if depth > MAX_DEPTH or budget[0] < 0:
+        return {"$": "opaque", "type": "too deep or too large"}
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        number = int.__index__(value)
+        return number if -2**62 < number < 2**62 else {"$": "int", "v": hex(number)}
+    if isinstance(value, float):
+        return {"$": "float", "v": float.hex(value)}
+    if isinstance(value, complex):
+        return {"$": "complex", "v": [float.hex(value.real), float.hex(value.imag)]}
+    if isinstance(value, (bytes, bytearray)):
+        return {"$": "bytes", "v": bytes(value).hex()}
+    if value is Ellipsis:
+        return {"$": "ellipsis"}
+    if isinstance(value, list):
+        return [encode(item, depth + 1, budget) for item in list.__iter__(value)]
+    for kind, tag in ((tuple, "tuple"), (frozenset, "frozenset"), (set, "set")):
+        if isinstance(value, kind):
+            return {"$": tag, "v": [encode(item, depth + 1, budget) for item in kind.__iter__(value)]}
+    if isinstance(value, dict):
+        return {"$": "dict", "v": [[encode(k, depth + 1, budget), encode(v, depth + 1, budget)]
+                                   for k, v in dict.items(value)]}
+    if hasattr(type(value), "__index__") and not hasattr(type(value), "__len__"):  # e.g. numpy integers
+        return encode(int(value.__index__()), depth, budget)
+    if type(value).__name__ in ("bool_", "bool8"):
+        return bool(value)
+    if hasattr(type(value), "__float__") and type(value).__module__ == "numpy":  # numpy floats
+        return encode(float(value), depth, budget)
+    return {"$": "opaque", "type": type(value).__name__}
+
+
+def run_asserts(solution, plan_path):
     nonce = sys.stdin.readline().strip()
-    with open(tests_path) as handle:
-        tests = json.load(handle)
-    os.remove(tests_path)
+    with open(plan_path) as handle:
+        plan = json.load(handle)
+    os.remove(plan_path)
     report = os.dup(1)
     namespace = {"__name__": "solution"}
     with open(solution) as handle:
@@ -95,12 +213,29 @@ def run_asserts(solution, tests_path):
         exec(compile(source, solution, "exec"), namespace)
     except BaseException:  # noqa: BLE001 - a solution that fails to load passes no test
         return
-    for position, snippet in enumerate(tests):
+    for position, steps in enumerate(plan):
+        name = f"<test {position}>"
+        results = []
+        done = True
+        for kind, step in steps:
+            if kind == "exec":
+                try:
+                    exec(compile(step, name, "exec"), namespace)
+                except BaseException:  # noqa: BLE001 - a failing setup fails the snippet
+                    done = False
+                    break
+                results.append(None)
+                continue
+            try:
+                value = eval(compile(step, name, "eval"), namespace)  # noqa: S307 - the guest runs test code
+                results.append(bool(value) if kind == "truth" else encode(value))
+            except BaseException:  # noqa: BLE001 - judged by the host, only if the check reaches it
+                results.append({"$": "error"})
         try:
-            exec(compile(snippet, f"<test {position}>", "exec"), namespace)
-        except BaseException:  # noqa: BLE001 - a failing test is simply not reported as passed
-            continue
-        os.write(report, f"{nonce} passed {position}\n".encode())
+            line = json.dumps({"i": position, "done": done, "r": results})
+        except BaseException:  # noqa: BLE001 - unencodable: the snippet fails
+            line = json.dumps({"i": position, "done": False, "r": []})
+        os.write(report, f"{nonce} {line}\n".encode())
 
 
 def main(argv):

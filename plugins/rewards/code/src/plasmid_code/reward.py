@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from typing import ClassVar
 
 from plasmid.config import Config
@@ -14,9 +13,10 @@ from plasmid_code.extract import extract_code
 from plasmid_code.labels import Suite, parse_label, same_output
 from plasmid_code.options import CodeOptions
 from plasmid_code.sandbox import Sandbox, new_nonce
+from plasmid_code.verdict import parse_replies, plan_snippet, snippet_passes
 
 SOLUTION = "solution.py"
-TESTS = "tests.json"
+PLAN = "plan.json"
 
 
 class CodeReward:
@@ -24,9 +24,11 @@ class CodeReward:
 
     The program is :func:`~plasmid_code.extract.extract_code` of the response; the tests come from
     the label (:mod:`plasmid_code.labels`). Each stdin/stdout test is one sandboxed run; all assert
-    snippets share one run. A response with no code scores 0 without running anything. A label
-    in the wrong format, or a sandbox that cannot start, raises (the run reports it with the
-    plugin's name); the program's own failures (errors, time-outs, crashes) only fail tests.
+    snippets share one run, and are judged here, outside the sandbox, from the values of their
+    expressions (:mod:`plasmid_code.verdict`): the program never sees an expected value. A
+    response with no code scores 0 without running anything. A label in the wrong format, or a
+    sandbox that cannot start, raises (the run reports it with the plugin's name); the program's
+    own failures (errors, time-outs, crashes) only fail tests.
     """
 
     option_classes: ClassVar[tuple[type[Options], ...]] = (CodeOptions,)
@@ -54,11 +56,14 @@ class CodeReward:
         return int(result.finished_cleanly and same_output(result.stdout.decode(errors="replace"), expected))
 
     async def _asserts_passed(self, program: str, suite: Suite) -> int:
-        if not suite.asserts:
-            return 0
+        return sum(await self.assert_verdicts(program, suite.asserts)) if suite.asserts else 0
+
+    async def assert_verdicts(self, program: str, snippets: list[str]) -> list[bool]:
+        """Whether each assert snippet passes, in one sandboxed run: the guest evaluates the
+        plan's expressions, and the verdict is made here (:mod:`plasmid_code.verdict`)."""
+        plans = [plan_snippet(snippet) for snippet in snippets]
         nonce = new_nonce()
-        files = {SOLUTION: program, TESTS: json.dumps(suite.asserts)}
-        result = await self.sandbox.run(["asserts", SOLUTION, TESTS], files, f"{nonce}\n".encode())
-        marker = re.compile(rf"^{nonce} passed (\d+)$", re.MULTILINE)
-        passed = {int(number) for number in marker.findall(result.stdout.decode(errors="replace"))}
-        return len(passed & set(range(len(suite.asserts))))
+        files = {SOLUTION: program, PLAN: json.dumps([plan.steps if plan else [] for plan in plans])}
+        result = await self.sandbox.run(["asserts", SOLUTION, PLAN], files, f"{nonce}\n".encode())
+        replies = parse_replies(result.stdout.decode(errors="replace"), nonce)
+        return [snippet_passes(plan, replies.get(index)) for index, plan in enumerate(plans)]
