@@ -49,6 +49,7 @@ def hostile_reward(guard: bool, **options) -> CodeReward:
     options = {"code_timeout": 1.0, "code_max_output_kb": 64, **options}
     reward = build("reward", "code", plasmid_code.plugin, config=make_config(plasmid_code.plugin, **options))
     reward.sandbox.guard = guard
+    record_uids(reward.sandbox)
     return reward
 
 
@@ -58,8 +59,24 @@ def timed_score(reward: CodeReward, program: str, label=None) -> tuple[float, fl
     return value, time.perf_counter() - started
 
 
+#: Every sandbox uid this module's runs got (other sandboxes on a shared host use the range too).
+USED_UIDS: set[int] = set()
+
+
+def record_uids(sandbox: Sandbox) -> None:
+    if sandbox.uids is not None:
+        acquire = sandbox.uids.acquire
+
+        def recording():
+            lease = acquire()
+            USED_UIDS.add(lease.uid)
+            return lease
+
+        sandbox.uids.acquire = recording
+
+
 def sandbox_uid_processes() -> list[int]:
-    """Pids of live processes owned by a sandbox uid (61000..61009)."""
+    """Pids of live processes owned by a sandbox uid these tests ran as."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -69,7 +86,7 @@ def sandbox_uid_processes() -> list[int]:
                 continue
             uid_line = next(line for line in status.splitlines() if line.startswith("Uid:"))
             state_line = next(line for line in status.splitlines() if line.startswith("State:"))
-            if 61000 <= int(uid_line.split()[1]) < 61010 and "zombie" not in state_line:
+            if int(uid_line.split()[1]) in USED_UIDS and "zombie" not in state_line:
                 found.append(int(entry))
     return found
 
@@ -243,7 +260,7 @@ def test_the_guard_refuses_what_the_os_layers_would(tmp_path):
     }
     for name, attack in attacks.items():
         indented = attack.replace("\n", "\n    ")
-        program = f"try:\n    {indented}\nexcept PermissionError:\n    print('refused')"
+        program = f"try:\n    {indented}\nexcept (PermissionError, ImportError):\n    print('refused')"
         result = run(sandbox.run(["stdio", "solution.py"], {"solution.py": program}))
         assert result.stdout.strip() == b"refused", name
     assert not outside.exists()
@@ -251,7 +268,7 @@ def test_the_guard_refuses_what_the_os_layers_would(tmp_path):
 
 @pytest.mark.skipif(not OS_LAYERS, reason="needs root and namespaces")
 def test_as_root_every_os_layer_is_in_force():
-    assert probe_layers(hostile_reward(True)) >= {"netns", "mountns", "private-tmp", "uid"}
+    assert probe_layers(hostile_reward(True)) >= {"netns", "mountns", "ipcns", "pidns", "rootfs", "private-tmp", "uid"}
 
 
 def probe_layers(reward: CodeReward) -> set[str]:

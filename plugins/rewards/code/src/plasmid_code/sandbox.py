@@ -7,11 +7,14 @@ session with ``asyncio.create_subprocess_exec``, so the event loop keeps running
 runs the guest interpreter on ``guest.py``. Isolation comes in layers (see
 :mod:`plasmid_code.launcher` and :mod:`plasmid_code.guest`):
 
-- network and mount namespaces (as root, or through an unprivileged user namespace): no network
-  at all, and the sandbox directory is mounted over ``/tmp`` and the other world-writable places;
-- when the parent runs as root, a dedicated uid per concurrency slot (``uid_base + slot``, which
-  must belong to no user): ``RLIMIT_NPROC`` then holds (root ignores it) and the guest can write
-  only to its directory and cannot read the trainer's ``/proc/<pid>/environ``;
+- network, mount, IPC and PID namespaces (as root, or through an unprivileged user namespace):
+  no network at all, no other process visible, no SysV IPC object outliving the run, and a
+  minimal read-only root holding only the interpreter's prefix and shared libraries, with the
+  sandbox directory as ``/tmp`` (see :mod:`plasmid_code.launcher`);
+- when the parent runs as root, a uid of its own for each run, unique on the host across
+  processes (:class:`UidPool`: ``uid_base`` .. ``uid_base + UID_RANGE - 1``, which must belong
+  to no user): ``RLIMIT_NPROC`` then holds (root ignores it), the guest can write only to its
+  directory, and it cannot read or signal another sandbox's files and processes;
 - ``resource`` limits of every guest process: CPU seconds, address space, file size, open files,
   processes;
 - a wall-clock limit kept by the launcher, which then kills the guest's whole process tree (it is
@@ -26,17 +29,24 @@ Run rewards as root, or where user namespaces are allowed, for the full sandbox.
 The guest interpreter must be executable by the sandbox uid: the first run probes the candidates
 (``python=`` if given, else this interpreter, then ``/usr/bin/python3``, ``/usr/local/bin/python3``)
 and keeps the first that starts; none starting is a :class:`SandboxError` that says what to pass.
+A candidate is resolved through symlinks (a venv's ``bin/python``) to its real executable, which
+runs with its own prefix (``sys.base_prefix``): that prefix is what the minimal root holds, so
+packages a program may import must be installed there, not in a venv.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import fcntl
 import json
 import os
 import pwd
+import random
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -49,6 +59,10 @@ LAUNCHER = Path(__file__).with_name("launcher.py")
 GUEST = Path(__file__).with_name("guest.py")
 GUEST_NAME = "_plasmid_guest.py"
 PYTHON_CANDIDATES = ("/usr/bin/python3", "/usr/local/bin/python3")
+#: How many uids from ``uid_base`` the sandboxes of a host share (one per run at a time).
+UID_RANGE = 1000
+#: What the host asks of a candidate interpreter: its real executable and its prefixes.
+INSPECT = "import os, sys; print(os.path.realpath(sys.executable)); print(sys.base_prefix); print(sys.base_exec_prefix)"
 #: Extra seconds the launcher gets, past the guest's wall-clock limit, to clean up and exit.
 LAUNCHER_GRACE_SECONDS = 5.0
 #: The guest's whole environment (plus HOME, TMPDIR and PLASMID_SANDBOX_* set by the launcher).
@@ -89,7 +103,9 @@ class RunResult:
     :ivar returncode: the exit status (negative: killed by that signal), None if we killed it.
     :ivar timed_out: it ran past ``wall_seconds`` and its process group was killed.
     :ivar output_exceeded: it wrote more than ``output_bytes`` and was killed.
-    :ivar layers: the isolation layers in force (``netns``, ``mountns``, ``private-tmp``, ``uid``).
+    :ivar layers: the isolation layers in force (``userns``, ``netns``, ``mountns``, ``ipcns``,
+        ``pidns``, ``rootfs``, ``private-tmp``, ``uid``).
+    :ivar uid: the uid the guest ran as (None: this process's own).
     """
 
     stdout: bytes
@@ -98,6 +114,7 @@ class RunResult:
     output_exceeded: bool = False
     seconds: float = 0.0
     layers: tuple[str, ...] = ()
+    uid: int | None = None
 
     @property
     def finished_cleanly(self) -> bool:
@@ -116,7 +133,7 @@ class Sandbox:
     """Runs guest commands under :class:`Limits`; at most ``concurrency`` at once per event loop.
 
     :param python: the guest interpreter (default: probed, see the module docstring).
-    :param uid_base: first uid of the per-slot sandbox users (used only when running as root).
+    :param uid_base: first of the ``UID_RANGE`` sandbox uids (used only when running as root).
     :param isolate: try network and mount namespaces.
     :param guard: install the guest's audit-hook guard (tests turn it off to test the OS layers).
     """
@@ -130,8 +147,8 @@ class Sandbox:
         self.guard = guard
         self.as_root = os.geteuid() == 0
         self.uid_base = uid_base
-        if self.as_root:
-            check_free_uids(uid_base, self.concurrency)
+        self.uids = UidPool(uid_base, UID_RANGE) if self.as_root else None
+        self._interpreter: dict[str, dict] = {}
         self._states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     # ---------------------------------------------------------------------------- public
@@ -167,6 +184,11 @@ class Sandbox:
             for candidate in dict.fromkeys(candidates):
                 if not candidate or not os.path.exists(candidate):
                     continue
+                try:
+                    self._interpreter[candidate] = await _inspect(candidate)
+                except SandboxError as exc:
+                    problems.append(f"{candidate}: {exc}")
+                    continue
                 self.python = candidate
                 probe = Limits(wall_seconds=30.0, cpu_seconds=30)
                 try:
@@ -186,8 +208,12 @@ class Sandbox:
 
     async def _run_in_slot(self, slot: int, mode_args: list[str], files: dict[str, str], stdin: bytes,
                            limits: Limits) -> RunResult:
-        uid = self.uid_base + slot if self.as_root else None
+        lease = self.uids.acquire() if self.uids is not None else None
+        uid = lease.uid if lease is not None else None
+        assert self.python is not None
+        interpreter = self._interpreter[self.python]
         directory = Path(tempfile.mkdtemp(prefix="plasmid-code-"))
+        root = Path(tempfile.mkdtemp(prefix="plasmid-root-"))
         status_read, status_write = os.pipe()
         process = None
         started = time.perf_counter()
@@ -201,7 +227,8 @@ class Sandbox:
                 "wall_seconds": limits.wall_seconds,
                 "limits": {k: v for k, v in asdict(limits).items() if k not in ("wall_seconds", "output_bytes")},
                 "env": {**GUEST_ENV, "PLASMID_SANDBOX_GUARD": "1" if self.guard else "0"},
-                "argv": [self.python, "-I", GUEST_NAME, *mode_args],
+                "argv": [interpreter["executable"], "-I", GUEST_NAME, *mode_args],
+                "rootfs": {"dir": str(root), "binds": interpreter["binds"]},
             }
             process = await asyncio.create_subprocess_exec(
                 sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(spec),
@@ -210,7 +237,9 @@ class Sandbox:
             os.close(status_write)
             status_write = -1
             stdout, exceeded = await self._communicate(process, stdin, limits)
-            return self._result(_read_all(status_read).splitlines(), stdout, exceeded, started)
+            result = self._result(_read_all(status_read).splitlines(), stdout, exceeded, started)
+            result.uid = uid
+            return result
         finally:
             if status_write >= 0:
                 os.close(status_write)
@@ -218,6 +247,9 @@ class Sandbox:
             if process is not None:
                 await _finish(process)
             shutil.rmtree(directory, ignore_errors=True)
+            shutil.rmtree(root, ignore_errors=True)
+            if lease is not None:
+                lease.release()
 
     @staticmethod
     def _prepare(directory: Path, files: dict[str, str], uid: int | None) -> None:
@@ -320,17 +352,101 @@ def _read_all(fd: int) -> str:
     return data.decode(errors="replace")
 
 
+async def _inspect(python: str) -> dict:
+    """The real executable of ``python`` and the directories its minimal root must hold (its
+    prefixes, and the executable's directory where that lies outside them). Run on the host:
+    the interpreter is the operator's, not the guest's."""
+    try:
+        process = await asyncio.create_subprocess_exec(
+            python, "-I", "-S", "-c", INSPECT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, env=dict(GUEST_ENV))
+        output, _ = await asyncio.wait_for(process.communicate(), 30)
+    except (OSError, TimeoutError) as exc:
+        raise SandboxError(f"could not run it ({exc})") from None
+    lines = output.decode(errors="replace").splitlines()
+    if process.returncode != 0 or len(lines) != 3:
+        raise SandboxError(f"it did not describe itself (exit {process.returncode})")
+    executable, *prefixes = (os.path.realpath(line) for line in lines)
+    binds = list(dict.fromkeys(prefixes))
+    if not any(executable.startswith(prefix + os.sep) for prefix in binds):
+        binds.append(os.path.dirname(executable))
+    return {"executable": executable, "binds": binds}
+
+
+@dataclass
+class UidLease:
+    """A sandbox uid held by this process until :meth:`release` (or until it dies)."""
+
+    uid: int
+    fd: int
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing the lock file drops the flock
+            self.fd = -1
+
+
+class UidPool:
+    """Sandbox uids unique on the host, across processes: uid ``u`` is held by whoever holds a
+    non-blocking ``flock`` on ``LOCKS/u.lock``, in a directory only root can use. A process that
+    dies releases its locks with its descriptors, so a crash leaks no uid.
+
+    :param base: the first uid; ``count`` uids from there must belong to no user.
+    :raises SandboxError: a uid of the range belongs to a user, or the lock directory is unsafe.
+    """
+
+    def __init__(self, base: int, count: int, directory: str | None = None) -> None:
+        check_free_uids(base, count)
+        self.base, self.count = base, count
+        self.directory = directory or _lock_directory()
+
+    def acquire(self) -> UidLease:
+        """A free uid of the range, held until its lease is released; :class:`SandboxError` if all
+        ``count`` are held."""
+        start = random.randrange(self.count)
+        for offset in range(self.count):
+            uid = self.base + (start + offset) % self.count
+            fd = os.open(os.path.join(self.directory, f"{uid}.lock"),
+                         os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    continue
+                raise SandboxError(f"cannot lock sandbox uid {uid} in {self.directory}: {exc}") from None
+            return UidLease(uid, fd)
+        raise SandboxError(f"all {self.count} sandbox uids from {self.base} are in use on this host; "
+                           f"lower --code-concurrency or the number of reward workers")
+
+
+def _lock_directory() -> str:
+    """``/run/plasmid-sandbox`` (else ``$TMPDIR/plasmid-sandbox-uids``), mode 0700, ours; refused
+    when it is a symlink, someone else's, or open to others (they could hold our uids)."""
+    for parent in ("/run", tempfile.gettempdir()):
+        path = os.path.join(parent, "plasmid-sandbox" if parent == "/run" else "plasmid-sandbox-uids")
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        except OSError:
+            continue
+        info = os.lstat(path)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+            raise SandboxError(f"the sandbox uid lock directory {path} must be a directory of uid {os.geteuid()} "
+                               f"with mode 0700; remove it")
+        return path
+    raise SandboxError("no place for the sandbox uid locks (/run and the temporary directory are not writable)")
+
+
 def check_free_uids(uid_base: int, count: int) -> None:
     """Fail unless uids ``uid_base .. uid_base + count - 1`` belong to no user (their processes
     are killed after each run, and they must own no file)."""
-    for uid in range(uid_base, uid_base + count):
-        try:
-            user = pwd.getpwuid(uid)
-        except KeyError:
-            continue
-        raise SandboxError(
-            f"sandbox uid {uid} belongs to user {user.pw_name!r}; the sandbox kills every process of its uids. "
-            f"Choose a free range with --code-sandbox-uid (needs {count} free uids from there)")
+    for user in pwd.getpwall():
+        if uid_base <= user.pw_uid < uid_base + count:
+            raise SandboxError(
+                f"sandbox uid {user.pw_uid} belongs to user {user.pw_name!r}; the sandbox kills every process of "
+                f"its uids. Choose a free range of {count} uids with --code-sandbox-uid")
 
 
 def new_nonce() -> str:
