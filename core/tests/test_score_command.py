@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 
 import pytest
 
@@ -16,6 +17,8 @@ from plasmid.errors import ProviderError, UsageError
 from plasmid.score import score_command
 
 REWARDS = '''
+import time
+
 from plasmid import hookimpl
 
 
@@ -52,9 +55,30 @@ class Rank:
         return [1.0 if len(s.response) == longest else 0.0 for s in samples]
 
 
+class Hang:
+    """Blocks its event loop: time.sleep inside async def."""
+
+    def __init__(self, config):
+        pass
+
+    async def __call__(self, sample):
+        time.sleep(20)
+        return 1.0
+
+
+class Huge:
+    def __init__(self, config):
+        pass
+
+    async def __call__(self, sample):
+        return 1e39
+
+
 @hookimpl
 def plasmid_rewards(register):
     register("contains", Contains)
+    register("hang", Hang)
+    register("huge", Huge)
     register("length", Length)
     register("rank", Rank)
 '''
@@ -129,3 +153,29 @@ def test_through_the_cli_bad_input_exits_2_with_the_message(plugin, monkeypatch,
 def test_an_unknown_reward_is_an_error_listing_the_available_ones(plugin, capsys):
     assert main(["score", "--plugins", plugin, "--reward", "contain"]) == 2
     assert "unknown reward 'contain'" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(120)
+def test_a_reward_that_blocks_its_event_loop_times_out_instead_of_hanging(plugin, capsys):
+    started = time.monotonic()
+    results = score(plugin, "a\nb\n", "--reward", "hang:0.5", "--reward", "contains", "--label", "a",
+                    "--reward-timeout", "0.5")
+    assert time.monotonic() - started < 15
+    assert [r["reward"] for r in results] == [1.0, 0.0]
+    assert all(r["errors"] == ["hang: timed out"] for r in results)
+    assert "reward 'hang' from plugin 'score_rewards'" in capsys.readouterr().err
+
+
+def test_a_reward_above_float32_range_fails_on_its_line(plugin):
+    results = score(plugin, "a\n", "--reward", "huge", "--reward", "contains", "--label", "a")
+    assert results == [{"line": 1, "reward": 1.0, "components": {"huge": 0.0, "contains": 1.0},
+                        "errors": ["huge: ValueError: returned 1e+39, outside float32 range (|reward| <= "
+                                   "3.402823e+38)"]}]
+
+
+def test_every_reward_failing_on_every_line_is_a_warning(plugin, capsys):
+    score(plugin, "a\nb\n", "--reward", "huge", "--reward", "contains")
+    warning = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warning) == 1 and warning[0].startswith(
+        "plasmid: warning: every reward failed on all 2 samples scored (reward 'huge' from plugin "
+        "'score_rewards'")

@@ -149,6 +149,34 @@ def plasmid_rollouts(register: Callable[..., None]) -> None:
 def plasmid_rewards(register: Callable[..., None]) -> None:
     """Register reward functions, combined with weights by ``--reward NAME[:WEIGHT]``.
 
+    Where a reward runs: each ``--reward`` gets its own event loop in a daemon thread of its
+    own (a *reward worker*, :mod:`plasmid.rewards`), not the rollout's loop; a group is sent
+    there in one hop and the samples are scored concurrently on it. What a reward may do:
+
+    - *await* anything (HTTP, subprocesses, ``asyncio.sleep``): many calls run at once. Create
+      loop-bound objects (clients, locks, semaphores, queues) lazily, per running loop, not in
+      the factory: the factory runs in the main thread, calls run on the worker's loop, and a
+      replaced worker (below) is a new loop.
+    - *compute or block* (``time.sleep``, a CPU-bound verifier, blocking I/O): allowed, but it
+      stalls the other calls of the same reward until it returns; it never stalls rollout or
+      the other rewards. Move heavy work off the loop (``asyncio.to_thread``, a process pool)
+      to keep calls concurrent.
+
+    ``--reward-timeout`` is measured from when the group is sent, on the caller's loop, so it
+    fires even while the reward's loop is blocked: the samples not yet scored fail for that
+    reward with "timed out" (counted in ``reward/failed/NAME: timeout``) and their calls are
+    cancelled. A worker whose loop has had calls but not run for a second is abandoned: later
+    calls go to a fresh worker (``reward/workers_abandoned``). What leaks when a call never
+    returns: the abandoned worker's thread and whatever the call holds (its sandbox slot,
+    connection, the memory of the samples), until it returns; the thread is a daemon and does
+    not delay the process's exit (threads the reward starts itself, such as
+    ``asyncio.to_thread``'s, may). At most 8 abandoned workers per reward are kept alive;
+    beyond that new calls wait on the stuck one (and time out).
+
+    A value must be a finite float32 (``|value| <= 3.4e38``), also once weighted and summed
+    with the others; anything else, or an exception (``SystemExit`` included), fails the sample
+    for that reward, named with the plugin (``--reward-errors``).
+
     :param register: ``register(name, factory)``; ``factory(config)`` returns a
         :class:`plasmid.protocols.RewardFn`, or a :class:`plasmid.protocols.GroupRewardFn`
         (an object with ``group = True``) that scores a whole group at once.

@@ -1,24 +1,57 @@
 """Combining reward functions: weights, dict-valued rewards, timeouts and failures.
 
 ``--reward math --reward format:0.1`` gives ``reward = 1.0 * math + 0.1 * format``; each
-component is kept on the sample (``reward_components``) and logged. A reward that raises or
-times out marks the sample with the reward's name and reason; with ``--reward-errors zero`` the
-sample scores 0 and the run goes on (the first failure of each reward is printed to stderr with
-the plugin that provides it; counts go to the ``reward/failed/...`` metrics), with ``fail`` the
-run stops with a :class:`ProviderError` naming the plugin.
+component is kept on the sample (``reward_components``) and logged. A reward that raises, times
+out, or returns a value that is not a finite float32 (or whose weighted value, or the running
+weighted sum, leaves float32 range) marks the sample with the reward's name and reason; with
+``--reward-errors zero`` that component scores 0 and the run goes on (the first failure of each
+reward is printed to stderr with the plugin that provides it; counts go to the
+``reward/failed/...`` metrics), with ``fail`` the run stops with a :class:`ProviderError` naming
+the plugin.
+
+Where rewards run: each reward component has its own *reward worker*, a daemon thread running
+an event loop; :meth:`RewardSet.score_group` sends a whole group to it in one hop and waits on
+the caller's loop with ``--reward-timeout``. So a reward that blocks its loop (``time.sleep`` in
+``async def``, a CPU-bound verifier) can neither stall rollout nor keep the timeout from firing.
+A worker whose loop has calls but has not run for :data:`STALL_SECONDS` is *abandoned*: it
+gets no new calls (a fresh worker takes them), finishes what it has, and exits;
+``reward/workers_abandoned`` counts them. At most :data:`MAX_ABANDONED_WORKERS` abandoned
+workers of one reward may be alive at once; beyond that new calls queue on the current worker
+(and time out if it stays stuck).
+
+A run whose rewards cannot teach anything is reported: when every sample scored since the last
+:meth:`RewardSet.pop_metrics` (one rollout step) failed every reward, a one-line warning names
+the rewards and the first reason, and after ``max_all_failed_steps`` (default
+:data:`ALL_FAILED_STEPS`) such steps in a row ``pop_metrics`` raises :class:`ProviderError`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import math
 import sys
+import threading
+import time
+import weakref
 from collections import Counter
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
 from plasmid.errors import ProviderError
 from plasmid.types import Sample
+
+#: The largest finite float32; rewards travel to the trainer as float32 tensors.
+FLOAT32_MAX = 3.4028234663852886e38
+#: A reward worker whose event loop has had calls but not run a callback for this long is abandoned.
+STALL_SECONDS = 1.0
+#: How often a reward worker's loop proves it is alive.
+HEARTBEAT_SECONDS = 0.1
+#: Abandoned workers of one reward that may still be alive (stuck) before no new ones are made.
+MAX_ABANDONED_WORKERS = 8
+#: Default number of consecutive steps in which every reward failed on every sample that stops the run.
+ALL_FAILED_STEPS = 3
 
 
 @dataclass
@@ -34,60 +67,366 @@ class RewardComponent:
     def is_group(self) -> bool:
         return bool(getattr(self.fn, "group", False))
 
+    @property
+    def where(self) -> str:
+        return f"reward '{self.name}'" + (f" from plugin {self.plugin}" if self.plugin else "")
+
+
+class _Pending:
+    """The result slot of a call that has not returned (yet)."""
+
+
+PENDING = _Pending()
+
+
+@dataclass
+class _Failure:
+    """The result slot of a call that raised."""
+
+    exc: BaseException
+
+
+class Mailbox:
+    """Callables handed to one event loop from any thread, with one wake-up per batch.
+
+    ``call_soon_threadsafe`` per call costs a self-pipe write and a wake-up each; under load
+    (many groups in flight) a mailbox coalesces them.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.items: collections.deque[Callable[[], None]] = collections.deque()
+        self.scheduled = False
+
+    def post(self, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` on the loop soon; :class:`RuntimeError` if the loop is closed."""
+        self.items.append(fn)
+        if not self.scheduled:
+            self.scheduled = True
+            self.loop.call_soon_threadsafe(self._run)
+
+    def _run(self) -> None:
+        self.scheduled = False   # before draining: a post from now on schedules a new run
+        items = self.items
+        while items:
+            items.popleft()()
+
+
+class _Hop:
+    """The calls of one :meth:`RewardSet.score_group`: ``future`` is done when all of them are."""
+
+    __slots__ = ("future", "remaining")
+
+    def __init__(self, future: asyncio.Future[None], calls: int) -> None:
+        self.future = future
+        self.remaining = calls
+
+    def finish_one(self) -> None:  # on the caller's loop
+        self.remaining -= 1
+        if self.remaining == 0 and not self.future.done():
+            self.future.set_result(None)
+
+
+class _Call:
+    """A coroutine to run on a worker's loop for a :class:`_Hop` of the caller's."""
+
+    __slots__ = ("coroutine", "hop", "reply", "worker", "task", "cancelled", "finished")
+
+    def __init__(self, coroutine: Coroutine[Any, Any, None], hop: _Hop, reply: Mailbox, worker: RewardWorker) -> None:
+        self.coroutine = coroutine
+        self.hop = hop
+        self.reply = reply
+        self.worker = worker
+        self.finished = False
+        self.task: asyncio.Task[None] | None = None
+        self.cancelled = False
+
+    def start(self) -> None:  # on the worker's loop
+        if self.cancelled:
+            self.coroutine.close()
+            return
+        self.task = asyncio.get_running_loop().create_task(self.coroutine)
+        self.task.add_done_callback(self._done)
+
+    def _done(self, _task: asyncio.Task[None]) -> None:  # on the worker's loop
+        try:
+            self.reply.post(self._finish)
+        except RuntimeError:  # the caller's loop is gone
+            pass
+
+    def _finish(self) -> None:  # on the caller's loop
+        self.finished = True
+        self.worker.outstanding -= 1
+        self.hop.finish_one()
+
+    def cancel_on_worker(self) -> None:  # on the worker's loop
+        self.cancelled = True
+        if self.task is not None:
+            self.task.cancel()
+
+
+class RewardWorker:
+    """A daemon thread running an event loop on which one reward's calls run.
+
+    The loop schedules a heartbeat every :data:`HEARTBEAT_SECONDS`; :meth:`stalled` is true when
+    it has calls to run but has not run for :data:`STALL_SECONDS` (something on the loop blocks it).
+
+    :ivar outstanding: calls submitted and not yet finished (kept by the caller's thread).
+    """
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.inbox = Mailbox(self.loop)
+        self.last_tick = time.monotonic()
+        self.draining: asyncio.Task[None] | None = None
+        self.outstanding = 0
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(self._tick)
+        try:
+            self.loop.run_forever()
+            tasks = asyncio.all_tasks(self.loop)
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                self.loop.run_until_complete(asyncio.wait(tasks, timeout=1.0))
+            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+        finally:
+            self.loop.close()  # its default executor is shut down without waiting for stuck threads
+
+    def _tick(self) -> None:
+        self.last_tick = time.monotonic()
+        self.loop.call_later(HEARTBEAT_SECONDS, self._tick)
+
+    def stalled(self, now: float) -> bool:
+        return self.outstanding > 0 and now - self.last_tick > STALL_SECONDS
+
+    @property
+    def alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def submit(self, coroutine: Coroutine[Any, Any, None], hop: _Hop, reply: Mailbox) -> _Call:
+        """Run ``coroutine`` on this worker's loop; ``hop`` learns on ``reply``'s loop when it is done."""
+        call = _Call(coroutine, hop, reply, self)
+        self.outstanding += 1
+        self.inbox.post(call.start)
+        return call
+
+    def cancel(self, call: _Call) -> None:
+        """Cancel ``call`` on the worker's loop (once that loop runs again)."""
+        call.cancelled = True
+        try:
+            self.inbox.post(call.cancel_on_worker)
+        except RuntimeError:  # already closed
+            pass
+
+    def retire(self, grace: float) -> None:
+        """Stop once the calls it has are done (at most ``grace`` seconds after it runs again)."""
+        def drain() -> None:
+            self.draining = self.loop.create_task(_drain_then_stop(grace))
+
+        try:
+            self.inbox.post(drain)
+        except RuntimeError:  # already closed
+            pass
+
+    def stop(self) -> None:
+        """Stop now: calls still running are cancelled once the loop runs again."""
+        try:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        except RuntimeError:  # already closed
+            pass
+
+
+async def _drain_then_stop(grace: float) -> None:
+    current = asyncio.current_task()
+    others = [task for task in asyncio.all_tasks() if task is not current]
+    if others:
+        await asyncio.wait(others, timeout=grace)
+    asyncio.get_running_loop().stop()
+
+
+class _Workers:
+    """The reward workers of a :class:`RewardSet`, one current worker per component.
+
+    Kept apart from the set so that a finalizer can stop them when the set is dropped.
+    """
+
+    def __init__(self) -> None:
+        self.current: dict[int, RewardWorker] = {}
+        self.abandoned: dict[int, list[RewardWorker]] = {}
+        self.abandoned_count = 0
+
+    def get(self, position: int, name: str, grace: float) -> RewardWorker:
+        worker = self.current.get(position)
+        if worker is not None and not worker.alive:
+            del self.current[position]
+        elif worker is not None and worker.stalled(time.monotonic()):
+            self.abandon(position, worker, grace)
+        worker = self.current.get(position)
+        if worker is None:
+            worker = self.current[position] = RewardWorker(f"plasmid-reward-{name}")
+        return worker
+
+    def abandon(self, position: int, worker: RewardWorker, grace: float) -> None:
+        if self.current.get(position) is not worker:
+            return
+        stuck = self.abandoned.setdefault(position, [])
+        stuck[:] = [w for w in stuck if w.alive]
+        if len(stuck) >= MAX_ABANDONED_WORKERS:
+            return  # no more threads for this reward: calls queue on the stuck worker and time out
+        stuck.append(worker)
+        worker.retire(grace)
+        self.abandoned_count += 1
+        del self.current[position]
+
+    def stop(self) -> None:
+        for worker in [*self.current.values(), *(w for ws in self.abandoned.values() for w in ws)]:
+            worker.stop()
+        self.current.clear()
+        self.abandoned.clear()
+
+
+async def _call_reward(component: RewardComponent, samples: list[Sample], slots: list[Any]) -> None:
+    """Runs on the component's worker loop: fill ``slots`` with each sample's raw value or
+    :class:`_Failure`. Never raises except when cancelled."""
+    if component.is_group:
+        try:
+            raw = await component.fn(samples)
+            if not isinstance(raw, list | tuple) or len(raw) != len(samples):
+                count = len(raw) if isinstance(raw, list | tuple) else type(raw).__name__
+                raise ValueError(f"group reward returned {count} values for {len(samples)} samples")
+            slots[:] = raw
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - SystemExit included: reported, the worker goes on
+            slots[:] = [_Failure(exc)] * len(samples)
+        return
+
+    async def one(position: int, sample: Sample) -> None:
+        try:
+            slots[position] = await component.fn(sample)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - SystemExit included: reported, the worker goes on
+            slots[position] = _Failure(exc)
+
+    if len(samples) == 1:
+        await one(0, samples[0])
+    else:
+        await asyncio.gather(*(one(position, sample) for position, sample in enumerate(samples)))
+
+
+def _finalize_workers(workers: _Workers) -> None:
+    workers.stop()
+
 
 @dataclass
 class RewardSet:
     """The run's rewards. ``score_group`` is what rollout drivers call.
 
     :ivar failures: ``"name: ExceptionType"`` -> count, since the last :meth:`pop_metrics`.
+    :ivar max_all_failed_steps: :meth:`pop_metrics` raises :class:`ProviderError` when every
+        reward failed on every sample in this many consecutive steps (0: never).
     """
 
     components: list[RewardComponent]
     reward_key: str | None = None
     timeout: float = 60.0
     errors: str = "zero"
+    max_all_failed_steps: int = ALL_FAILED_STEPS
     failures: Counter[str] = field(default_factory=Counter)
     #: rewards whose first failure was already printed (once per reward, not per sample).
     reported: set[str] = field(default_factory=set)
+    #: samples scored since the last pop_metrics, those that failed every reward, and the first reason.
+    _scored: int = field(default=0, init=False, repr=False)
+    _all_failed: int = field(default=0, init=False, repr=False)
+    _first_reason: str = field(default="", init=False, repr=False)
+    #: consecutive pop_metrics windows in which every sample failed every reward.
+    _all_failed_streak: int = field(default=0, init=False, repr=False)
+    _workers: _Workers = field(default_factory=_Workers, init=False, repr=False)
+    #: where workers hand results back: the mailbox of the loop that last called score_group.
+    _reply: Mailbox | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        weakref.finalize(self, _finalize_workers, self._workers)
 
     async def score_group(self, samples: list[Sample]) -> None:
         """Score ``samples`` (one group) in place: ``reward`` and ``reward_components``.
 
-        Per-sample rewards run concurrently with each other; group rewards see all samples.
+        Each component gets the whole group in one hop to its reward worker; per-sample rewards
+        run concurrently there, group rewards see all samples. A call that has not returned
+        ``timeout`` seconds after the group was sent fails with "timed out" (the call is
+        cancelled; if its worker's loop is blocked, the worker is abandoned).
         """
-        per_component = await asyncio.gather(*(self._component_values(c, samples) for c in self.components))
+        if not samples:
+            return
+        grace = self.timeout
+        loop = asyncio.get_running_loop()
+        reply = self._reply
+        if reply is None or reply.loop is not loop:
+            reply = self._reply = Mailbox(loop)
+        slots = [[PENDING] * len(samples) for _ in self.components]
+        hop = _Hop(loop.create_future(), len(self.components))
+        calls = [(worker := self._workers.get(position, component.name, grace),
+                  worker.submit(_call_reward(component, samples, slots[position]), hop, reply))
+                 for position, component in enumerate(self.components)]
+        try:
+            async with asyncio.timeout(self.timeout):
+                await hop.future
+        except TimeoutError:
+            pass
+        finally:
+            if hop.remaining:   # timed out, or we were cancelled: cancel what is still running
+                hop.future.cancel()
+                now = time.monotonic()
+                for position, (worker, call) in enumerate(calls):
+                    if not call.finished:
+                        worker.cancel(call)
+                        if worker.stalled(now):
+                            self._workers.abandon(position, worker, grace)
+        self._combine(samples, [list(values) for values in slots])
+
+    def _combine(self, samples: list[Sample], results: list[list[Any]]) -> None:
         for position, sample in enumerate(samples):
             total = 0.0
-            for component, values in zip(self.components, per_component, strict=True):
-                value = values[position]
+            failed = 0
+            for component, values in zip(self.components, results, strict=True):
+                value, term, problem = self._checked(component, values[position], total)
+                if problem is not None:
+                    self._failed(component, sample, problem)
+                    failed += 1
                 sample.reward_components[component.name] = value
-                total += component.weight * value
+                total += term
             sample.reward = total
+            self._scored += 1
+            if failed == len(self.components):
+                self._all_failed += 1
 
-    async def _component_values(self, component: RewardComponent, samples: list[Sample]) -> list[float]:
-        if component.is_group:
-            try:
-                async with asyncio.timeout(self.timeout):
-                    raw = await component.fn(samples)
-                if len(raw) != len(samples):
-                    raise ValueError(f"group reward returned {len(raw)} values for {len(samples)} samples")
-                return [self._as_float(component, value) for value in raw]
-            except Exception as exc:  # noqa: BLE001 - reported with the plugin's name
-                for sample in samples:
-                    self._failed(component, sample, exc)
-                return [0.0] * len(samples)
-        return list(await asyncio.gather(*(self._one(component, sample) for sample in samples)))
-
-    async def _one(self, component: RewardComponent, sample: Sample) -> float:
+    def _checked(self, component: RewardComponent, raw: Any, total: float) -> tuple[float, float, BaseException | None]:
+        """``(value, weighted value, None)``, or ``(0.0, 0.0, why)`` when the call failed or its value
+        (alone, weighted, or added to ``total``) is not a finite float32."""
+        if raw is PENDING:
+            return 0.0, 0.0, TimeoutError()
+        if isinstance(raw, _Failure):
+            return 0.0, 0.0, raw.exc
         try:
-            async with asyncio.timeout(self.timeout):      # a timer, not a task per sample (wait_for)
-                value = await component.fn(sample)
-            return self._as_float(component, value)
+            value = self._as_float(raw)
+            term = component.weight * value
+            if not abs(term) <= FLOAT32_MAX:
+                raise ValueError(f"returned {value!r}, which weighted by {component.weight:g} is {term!r}, "
+                                 f"outside float32 range")
+            if not abs(total + term) <= FLOAT32_MAX:
+                raise ValueError(f"returned {value!r}: the weighted sum of the rewards, {total!r} + {term!r}, "
+                                 f"leaves float32 range")
         except Exception as exc:  # noqa: BLE001 - reported with the plugin's name
-            self._failed(component, sample, exc)
-            return 0.0
+            return 0.0, 0.0, exc
+        return value, term, None
 
-    def _as_float(self, component: RewardComponent, value: Any) -> float:
+    def _as_float(self, value: Any) -> float:
         if isinstance(value, dict):
             key = self.reward_key
             if key is None:
@@ -100,25 +439,60 @@ class RewardSet:
         result = float(value)
         if not math.isfinite(result):
             raise ValueError(f"returned a non-finite reward {value!r}")
+        if abs(result) > FLOAT32_MAX:
+            raise ValueError(f"returned {value!r}, outside float32 range (|reward| <= {FLOAT32_MAX:.7g})")
         return result
 
     def _failed(self, component: RewardComponent, sample: Sample, exc: BaseException) -> None:
-        reason = "timed out" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
-        where = f"reward '{component.name}'" + (f" from plugin {component.plugin}" if component.plugin else "")
+        timed_out = isinstance(exc, TimeoutError)
+        reason = f"timed out after {self.timeout:g}s (--reward-timeout)" if timed_out \
+            else f"{type(exc).__name__}: {exc}"
+        where = component.where
         if self.errors == "fail":
             raise ProviderError(f"{where} failed on sample {sample.index}: {reason}",
                                 provider=component.name, plugin=component.plugin) from exc
-        sample.metadata.setdefault("reward_errors", []).append(f"{component.name}: {reason}")
+        sample.metadata.setdefault("reward_errors", []).append(
+            f"{component.name}: {'timed out' if timed_out else reason}")
+        if not self._first_reason:
+            self._first_reason = f"{where} on sample {sample.index}: {reason}"
         if component.name not in self.reported:
             self.reported.add(component.name)
             print(f"plasmid: {where} failed on sample {sample.index}: {reason}; the sample scores 0 for it and "
                   f"the run goes on (counted in reward/failed/...; --reward-errors fail stops instead)",
                   file=sys.stderr)
-        self.failures[f"{component.name}: {type(exc).__name__}" if not isinstance(exc, TimeoutError)
-                      else f"{component.name}: timeout"] += 1
+        self.failures[f"{component.name}: timeout" if timed_out else f"{component.name}: {type(exc).__name__}"] += 1
 
     def pop_metrics(self) -> dict[str, float]:
-        """Failure counts since the last call, as ``reward/failed/<name: kind>`` metrics."""
+        """Failure counts since the last call, as ``reward/failed/<name: kind>`` metrics, and
+        ``reward/workers_abandoned`` when workers were abandoned (absent when zero).
+
+        Called once per rollout step. When every sample scored since the last call failed every
+        reward, prints a one-line warning; raises :class:`ProviderError` when that happened in
+        ``max_all_failed_steps`` consecutive calls.
+        """
         metrics = {f"reward/failed/{key}": float(count) for key, count in self.failures.items()}
+        if self._workers.abandoned_count:
+            metrics["reward/workers_abandoned"] = float(self._workers.abandoned_count)
+        scored, all_failed, first = self._scored, self._all_failed, self._first_reason
         self.failures.clear()
+        self._workers.abandoned_count = 0
+        self._scored = self._all_failed = 0
+        self._first_reason = ""
+        if scored:
+            self._all_failed_streak = self._all_failed_streak + 1 if all_failed == scored else 0
+        if scored and all_failed == scored:
+            rewards = ", ".join(component.where for component in self.components)
+            limit = self.max_all_failed_steps
+            message = (f"every reward failed on all {scored} samples scored ({rewards}), so every "
+                       f"reward is 0 and nothing can be learned; first failure: {first}")
+            if limit and self._all_failed_streak >= limit:
+                first_component = self.components[0]
+                raise ProviderError(f"{message}; stopping after {self._all_failed_streak} such steps in a row",
+                                    provider=first_component.name, plugin=first_component.plugin)
+            print(f"plasmid: warning: {message} ({self._all_failed_streak} step(s) in a row"
+                  + (f"; {limit} stop the run)" if limit else ")"), file=sys.stderr)
         return metrics
+
+    def close(self) -> None:
+        """Stop the reward workers (calls still running are cancelled). Scoring again starts new ones."""
+        self._workers.stop()

@@ -17,7 +17,10 @@ Output: one JSON object per scored line, in input order, as soon as its group is
 
     {"line": 3, "reward": 1.1, "components": {"math": 1.0, "format": 1.0}}
 
-plus ``"errors": ["math: ValueError: ..."]`` when a reward failed on it (it then scored 0).
+plus ``"errors": ["math: ValueError: ..."]`` when a reward failed on it (it then scored 0 for
+that reward): it raised, timed out (``"math: timed out"``), or returned a value that is not a
+finite float32 or overflows float32 once weighted. When every reward failed on every line, a
+warning says so on stderr.
 A line that cannot be read stops the command with exit status 2 and a message naming the line;
 so does a failing reward under ``--reward-errors fail``. Samples carry no token ids (there is
 no tokenizer here): rewards that need ``tokens`` cannot be checked this way.
@@ -113,9 +116,12 @@ def score_command(argv: list[str], stdin: TextIO | None = None, stdout: TextIO |
     if not startup.config.option.reward_weights:
         raise UsageError("no reward is loaded: choose one with --reward NAME ('plasmid plugins' lists them)")
     rewards = build_reward_set(startup.config, startup.registry)
-    scored = asyncio.run(score_lines(rewards, stdin or sys.stdin, options.label, options.group_size,
-                                     stdout or sys.stdout))
-    failures = rewards.pop_metrics()
+    try:
+        scored = asyncio.run(score_lines(rewards, stdin or sys.stdin, options.label, options.group_size,
+                                         stdout or sys.stdout))
+        failures = rewards.pop_metrics()
+    finally:
+        rewards.close()
     if failures:
         summary = ", ".join(f"{key.removeprefix('reward/failed/')} x{int(count)}" for key, count in failures.items())
         print(f"plasmid score: {scored} lines scored; reward failures: {summary}", file=sys.stderr)
