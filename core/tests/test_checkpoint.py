@@ -41,7 +41,8 @@ class Source:
 def test_latest_complete_checkpoint_is_found_and_restored(tmp_path):
     checkpoints = Checkpoints(tmp_path, keep=2)
     for step in (4, 9):
-        asyncio.run(checkpoints.save(step, FakeTrainerState(), Source(step * 10), {"weight_version": step + 1}))
+        state = Source(step * 10).state_dict()
+        asyncio.run(checkpoints.save(step, FakeTrainerState(), state, {"weight_version": step + 1}))
     latest = checkpoints.latest()
     assert latest.name == "step_000009"
     trainer, source = FakeTrainerState(), Source()
@@ -52,17 +53,17 @@ def test_latest_complete_checkpoint_is_found_and_restored(tmp_path):
 
 def test_a_failed_save_leaves_the_previous_checkpoint_as_latest(tmp_path):
     checkpoints = Checkpoints(tmp_path)
-    asyncio.run(checkpoints.save(1, FakeTrainerState(), Source(), {}))
+    asyncio.run(checkpoints.save(1, FakeTrainerState(), Source().state_dict(), {}))
     with pytest.raises(OSError, match="disk full"):
-        asyncio.run(checkpoints.save(2, FakeTrainerState(fail=True), Source(), {}))
+        asyncio.run(checkpoints.save(2, FakeTrainerState(fail=True), Source().state_dict(), {}))
     assert checkpoints.latest().name == "step_000001"
-    asyncio.run(checkpoints.save(3, FakeTrainerState(), Source(), {}))
+    asyncio.run(checkpoints.save(3, FakeTrainerState(), Source().state_dict(), {}))
     assert not list((tmp_path / "checkpoints").glob("*.partial")), "the stale partial checkpoint was not removed"
 
 
 def test_only_the_newest_are_kept(tmp_path):
     checkpoints = Checkpoints(tmp_path, keep=2)
     for step in range(5):
-        asyncio.run(checkpoints.save(step, FakeTrainerState(), Source(), {}))
+        asyncio.run(checkpoints.save(step, FakeTrainerState(), Source().state_dict(), {}))
     assert [p.name for p in checkpoints.complete()] == ["step_000003", "step_000004"]
     assert json.loads((checkpoints.latest() / "data_source.json").read_text()) == {"position": 0}

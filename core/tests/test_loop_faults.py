@@ -196,3 +196,38 @@ def test_a_second_sigint_stops_at_once_without_a_checkpoint(tmp_path):
     assert steps_logged(tmp_path / "run") == [0]
     assert not (tmp_path / "run" / "checkpoints").exists()
     assert signal.getsignal(signal.SIGINT) == before
+
+
+class CountingData(FakeData):
+    """Hands out prompts by position: ``state_dict`` says how many groups were taken."""
+
+    def __init__(self):
+        self.taken = 0
+
+    def take(self):
+        self.taken += 1
+
+    def state_dict(self):
+        return {"taken": self.taken}
+
+
+class TakingDriver(FakeDriver):
+    """Takes its prompts from the data source when the rollout starts, as real drivers do."""
+
+    async def run(self, ctx, rollout_id):
+        ctx.data_source.take()
+        await asyncio.sleep(0)
+        return await super().run(ctx, rollout_id)
+
+
+@pytest.mark.parametrize("schedule", ["sync", "async"])
+def test_a_checkpoint_holds_the_data_position_of_its_own_step_even_with_a_rollout_in_flight(tmp_path, schedule):
+    """With ``--schedule async`` step k+1's rollout has taken its prompts when step k is saved;
+    the checkpoint must still say "k+1 groups taken", or a resume would skip step k+1's prompts."""
+    session = make_session(tmp_path / "run", schedule=schedule, placement="disaggregate", save_interval=2,
+                           num_rollouts=4)
+    session.ctx.data_source, session.driver = CountingData(), TakingDriver()
+    train(session)
+    for step in (1, 3):
+        meta = tmp_path / "run" / "checkpoints" / f"step_{step:06d}" / "data_source.json"
+        assert json.loads(meta.read_text()) == {"taken": step + 1}

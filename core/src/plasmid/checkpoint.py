@@ -62,9 +62,13 @@ class Checkpoints:
         done = self.complete()
         return done[-1] if done else None
 
-    async def save(self, rollout_id: int, trainer: Trainer, data_source: DataSource,
+    async def save(self, rollout_id: int, trainer: Trainer, data_state: dict[str, Any],
                    extra: dict[str, Any]) -> Path:
         """Write the checkpoint taken after step ``rollout_id`` durably, then prune old ones.
+
+        ``data_state`` is ``DataSource.state_dict()`` as it was when step ``rollout_id``'s
+        rollout had finished (with ``--schedule async`` the next rollout has taken its prompts
+        by the time the step is saved; resuming must give those prompts again).
 
         On failure nothing complete is touched: the partial directory is removed and the error
         raised (see the module's docstring)."""
@@ -78,7 +82,7 @@ class Checkpoints:
         try:
             partial.mkdir()
             await self._save_trainer(trainer, partial / "trainer")
-            (partial / "data_source.json").write_text(json.dumps(data_source.state_dict()))
+            (partial / "data_source.json").write_text(json.dumps(data_state))
             meta = {"rollout_id": rollout_id, "saved_at": time.time(), **extra}
             (partial / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
             fsync_tree(partial)

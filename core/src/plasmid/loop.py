@@ -58,9 +58,11 @@ async def train(session: Session, log: RunLog) -> dict[str, float]:
     def rollout(rollout_id: int) -> asyncio.Task[RolloutBatch]:
         return asyncio.ensure_future(session.driver.run(ctx, rollout_id))
 
+    data_state = ctx.data_source.state_dict()  # as of the last finished rollout (see Checkpoints.save)
+
     async def save(rollout_id: int) -> Path:
         nonlocal saved
-        path = await checkpoints.save(rollout_id, trainer, ctx.data_source,
+        path = await checkpoints.save(rollout_id, trainer, data_state,
                                       {"weight_version": version, "plugin_lock": config.plugin_lock})
         saved = rollout_id
         return path
@@ -75,10 +77,12 @@ async def train(session: Session, log: RunLog) -> dict[str, float]:
                     batch = await (in_flight or rollout(rollout_id))
                 except DataExhausted as exc:
                     print(f"plasmid: the data is used up ({exc}); ending the run", file=sys.stderr)
+                    data_state = ctx.data_source.state_dict()  # the failed get_groups consumed nothing
                     if rollout_id > start and saved != rollout_id - 1:
                         await save(rollout_id - 1)
                     break
                 last = rollout_id + 1 == steps
+                data_state = ctx.data_source.state_dict()  # before the next rollout takes its prompts
                 in_flight = rollout(rollout_id + 1) if overlap and not last and not stop.requested else None
                 rolled = time.perf_counter()
                 metrics = {**batch.metrics, **drop_stale(batch, version, schedule.max_staleness)}
