@@ -7,8 +7,13 @@ see (PYTHONPATH), so they never leak into the test environment.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
-from plasmid_e2e import SHORT_RUN, run_plasmid
+import pytest
+from faulty_plugins import ALL, install_faulty
+from plasmid_e2e import SHORT_RUN, read_metrics, run_plasmid
 
 
 def _json(proc):
@@ -142,3 +147,56 @@ def test_plugins_check_imports_each_in_a_subprocess(broken_plugins):
     assert not results["broken"]["ok"] and "a_module_that_does_not_exist" in results["broken"]["error"]
     assert not results["oldapi"]["ok"] and "requires plasmid" in results["oldapi"]["error"]
     assert results["grpo"]["ok"] and results["grpo"]["import_seconds"] >= 0
+
+
+# ------------------------------------------------------------------ rl-plugin-faulty (faulty_plugins.py)
+@pytest.fixture(scope="module")
+def faulty(tmp_path_factory):
+    """The environment of a subprocess in which rl-plugin-faulty is installed."""
+    return {"PYTHONPATH": str(install_faulty(tmp_path_factory.mktemp("faulty")))}
+
+
+def _score(*args, env):
+    """``plasmid score ARGS`` scoring the response "a b" against the label "a b"."""
+    return subprocess.run([sys.executable, "-m", "plasmid.cli", "score", "--label", "a b", *args], input="a b\n",
+                          capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", **env},
+                          timeout=300)
+
+
+def _only(name):
+    return ",".join(f"no:{other}" for other in ALL if other != name)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_an_autoloaded_broken_plugin_is_skipped_with_a_warning_line_naming_its_package(name, faulty):
+    proc = _score("--reward", "f1", "--plugins", _only(name), env=faulty)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["reward"] == 1.0
+    lines = proc.stderr.splitlines()
+    assert 1 <= len(lines) <= 2, proc.stderr  # faultylazy has two bad targets
+    for line in lines:
+        assert line.startswith("plasmid: warning: skipping "), line
+        assert f"of plugin '{name}'" in line or f"plugin '{name}'" in line
+        assert "(distribution rl-plugin-faulty 0.3.0)" in line and "--plugins no:" in line
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_a_selected_broken_plugin_stops_with_one_line(name, faulty):
+    proc = _score("--reward", "f1", "--plugins", f"{name},match", env=faulty)
+    assert_clean_error(proc, f"'{name}' (distribution rl-plugin-faulty 0.3.0)", "--plugins no:")
+    assert len(proc.stderr.splitlines()) == 1 and proc.stderr.startswith("plasmid: error: "), proc.stderr
+
+
+def test_a_run_with_every_broken_plugin_installed_trains_and_warns_once_each(faulty, tmp_path):
+    run_dir = tmp_path / "run"
+    proc = run_plasmid("train", "--reward", "f1", *SHORT_RUN, "--num-rollouts", "1", "--run-dir", str(run_dir),
+                       env=faulty)
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("plasmid: warning: ")]
+    assert len(warnings) == len(set(warnings)) == 7, proc.stderr  # 4 plugins, 2 lazy targets, 1 collision
+    assert all(line.startswith("plasmid: warning: skipping ") and "rl-plugin-faulty 0.3.0" in line
+               for line in warnings)
+    assert "UserWarning" not in proc.stderr and "warnings.warn" not in proc.stderr
+    assert all("rollout/reward/f1" in m for m in read_metrics(run_dir))
+    lock = {entry["name"] for entry in json.loads((run_dir / "plugins.lock.json").read_text())}
+    assert {"faultyexact", "faultylazy"} <= lock and not {"faultyimport", "faultysig", "faultyhook"} & lock

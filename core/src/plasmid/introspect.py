@@ -322,5 +322,5 @@ def _add_collisions(results: list[PluginCheck]) -> None:
             owner = owners.setdefault((family, name), label)
             if owner != label:
                 result["problems"].append(
-                    f"{family} '{name}' is registered by two plugins: {owner} and {label}, and the first keeps "
-                    f"it (this one is skipped when auto-loaded and an error when selected)")
+                    f"{family} '{name}' skipped: the name is taken: {owner} registers it first (when this plugin "
+                    f"is selected with --plugins, an error)")

@@ -276,7 +276,7 @@ class PluginManager:
         with a warning (auto-loaded), and the plugin's other providers stay."""
         problem = " ".join(problem.split())
         if not (info.tolerated or info.origin == "lock" or self.tolerant):
-            raise PluginError(f"{problem}; {fix}")
+            raise PluginError(f"{what} of plugin {info.label}: {problem}; {fix}")
         info.problems.append(f"{what} skipped: {problem}; {fix}")
         if info.origin == "autoload":
             self.warn(f"skipping {what} of plugin {info.label}: {problem}; {fix}")

@@ -208,14 +208,14 @@ class Registry:
                 raise PluginError(f"{problem}; deselect one of them ({_deselect(other.plugin)} or "
                                   f"{_deselect(plugin)})")
             self.manager.reject_provider(
-                plugin, what, f"{problem}, and the first keeps it",
-                f"to use this one, deselect the other (--plugins no:{other.plugin.name})")
+                plugin, what, f"the name is taken: {other.plugin.label} registered it first",
+                f"to use this one, deselect the other ({_deselect(other.plugin)})")
             return
         if isinstance(provider.factory, str) and plugin.origin and self.manager is not None:
             missing = missing_target(provider.factory)
             if missing:
-                problem = f"{what} of plugin {plugin.label} points to '{provider.factory}': {missing}"
-                self.skipped[provider.family][provider.name] = f"{problem}; {plugin.fix}"
+                problem = f"points to '{provider.factory}': {missing}"
+                self.skipped[provider.family][provider.name] = f"plugin {plugin.label} {problem}; {plugin.fix}"
                 self.manager.reject_provider(plugin, what, problem, plugin.fix)
                 return
         family[provider.name] = provider
