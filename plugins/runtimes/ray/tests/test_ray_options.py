@@ -34,7 +34,7 @@ def test_a_bad_value_is_a_one_line_usage_error_naming_the_flag(name, value, mess
 
 def test_typed_reads_give_the_declared_defaults():
     options = RayOptions.of(testing.make_config(plasmid_ray.plugin))
-    assert options == RayOptions(ray_address=None, ray_num_cpus=None, ray_cpus_per_engine=1.0,
+    assert options == RayOptions(ray_address=None, ray_host="127.0.0.1", ray_num_cpus=None, ray_cpus_per_engine=1.0,
                                  ray_cpus_per_trainer=1.0, ray_gpus_per_engine=None, ray_gpus_per_trainer=None,
                                  ray_engine_restarts=3, ray_placement_timeout=120.0)
     trainer, engine = actor_resources(testing.make_config(plasmid_ray.plugin), cluster_gpus=0)

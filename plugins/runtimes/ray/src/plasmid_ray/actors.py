@@ -111,7 +111,7 @@ class TrainerWorker:
     """Rank ``rank`` of ``world`` trainer workers.
 
     :meth:`setup` joins the ``torch.distributed`` group of the trainers (gloo on CPU, NCCL when
-    a GPU is visible; rank 0's address, from :meth:`rendezvous_address`) and builds the loss and
+    a GPU is visible; rank 0's store, from :meth:`rendezvous`) and builds the loss and
     the trainer from the registry. The trainer plugin sees an initialised default process group
     and trains its shard (see plasmid-torchtrain's ``distributed`` module). Calls that touch the
     weights are serialised by a lock, so a weight export never reads a half-applied update.
@@ -133,31 +133,39 @@ class TrainerWorker:
     async def ready(self) -> dict[str, Any]:
         return describe_process()
 
-    async def rendezvous_address(self) -> tuple[str, int]:
-        """``(node IP, free port)`` for the trainers' process group (asked of rank 0)."""
-        from plasmid_ray.cluster import free_port, node_address
+    async def rendezvous(self, token: str) -> str:
+        """The ``init_method`` of the trainers' process group (asked of rank 0): on a node whose
+        Ray address is the loopback one (a local cluster, every rank on this machine), a file
+        store named by ``token`` in this machine's temp directory (a TCP store would listen on
+        every interface); else ``tcp://`` this node's IP and a port free on it."""
+        import tempfile
 
-        return node_address(), free_port()
+        from plasmid_ray.cluster import free_port, is_loopback, node_address
 
-    async def setup(self, master_address: str, master_port: int) -> dict[str, Any]:
-        """Join the group, build the trainer; this process's description and whether the trainer
-        is collective."""
+        address = node_address()
+        if is_loopback(address):
+            return f"file://{tempfile.gettempdir()}/plasmid-trainers-{token}"
+        return f"tcp://{address}:{free_port()}"
+
+    async def setup(self, init_method: str) -> dict[str, Any]:
+        """Join the group (``init_method`` from rank 0's :meth:`rendezvous`), build the trainer;
+        this process's description and whether the trainer is collective."""
         if self.world > 1:
-            await asyncio.to_thread(self._join_group, master_address, master_port)
+            await asyncio.to_thread(self._join_group, init_method)
         choice = self.config.option  # provider choices
         loss = instantiate(self.registry.get("loss", choice.loss), self.config)
         self.trainer = instantiate(self.registry.get("trainer", choice.trainer), self.config, loss)
         return {**describe_process(), "collective": is_collective(self.trainer)}
 
-    def _join_group(self, master_address: str, master_port: int) -> None:
+    def _join_group(self, init_method: str) -> None:
         import datetime
 
         import torch
         import torch.distributed as dist
 
         backend = "nccl" if torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend=backend, init_method=f"tcp://{master_address}:{master_port}",
-                                rank=self.rank, world_size=self.world, timeout=datetime.timedelta(minutes=30))
+        dist.init_process_group(backend=backend, init_method=init_method, rank=self.rank, world_size=self.world,
+                                timeout=datetime.timedelta(minutes=30))
 
     async def lead(self, followers: list[Any]) -> None:
         """Make this worker (rank 0 of a collective trainer) start ``followers``' exports with its own."""

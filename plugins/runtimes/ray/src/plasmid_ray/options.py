@@ -8,6 +8,9 @@ from plasmid.options import Options, option
 class RayOptions(Options, group="ray", description="the Ray runtime (--runtime ray)"):
     ray_address: str | None = option(None, "Ray cluster to attach to",
                                      default_text="$RAY_ADDRESS, else start a local cluster")
+    ray_host: str = option("127.0.0.1", "address the processes of a local Ray cluster started by plasmid listen on: "
+                           "127.0.0.1 (this machine only) or this node's IP (Ray then listens on every "
+                           "interface, so other machines can reach it)")
     ray_num_cpus: float | None = option(None, "logical CPUs of a local cluster started by plasmid", gt=0,
                                         default_text="what the actors need, at least the machine's CPU count")
     ray_cpus_per_engine: float = option(1.0, "CPUs reserved per engine actor", gt=0)
