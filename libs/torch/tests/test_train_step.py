@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ import torch
 
 from plasmid.types import Group, LossBatch, RolloutBatch, Sample, Status
 from plasmid_torch.optimizer_update import optimizer_update
+from plasmid_torch.step_guard import TorchSnapshot
 from plasmid_torch.train_step import CriticParts, TrainerParts, TrainStep
 from plasmid_torch.trainer_options import TrainerOptions
 
@@ -269,14 +271,41 @@ def test_optimizer_update_without_clipping_steps_the_whole_gradient():
     assert metrics["grad_norm"] == pytest.approx(100.0) and weight.item() == pytest.approx(-100.0)
 
 
-@pytest.mark.filterwarnings("ignore:Detected call of:UserWarning")   # no optimizer.step(): dropped
-def test_a_non_finite_gradient_drops_the_update_but_not_the_schedule():
+def test_a_non_finite_loss_refuses_the_update_and_leaves_the_schedule():
     weight = torch.nn.Parameter(torch.tensor([1.0]))
     optimizer, scheduler = sgd_on(weight)
-    metrics = optimizer_update(optimizer, scheduler, [weight], [((weight * math.inf).sum(), {})], clip_grad=1.0)
-    assert metrics["skipped_updates"] == 1.0 and not math.isfinite(metrics["grad_norm"])
+    metrics = optimizer_update(optimizer, scheduler, [weight], [((weight * math.inf).sum(), {"part": 1.0})],
+                               clip_grad=1.0)
+    assert metrics == {"part": 1.0, "lr": 0.1, "bad_step/nonfinite_loss": 1.0}
     assert weight.item() == 1.0 and weight.grad is None
-    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.05)
+    assert optimizer.param_groups[0]["lr"] == 0.1 and scheduler.last_epoch == 0, "the scheduler stepped"
+    assert not optimizer.state, "the optimizer stepped"
+
+
+def test_a_finite_loss_with_a_non_finite_gradient_refuses_the_update():
+    weight = torch.nn.Parameter(torch.tensor([1.0]))
+    optimizer, scheduler = sgd_on(weight)
+    finite_loss_nan_grad = weight.sum() + torch.sqrt((weight * 0.0).sum())     # d sqrt(x)/dx at 0 is inf
+    metrics = optimizer_update(optimizer, scheduler, [weight], [(finite_loss_nan_grad, {})], clip_grad=1.0,
+                               prefix="critic_")
+    assert metrics["bad_step/critic_nonfinite_grad_norm"] == 1.0 and "critic_grad_norm" not in metrics
+    assert weight.item() == 1.0 and scheduler.last_epoch == 0
+
+
+class OtherRankNaN(Summing):
+    """A stand-in sync of two ranks where the other rank's micro-batch losses summed to NaN."""
+
+    def sum_metrics(self, totals):
+        return {name: (math.nan if name.endswith("loss") and "\0" in name else 2 * value)
+                for name, value in totals.items()}
+
+
+def test_a_non_finite_loss_on_another_rank_refuses_the_update_on_this_one():
+    weight = torch.nn.Parameter(torch.tensor([1.0]))
+    optimizer, scheduler = sgd_on(weight)
+    metrics = optimizer_update(optimizer, scheduler, [weight], [(weight.sum(), {})], clip_grad=1.0,
+                               sync=OtherRankNaN())
+    assert metrics["bad_step/nonfinite_loss"] == 1.0 and weight.item() == 1.0
 
 
 def test_micro_batch_forwards_run_after_the_gradients_are_zeroed():
@@ -291,3 +320,128 @@ def test_micro_batch_forwards_run_after_the_gradients_are_zeroed():
 
     optimizer_update(optimizer, scheduler, [weight], micro_losses(), clip_grad=0.0)
     assert seen == [None] and weight.item() == pytest.approx(0.9)
+
+
+# ------------------------------------------------------------------------------------------------
+# refusing a bad step (plasmid_torch.step_guard)
+
+
+class Snapshots:
+    """A stand-in snapshot part: counts snapshots and restores, answers ``problem`` to the weight check."""
+
+    def __init__(self, problem: str | None = None) -> None:
+        self.taken = self.restored = 0
+        self.problem = problem
+        self.checked: list[float] = []
+
+    def __call__(self) -> Snapshots:
+        self.taken += 1
+        return self
+
+    def weights_problem(self, max_update_ratio: float) -> str | None:
+        self.checked.append(max_update_ratio)
+        return self.problem
+
+    def restore(self) -> None:
+        self.restored += 1
+
+
+def guarded(recorder: Recorder, snapshots: Snapshots, **options: Any) -> TrainStep:
+    parts = replace(recorder.parts(StandInLoss()), snapshot=snapshots)
+    return TrainStep(parts, TrainerOptions.from_values(options), temperature=1.0)
+
+
+def test_a_refused_second_update_refuses_the_whole_step_and_restores_the_first():
+    recorder, snapshots = Recorder(), Snapshots()
+    answers = iter([{"loss": 1.0, "lr": 0.1, "skipped_updates": 0.0}, {"lr": 0.1, "bad_step/nonfinite_loss": 1.0}])
+    recorder.policy_update = lambda batch, inputs, chunk: next(answers)
+    step = guarded(recorder, snapshots, global_batch_size=2, max_update_ratio=0)
+    metrics = step.run(recorder.bind(batch_of([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]])))
+    assert metrics["train/bad_step/nonfinite_loss"] == 1.0 and metrics["train/updates"] == 0.0
+    assert metrics["train/samples"] == 6.0 and "train/advantage_mean" not in metrics
+    assert all(math.isfinite(value) for value in metrics.values())
+    assert (snapshots.taken, snapshots.restored) == (1, 1), "two updates: a snapshot, restored"
+    assert (step.steps, step.updates) == (0, 0), "a refused step counts nothing"
+
+
+def test_weights_that_blow_up_refuse_the_step_after_the_update():
+    recorder, snapshots = Recorder(), Snapshots(problem="weights_blew_up")
+    step = guarded(recorder, snapshots, max_update_ratio=0.5)
+    metrics = step.run(recorder.bind(batch_of([[1.0, 0.0]])))
+    assert metrics["train/bad_step/weights_blew_up"] == 1.0 and metrics["train/loss"] == 2.0
+    assert snapshots.checked == [0.5] and snapshots.restored == 1 and (step.steps, step.updates) == (0, 0)
+    snapshots.problem = None
+    metrics = step.run(recorder.bind(batch_of([[1.0, 0.0]])))
+    assert not [name for name in metrics if name.startswith("train/bad_step/")] and (step.steps, step.updates) == (1, 1)
+
+
+def test_one_update_without_the_weight_check_takes_no_snapshot():
+    recorder, snapshots = Recorder(), Snapshots()
+    guarded(recorder, snapshots, max_update_ratio=0).run(recorder.bind(batch_of([[1.0, 0.0]])))
+    assert snapshots.taken == 0
+    recorder = Recorder(critic=True)          # a policy and a critic update: the second may need undoing
+    guarded(recorder, snapshots, max_update_ratio=0).run(recorder.bind(batch_of([[1.0, 0.0]])))
+    assert snapshots.taken == 1 and snapshots.restored == 0
+
+
+def adamw_setup(lr: float = 0.1) -> tuple[torch.nn.Linear, torch.optim.AdamW, Any]:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    return model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda update: 1.0 / (update + 1))
+
+
+def adam_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
+    optimizer.zero_grad()
+    model(torch.ones(4, 3)).pow(2).sum().backward()
+    optimizer.step()
+    scheduler.step()
+
+
+def state_of(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any) -> list[Any]:
+    tensors = [p.detach().clone() for p in model.parameters()]
+    tensors += [value.clone() for state in optimizer.state.values() for value in state.values()]
+    return [tensors, [group["lr"] for group in optimizer.param_groups], scheduler.last_epoch, len(optimizer.state)]
+
+
+def same(a: list[Any], b: list[Any]) -> bool:
+    return (len(a[0]) == len(b[0]) and all(torch.equal(x, y) for x, y in zip(a[0], b[0], strict=True))
+            and a[1:] == b[1:])
+
+
+@pytest.mark.parametrize("steps_before", [0, 2])
+def test_a_torch_snapshot_restores_weights_adamw_state_and_schedule_bit_for_bit(steps_before):
+    model, optimizer, scheduler = adamw_setup()
+    for _ in range(steps_before):
+        adam_step(model, optimizer, scheduler)
+    before = state_of(model, optimizer, scheduler)
+    snapshot = TorchSnapshot(model.parameters(), optimizers=[optimizer], schedulers=[scheduler])
+    optimizer.param_groups[0]["lr"] = 1e12
+    adam_step(model, optimizer, scheduler)
+    assert snapshot.weights_problem(1.0) == "weights_blew_up"
+    assert snapshot.weights_problem(0.0) is None, "0 turns the check off"
+    snapshot.restore()
+    assert same(state_of(model, optimizer, scheduler), before)
+    assert all(p.grad is None for p in model.parameters())
+    # and the next step is the one an untouched copy takes
+    twin, twin_optimizer, twin_scheduler = adamw_setup()
+    for _ in range(steps_before):
+        adam_step(twin, twin_optimizer, twin_scheduler)
+    adam_step(model, optimizer, scheduler)
+    adam_step(twin, twin_optimizer, twin_scheduler)
+    assert same(state_of(model, optimizer, scheduler), state_of(twin, twin_optimizer, twin_scheduler))
+
+
+def test_a_torch_snapshot_reports_non_finite_weights_and_accepts_a_normal_step():
+    model, optimizer, scheduler = adamw_setup(lr=1e-3)
+    snapshot = TorchSnapshot(model.parameters(), optimizers=[optimizer], schedulers=[scheduler])
+    adam_step(model, optimizer, scheduler)
+    assert snapshot.weights_problem(1.0) is None, "a normal AdamW step moves the weights a little"
+    with torch.no_grad():
+        model.weight[0, 0] = math.inf
+    assert snapshot.weights_problem(1.0) == "nonfinite_weights"
+    finite, _, _ = adamw_setup()
+    asked: list[bool] = []
+    agreeing = TorchSnapshot(finite.parameters(), agree=lambda flag: asked.append(flag) or True)
+    assert agreeing.weights_problem(1.0) == "nonfinite_weights" and asked == [False], \
+        "another rank's problem refuses the step here too"

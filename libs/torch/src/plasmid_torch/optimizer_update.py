@@ -3,9 +3,12 @@ updates share (imports torch).
 
 :func:`optimizer_update` zeroes the gradients, backpropagates each micro-batch's loss and sums its
 metrics, sums gradients and metrics over the data-parallel ranks (:class:`GradientSync`), clips the
-global gradient norm to ``--clip-grad``, drops an update whose norm is not finite (it would poison
-the weights), steps the optimizer and then the learning-rate scheduler. A trainer whose framework
-owns these steps (megatron's ``forward_backward_func`` and optimizer) keeps its own.
+global gradient norm to ``--clip-grad``, then steps the optimizer and the learning-rate scheduler,
+unless the summed loss or the gradient norm is not finite: then it refuses the update (gradients
+cleared, optimizer and scheduler not stepped) and says why with a ``bad_step/<reason>`` metric
+(:mod:`plasmid_torch.step_guard`), which refuses the whole train step. Both values are computed
+from sums over the ranks, so every rank takes the same decision. A trainer whose framework owns
+these steps (megatron's ``forward_backward_func`` and optimizer) keeps its own.
 """
 
 from __future__ import annotations
@@ -17,6 +20,11 @@ from typing import Any, Protocol
 
 import torch
 
+from plasmid_torch.step_guard import loss_and_grad_problem, refusal
+
+#: the summed micro-batch losses, carried through :meth:`GradientSync.sum_metrics` with the metrics
+#: (so the check needs no collective of its own), then taken out
+_LOSS = "\0loss"
 
 class GradientSync(Protocol):
     """How a trainer's data-parallel ranks combine what each computed on its shard of an update.
@@ -60,29 +68,37 @@ def optimizer_update(optimizer: torch.optim.Optimizer, scheduler: Any, parameter
     :param prefix: put before the update's own metric names (``"critic_"`` for a critic).
     :returns: the micro-batch metrics summed (over micro-batches and ranks), then
         ``<prefix>grad_norm`` (before clipping), ``<prefix>lr`` (the rate this update used) and
-        ``<prefix>skipped_updates`` (1.0 when the norm was not finite and the update was dropped).
-        The scheduler steps either way.
+        ``<prefix>skipped_updates`` (0.0: kept for the metric's name; an update is no longer
+        dropped alone). When the summed loss or the norm is not finite the update is refused:
+        the metrics are then only the finite ones and ``bad_step/<prefix>nonfinite_loss`` or
+        ``bad_step/<prefix>nonfinite_grad_norm`` = 1.0; the gradients are cleared and neither the
+        optimizer nor the scheduler steps.
     """
     sync = OneProcess() if sync is None else sync
     trained = [parameter for parameter in parameters if parameter.requires_grad]
     optimizer.zero_grad(set_to_none=True)
     totals: dict[str, float] = defaultdict(float)
+    loss_sum: torch.Tensor | None = None
     for loss, metrics in micro_losses:
         loss.backward()
+        loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
         for name, metric in metrics.items():
             totals[name] += float(metric)
+    totals[_LOSS] = 0.0 if loss_sum is None else float(loss_sum)
     sync.sum_gradients(trained)
     totals = sync.sum_metrics(totals)
+    loss_total = totals.pop(_LOSS, 0.0)
     max_norm = clip_grad if clip_grad > 0 else math.inf
     grad_norm = float(torch.nn.utils.clip_grad_norm_(trained, max_norm))
     lr = optimizer.param_groups[0]["lr"]
-    skipped = not math.isfinite(grad_norm)
-    if skipped:
+    problem = loss_and_grad_problem(loss_total, grad_norm, prefix=prefix)
+    if problem is not None:
         optimizer.zero_grad(set_to_none=True)
-    else:
-        optimizer.step()
+        reported = {**totals, f"{prefix}grad_norm": grad_norm, f"{prefix}lr": lr}
+        return {**{name: value for name, value in reported.items() if math.isfinite(value)}, **refusal(problem)}
+    optimizer.step()
     scheduler.step()
-    return {**totals, f"{prefix}grad_norm": grad_norm, f"{prefix}lr": lr, f"{prefix}skipped_updates": float(skipped)}
+    return {**totals, f"{prefix}grad_norm": grad_norm, f"{prefix}lr": lr, f"{prefix}skipped_updates": 0.0}
 
 
 __all__ = ["GradientSync", "OneProcess", "optimizer_update"]

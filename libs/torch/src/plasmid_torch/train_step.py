@@ -28,6 +28,15 @@ update) around one shared recipe. One call of :meth:`TrainStep.run` on a
    ``train/seconds``; the step and policy-update counters (:attr:`TrainStep.steps`,
    :attr:`TrainStep.updates`) advance, and a checkpoint saves them.
 
+A bad step is refused whole (:mod:`plasmid_torch.step_guard`): before the first update the recipe
+takes ``parts.snapshot()`` when the step makes more than one optimizer update or the weight check
+is on (``--max-update-ratio`` > 0); an update that refuses (a non-finite loss or gradient norm, its
+``bad_step/<reason>`` metric) or weights that are then non-finite or moved too far stop the step:
+the snapshot is restored (weights, optimizer state, schedules), no later update is made, the
+counters stay, and the metrics are ``train/bad_step/<reason>`` = 1.0 with ``train/samples``,
+``train/tokens``, ``train/updates`` (0), ``train/seconds`` and the finite metrics of the updates
+made. Every rank takes the same decision (the checks agree over the ranks).
+
 In a trainer of several ranks every rank runs the recipe on the same batch; the parts are
 collective where the trainer needs them to be (each no-grad pass returns every row on every rank).
 """
@@ -43,8 +52,9 @@ from typing import Any
 
 import torch
 
-from plasmid.protocols import Loss
+from plasmid.protocols import BAD_STEP_PREFIX, Loss
 from plasmid.types import LossBatch, RolloutBatch, Sample
+from plasmid_torch.step_guard import StepSnapshot, refused
 from plasmid_torch.trainer_options import TrainerOptions
 from plasmid_torch.training import (
     batch_metrics,
@@ -92,6 +102,10 @@ class TrainerParts:
     :ivar device: where the step's LossBatch lives (where the trainer computes its losses).
     :ivar prepare: ``prepare(samples)``: the step's samples in the form the other parts take
         (default: the samples themselves).
+    :ivar snapshot: ``snapshot()``: a :class:`plasmid_torch.step_guard.StepSnapshot` of everything
+        the step's updates change (policy and critic weights, optimizer states, LR schedules). A
+        trainer without one (``None``) gets no weight check, and a refusal after an update that
+        stepped cannot undo that update.
     """
 
     loss: Loss
@@ -102,6 +116,7 @@ class TrainerParts:
     critic: CriticParts | None = None
     device: torch.device = torch.device("cpu")
     prepare: Callable[[Sequence[Sample]], Any] = list
+    snapshot: Callable[[], StepSnapshot] | None = None
 
 
 class TrainStep:
@@ -143,17 +158,37 @@ class TrainStep:
         loss_batch.advantages, loss_batch.returns = parts.loss.advantages(loss_batch)
 
         train_policy = self.trains_policy
+        chunks = index_chunks(len(samples), self.options.global_batch_size)
+        max_ratio = self.options.max_update_ratio
+        optimizer_updates = len(chunks) * (int(train_policy) + int(parts.critic is not None))
+        snapshot = None
+        if parts.snapshot is not None and (optimizer_updates > 1 or max_ratio > 0):
+            snapshot = parts.snapshot()
+        updates_before = self.updates
         per_update: list[dict[str, float]] = []
-        for chunk in index_chunks(len(samples), self.options.global_batch_size):
+        reasons: list[str] = []
+        for chunk in chunks:
             chunk_batch = replace(loss_batch, total_tokens=int(loss_batch.response_mask[chunk].sum()),
                                   total_samples=len(chunk))
             update: dict[str, float] = {}
             if train_policy:
                 update.update(parts.policy_update(chunk_batch, inputs, chunk))
                 self.updates += 1
-            if parts.critic is not None:
+                reasons = refused(update)
+            if not reasons and parts.critic is not None:
                 update.update(parts.critic.update(chunk_batch, inputs, chunk))
+                reasons = refused(update)
+            if not reasons and snapshot is not None:
+                problem = snapshot.weights_problem(max_ratio)
+                reasons = [problem] if problem is not None else []
             per_update.append(update)
+            if reasons:
+                break
+        if reasons:
+            if snapshot is not None:
+                snapshot.restore()
+            self.updates = updates_before
+            return self._refused(reasons, per_update, samples, loss_batch, started)
         self.steps += 1
 
         metrics = update_metrics(per_update)
@@ -164,6 +199,18 @@ class TrainStep:
                                      trainer_old))
         metrics["train/updates"] = float(len(per_update) if train_policy else 0)
         metrics["train/seconds"] = time.perf_counter() - started
+        return metrics
+
+    def _refused(self, reasons: list[str], per_update: list[dict[str, float]], samples: Sequence[Sample],
+                 loss_batch: LossBatch, started: float) -> dict[str, float]:
+        """The metrics of a refused step (see the module docstring)."""
+        metrics = {name: value for name, value in update_metrics(per_update).items()
+                   if math.isfinite(value) and not name.startswith(BAD_STEP_PREFIX)}
+        metrics.update({BAD_STEP_PREFIX + reason: 1.0 for reason in reasons})
+        if self.parts.critic is not None:
+            metrics["train/policy_updated"] = 0.0
+        metrics.update({"train/samples": float(len(samples)), "train/tokens": float(loss_batch.response_mask.sum()),
+                        "train/updates": 0.0, "train/seconds": time.perf_counter() - started})
         return metrics
 
     def loss_batch(self, samples: Sequence[Sample], inputs: Any) -> tuple[LossBatch, torch.Tensor | None]:

@@ -22,8 +22,9 @@ from plasmid.options import Options, option
 
 
 class TrainerOptions(Options, group="training", description="shared by every trainer"):
-    """The optimizer, its learning-rate schedule, batching into updates and micro-batches, and the
-    critic's learning rate and warm-up.
+    """The optimizer, its learning-rate schedule, batching into updates and micro-batches, the
+    critic's learning rate and warm-up, and the bound on how far one step may move the weights
+    (``--max-update-ratio``, :mod:`plasmid_torch.step_guard`).
 
     Derived: :attr:`critic_learning_rate` (``--critic-lr``, else ``--lr``).
     """
@@ -44,6 +45,10 @@ class TrainerOptions(Options, group="training", description="shared by every tra
     critic_warmup_steps: int = option(0, "with a loss that trains a critic: the first N steps train only the "
                                       "critic, the policy is not updated (a loss without a critic ignores it)",
                                       min=0)
+    max_update_ratio: float = option(1.0, "refuse a train step whose updates move the trained weights by more "
+                                     "than this times their norm (||w - w0|| / ||w0||) or make one non-finite; "
+                                     "the step's weights and optimizer state are put back from a copy "
+                                     "(0: no weight check, and no copy with one update per step)", min=0)
 
     @property
     def critic_learning_rate(self) -> float:
