@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from plasmid.config import Config
 from plasmid.context import RolloutContext
@@ -99,6 +99,20 @@ class RestartSafeSync:
         return sync_report
 
 
+async def gather_or_cancel(*awaitables: Any) -> list[Any]:
+    """``asyncio.gather``, but when one fails the others are cancelled and awaited before the
+    error is raised (so none of them goes on calling Ray after the runtime shut it down, which
+    would start a new cluster)."""
+    tasks = [asyncio.ensure_future(awaitable) for awaitable in awaitables]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
 def restarts(engine: RolloutEngine) -> int:
     """How often ``engine`` was restarted (:class:`plasmid.protocols.SupportsRestarts`); 0 for an
     engine that is never restarted."""
@@ -137,7 +151,8 @@ class RayRuntime:
         self.placement = place(config, self.connection.gpus)
         report(f"placement ({ScheduleOptions.of(config).placement}): {self.placement.describe()}")
         self.pool = EnginePool(config, self.placement)
-        proxies, self.trainer = await asyncio.gather(self.pool.start(), start_trainers(config, self.placement))
+        trainers = start_trainers(config, self.placement, provider=registry.get("trainer", option.trainer))
+        proxies, self.trainer = await gather_or_cancel(self.pool.start(), trainers)
         ctx = BalancedRolloutContext.wrap(build_rollout_context(config, registry, engines=proxies))
         weight_sync = instantiate(registry.get("weight_sync", option.weight_sync), config)
         trainer = self.trainer
