@@ -11,7 +11,8 @@ Forward and backward run only on the rank's shard of each optimizer update's sam
 loss of every micro-batch is normalised by the *global* totals (``LossBatch.total_tokens`` /
 ``total_samples``), the gradients are all-reduced with SUM, and so are the accumulated loss
 metrics, so that every rank clips, steps and reports exactly what one process training the whole
-batch would.
+batch would. The same sums make every rank refuse a bad step alike (a non-finite summed loss or
+gradient norm); the weight check's answer is agreed with :meth:`DataParallel.any`.
 """
 
 from __future__ import annotations
@@ -81,6 +82,16 @@ class DataParallel:
         for p in params:
             p.grad.copy_(flat[offset: offset + p.numel()].view_as(p.grad))
             offset += p.numel()
+
+    def any(self, flag: bool) -> bool:
+        """Whether ``flag`` is true on any rank (an all-reduce MAX): a decision every rank takes the same."""
+        if not self.enabled:
+            return flag
+        import torch.distributed as dist
+
+        value = torch.tensor([1.0 if flag else 0.0])
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return bool(value.item() > 0)
 
     def sum_metrics(self, totals: dict[str, float]) -> dict[str, float]:
         """``totals`` summed over ranks, key by key (a key missing on a rank counts 0)."""

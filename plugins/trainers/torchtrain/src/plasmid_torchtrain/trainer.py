@@ -7,8 +7,12 @@ taken at the sampling temperature, as the engine reports them) and ``--num-rollo
 :class:`plasmid.kernel_options.RolloutOptions`), and the "training" group
 (:class:`plasmid_torch.trainer_options.TrainerOptions`: ``--lr``, ``--lr-schedule``,
 ``--lr-warmup-steps``, ``--min-lr``, ``--weight-decay``, ``--adam-beta1/2``, ``--clip-grad``,
-``--global-batch-size``, ``--micro-batch-size``; with a loss that ``needs_critic``, also
-``--critic-lr`` and ``--critic-warmup-steps``, :mod:`.critic`).
+``--global-batch-size``, ``--micro-batch-size``, ``--max-update-ratio``; with a loss that
+``needs_critic``, also ``--critic-lr`` and ``--critic-warmup-steps``, :mod:`.critic`).
+
+A bad step (a non-finite loss or gradient norm, weights that blow up) is refused whole and leaves
+weights, AdamW states, LR schedules and counters as they were (:mod:`plasmid_torch.step_guard`;
+the copy it restores from is of the trained weights and both optimizers' states, in CPU memory).
 
 The step itself is the library's recipe (:class:`plasmid_torch.train_step.TrainStep`); this trainer
 supplies its parts: padded tensors of the samples, no-grad log-probs and values sharded over the
@@ -36,6 +40,7 @@ from plasmid.types import LossBatch, RolloutBatch, Sample
 from plasmid_torch.compute import run_compute
 from plasmid_torch.hf import load_causal_lm
 from plasmid_torch.optimizer_update import optimizer_update
+from plasmid_torch.step_guard import TorchSnapshot
 from plasmid_torch.train_step import CriticParts, StepCounters, TrainerParts, TrainStep
 from plasmid_torch.trainer_options import TrainerOptions
 from plasmid_torch.training import check_trainer_setup, index_chunks
@@ -90,7 +95,7 @@ class TorchTrainer(StepCounters):
         #: the train-step recipe, with this trainer's parts; it keeps the step and update counters
         self.recipe = TrainStep(TrainerParts(loss=loss, policy=self.model, reference=self.ref_model,
                                              logprobs=self._step_logprobs, policy_update=self._update,
-                                             critic=critic_parts, prepare=self._pad),
+                                             critic=critic_parts, prepare=self._pad, snapshot=self._snapshot),
                                 options, temperature=self.temperature)
 
     def _adamw(self, model: torch.nn.Module, lr: float) -> torch.optim.AdamW:
@@ -222,6 +227,15 @@ class TorchTrainer(StepCounters):
 
         return optimizer_update(self.optimizer, self.scheduler, self.model.parameters(), micro_losses(),
                                 clip_grad=self.options.clip_grad, sync=self.dp)
+
+    def _snapshot(self) -> TorchSnapshot:
+        """What a step changes (policy and critic weights, AdamW states, LR schedules), to put back
+        when the step is refused; the weight check's answer agrees over the data-parallel ranks."""
+        models = [self.model] + ([self.critic] if self.critic is not None else [])
+        optimizers = [self.optimizer] + ([self.critic_optimizer] if self.critic is not None else [])
+        schedulers = [self.scheduler] + ([self.critic_scheduler] if self.critic is not None else [])
+        trained = [p for model in models for p in model.parameters() if p.requires_grad]
+        return TorchSnapshot(trained, optimizers=optimizers, schedulers=schedulers, agree=self.dp.any)
 
     def _critic_update(self, batch: LossBatch, padded: batching.PaddedBatch, chunk: list[int]) -> dict[str, float]:
         """One critic optimizer update on ``loss.value_loss`` over the samples ``chunk``."""
