@@ -140,11 +140,13 @@ class NanLoss:
         return (logprobs * batch.response_mask).sum() * math.nan, {}
 
 
-def test_an_update_with_a_non_finite_gradient_is_skipped(model_dir, tmp_path):
+def test_a_step_with_a_non_finite_loss_is_refused_with_the_weights_untouched(model_dir, tmp_path):
     trainer = MegatronTrainer(config_for(model_dir, tmp_path), NanLoss())
     before = exported(trainer)
     metrics = testing.run(trainer.train_step(make_rollout_batch(VOCAB)))
-    assert metrics["train/skipped_updates"] == 1.0 and not math.isfinite(metrics["train/grad_norm"])
+    assert metrics["train/bad_step/nonfinite_loss"] == 1.0 and metrics["train/updates"] == 0.0
+    assert all(math.isfinite(value) for value in metrics.values())
+    assert (trainer.steps, trainer.updates) == (0, 0)
     after = exported(trainer)
     assert all(np.array_equal(before[name], after[name]) for name in before)
 

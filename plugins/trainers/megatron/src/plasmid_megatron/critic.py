@@ -40,6 +40,10 @@ from plasmid_megatron.model_spec import ModelSpec
 from plasmid_megatron.parallel import Groups
 from plasmid_torch.trainer_options import TrainerOptions
 
+#: the micro-batch's value loss among its reported metrics (summed like them, so that the update can
+#: refuse a non-finite one), taken out before the update's metrics are returned
+LOSS_KEY = "\0value_loss"
+
 
 @functools.cache
 def value_head_class() -> type:
@@ -133,14 +137,15 @@ class MegatronCritic:
 
     def update(self, micro_batches: list[batching.MicroBatch], step_batch: LossBatch, loss: Any, *,
                reduce_metrics: Callable[[list[dict[str, float]]], dict[str, float]],
-               optimizer_step: Callable[[Any], tuple[float, bool]]) -> dict[str, float]:
+               optimizer_step: Callable[[float, Any, Any], dict[str, float]]) -> dict[str, float]:
         """One critic optimizer update on ``loss.value_loss`` over this rank's ``micro_batches`` of
         ``step_batch`` (which carries ``values`` and ``returns``; normalised by its totals).
 
         ``reduce_metrics`` sums the micro-batch metrics over micro-batches and ranks,
-        ``optimizer_step(optimizer)`` clips and applies the gradients (``(grad norm, skipped)``);
-        both are the trainer's, shared with the policy's update. Returns the loss's metrics and
-        ``critic_grad_norm``, ``critic_lr``, ``critic_skipped_updates``."""
+        ``optimizer_step(loss, optimizer, scheduler)`` steps the schedule, clips and applies the
+        gradients, or refuses a non-finite update (its metrics); both are the trainer's, shared
+        with the policy's update. Returns the loss's metrics and ``critic_grad_norm``,
+        ``critic_lr``, ``critic_skipped_updates``, or on a refusal ``bad_step/critic_<reason>``."""
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
         self.model.train()
@@ -157,10 +162,8 @@ class MegatronCritic:
             num_microbatches=len(micro_batches), seq_length=max(m.length for m in micro_batches),
             micro_batch_size=max(m.size for m in micro_batches), forward_only=False)
         totals = reduce_metrics(outputs)
-        self.scheduler.step(1)
-        lr = float(self.optimizer.param_groups[0]["lr"])
-        grad_norm, skipped = optimizer_step(self.optimizer)
-        return {**totals, "critic_grad_norm": grad_norm, "critic_lr": lr, "critic_skipped_updates": float(skipped)}
+        loss_total = totals.pop(LOSS_KEY, 0.0)
+        return {**totals, **optimizer_step(loss_total, self.optimizer, self.scheduler)}
 
     def _micro_loss(self, micro: batching.MicroBatch, step_batch: LossBatch, loss: Any,
                     output: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
@@ -173,7 +176,8 @@ class MegatronCritic:
         if not micro.counts:
             value = value * 0.0
             metrics = dict.fromkeys(metrics, 0.0)
-        return value, passes.no_tokens(self.device), {name: float(metric) for name, metric in metrics.items()}
+        reported = {LOSS_KEY: float(value.detach()), **{name: float(metric) for name, metric in metrics.items()}}
+        return value, passes.no_tokens(self.device), reported
 
 
 def critic_lr_settings(options: TrainerOptions) -> tuple[float, float]:

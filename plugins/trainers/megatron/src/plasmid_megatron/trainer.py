@@ -39,7 +39,15 @@ and policy and critic updates with megatron's ``forward_backward_func`` and opti
 The loss of a micro-batch is ``loss.policy_loss`` (the critic's: ``loss.value_loss``) of its rows,
 normalised by the update's totals over all data-parallel ranks; megatron is told so
 (``calculate_per_token_loss`` with no further scaling), so the summed gradient equals one big
-batch's. An update whose gradient norm is not finite is skipped.
+batch's.
+
+A bad step is refused whole, weights, optimizer state, LR schedules and counters as they were
+(:mod:`plasmid_torch.step_guard`): an update whose summed loss is not finite, whose gradients
+megatron finds non-finite (``found_inf``, fp16) or whose gradient norm is not finite is not applied
+(``train/bad_step/nonfinite_loss``, ``.../nonfinite_grad_norm``, ``critic_``-prefixed for the
+critic), and weights that are then non-finite or moved by more than ``--max-update-ratio`` times
+their norm are put back from a copy of this rank's weights, main weights and optimizer state taken
+when the step began (``.../nonfinite_weights``, ``.../weights_blew_up``).
 
 Context parallelism (``--context-parallel-size`` > 1): the ranks of a context-parallel group share a
 data-parallel rank's samples, each holding two of the ``2 * cp`` chunks of every sequence
@@ -111,6 +119,7 @@ from plasmid_megatron.parallel import (
 )
 from plasmid_megatron.vocab_parallel import vocab_parallel_logprobs
 from plasmid_torch.compute import compute_executor
+from plasmid_torch.step_guard import TorchSnapshot, loss_and_grad_problem, refusal
 from plasmid_torch.train_step import CriticParts, StepCounters, TrainerParts, TrainStep
 from plasmid_torch.trainer_options import TrainerOptions
 from plasmid_torch.training import check_samples, check_trainer_setup, scheduled_updates
@@ -172,7 +181,7 @@ class MegatronTrainer(StepCounters):
         #: the train-step recipe, with this trainer's parts; it keeps the step and update counters
         self.recipe = TrainStep(TrainerParts(loss=loss, policy=self.model, reference=self.ref_model,
                                              logprobs=self._step_logprobs, policy_update=self._update,
-                                             critic=critic_parts, device=self.device),
+                                             critic=critic_parts, device=self.device, snapshot=self._snapshot),
                                 self.options, temperature=self.temperature)
 
     # ---------------------------------------------------------------------------------------------
@@ -445,17 +454,13 @@ class MegatronTrainer(StepCounters):
             num_microbatches=len(micro_batches), seq_length=max(m.length for m in micro_batches),
             micro_batch_size=max(m.size for m in micro_batches), forward_only=False)
         totals = self._reduced_metrics(outputs)
-
-        self.scheduler.step(1)
-        lr = float(self.optimizer.param_groups[0]["lr"])
-        grad_norm, skipped = self._optimizer_step()
-        return {**totals, "grad_norm": grad_norm, "lr": lr, "skipped_updates": float(skipped)}
+        return {**totals, **self._optimizer_step(totals["loss"])}
 
     def _critic_update(self, step_batch: LossBatch, samples: Sequence[Sample], chunk: list[int]) -> dict[str, float]:
         """One critic optimizer update on the samples ``chunk`` (:meth:`MegatronCritic.update`)."""
         micro_batches = self._micro_batches(samples, chunk, int(step_batch.response_mask.shape[1]))
         return self.critic.update(micro_batches, step_batch, self.loss, reduce_metrics=self._reduced_metrics,
-                                  optimizer_step=self._optimizer_step)
+                                  optimizer_step=functools.partial(self._optimizer_step, prefix="critic_"))
 
     def _micro_loss(self, micro: batching.MicroBatch, step_batch: LossBatch,
                     logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
@@ -486,29 +491,66 @@ class MegatronTrainer(StepCounters):
         all_reduce_sum(sums, self.groups.dp_group, self.groups.dp_size)
         return dict(zip(names, sums.cpu().tolist(), strict=True))
 
-    def _optimizer_step(self, optimizer: Any = None) -> tuple[float, bool]:
-        """Clip and apply the accumulated gradients of ``optimizer`` (default: the policy's; the
-        critic's passes its own); ``(grad norm before clipping, skipped)``.
+    def _optimizer_step(self, loss: float, optimizer: Any = None, scheduler: Any = None, *,
+                        prefix: str = "") -> dict[str, float]:
+        """Clip and apply the accumulated gradients of ``optimizer`` after stepping ``scheduler``
+        (default: the policy's; the critic passes its own); ``loss`` is the update's loss summed
+        over micro-batches and ranks. Returns ``<prefix>grad_norm`` (before clipping),
+        ``<prefix>lr`` and ``<prefix>skipped_updates`` (0.0).
 
-        Megatron's ``ChainedOptimizer.step`` in its parts, so that an update with a non-finite
-        gradient norm is dropped instead of written into the weights."""
+        Megatron's ``ChainedOptimizer.step`` in its parts, so that a bad update is refused before
+        anything moves: a non-finite ``loss``, megatron's ``found_inf`` (fp16 loss scaling: the
+        scaler's back-off is kept, it is what lets a later step succeed) or a non-finite gradient
+        norm clear the gradients, leave optimizer and schedule as they were and return
+        ``bad_step/<prefix>nonfinite_loss`` or ``bad_step/<prefix>nonfinite_grad_norm``
+        (:mod:`plasmid_torch.step_guard`); every rank decides alike (the values are all-reduced)."""
         from megatron.core.optimizer.clip_grads import clip_grad_by_total_norm_fp32
 
         optimizer = self.optimizer if optimizer is None else optimizer
-        if optimizer.prepare_grads():          # fp16 loss scaling found an overflow
-            optimizer.zero_grad()
-            return math.nan, True
+        scheduler = self.scheduler if scheduler is None else scheduler
+        if not math.isfinite(loss):
+            return self._refuse(optimizer, f"{prefix}nonfinite_loss")
+        if optimizer.prepare_grads():          # megatron's found_inf: fp16 loss scaling found an overflow
+            return self._refuse(optimizer, f"{prefix}nonfinite_grad_norm")
         grad_norm = float(optimizer.get_grad_norm())
-        if not math.isfinite(grad_norm):
-            optimizer.zero_grad()
-            return grad_norm, True
+        problem = loss_and_grad_problem(loss, grad_norm, prefix=prefix)
+        if problem is not None:
+            return self._refuse(optimizer, problem)
+        scheduler.step(1)
+        lr = float(optimizer.param_groups[0]["lr"])
         for part in getattr(optimizer, "chained_optimizers", [optimizer]):
             parameters = part.get_parameters()
             if parameters and part.config.clip_grad > 0.0:
                 clip_grad_by_total_norm_fp32(parameters, max_norm=part.config.clip_grad, total_norm=grad_norm,
                                              use_decoupled_grad=_decoupled_grad(part.config))
         optimizer.step_with_ready_grads()
-        return grad_norm, False
+        return {f"{prefix}grad_norm": grad_norm, f"{prefix}lr": lr, f"{prefix}skipped_updates": 0.0}
+
+    @staticmethod
+    def _refuse(optimizer: Any, reason: str) -> dict[str, float]:
+        optimizer.zero_grad()
+        return refusal(reason)
+
+    def _snapshot(self) -> TorchSnapshot:
+        """What a step changes, to put back when it is refused (:class:`plasmid_torch.step_guard.TorchSnapshot`):
+        this rank's trained weights of the policy (and critic), the torch optimizers inside
+        megatron's with their fp32 main weights and state, and the LR schedules; the weight
+        check's answer is agreed over every rank of the world."""
+        models = [self.model] + ([self.critic.model] if self.critic is not None else [])
+        optimizers = [self.optimizer] + ([self.critic.optimizer] if self.critic is not None else [])
+        schedulers = [self.scheduler] + ([self.critic.scheduler] if self.critic is not None else [])
+        inner = [torch_optimizer for optimizer in optimizers for torch_optimizer in _torch_optimizers(optimizer)]
+        main = [p for torch_optimizer in inner for group in torch_optimizer.param_groups for p in group["params"]]
+        trained = [p for model in models for p in model.parameters() if p.requires_grad]
+        return TorchSnapshot(trained, optimizers=inner, schedulers=schedulers, tensors=main, agree=self._any_rank)
+
+    def _any_rank(self, flag: bool) -> bool:
+        """Whether ``flag`` is true on any rank of the world (all-reduce MAX)."""
+        if not (dist.is_initialized() and dist.get_world_size() > 1):
+            return flag
+        value = torch.tensor([1.0 if flag else 0.0], device=self.device)
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return bool(value.item() > 0)
 
     # ---------------------------------------------------------------------------------------------
     # checkpoints, offload
@@ -596,6 +638,13 @@ def _explained(function: Callable[..., Any], *args: Any) -> Any:
         if not torch.cuda.is_available() and ("CUDA" in text or "NVIDIA driver" in text):
             raise UsageError(f"{NO_CUDA_HINT} ({type(exc).__name__}: {text})") from exc
         raise
+
+
+def _torch_optimizers(optimizer: Any) -> list[torch.optim.Optimizer]:
+    """The torch optimizers inside a megatron optimizer (a ``ChainedOptimizer`` of parts, each with
+    its ``optimizer``; a stub part has none)."""
+    parts = getattr(optimizer, "chained_optimizers", [optimizer])
+    return [part.optimizer for part in parts if isinstance(getattr(part, "optimizer", None), torch.optim.Optimizer)]
 
 
 def _decoupled_grad(optimizer_config: Any) -> bool:
