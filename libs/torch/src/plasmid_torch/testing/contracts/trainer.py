@@ -27,7 +27,12 @@ made by hand (:func:`make_rollout_batch`), with a loss of this module (:class:`C
   with ``transformers.AutoModelForCausalLM`` and ``AutoTokenizer.from_pretrained``;
 - critic warm-up (``--critic-warmup-steps``): with a loss that trains a critic, the warm-up steps
   leave the policy unchanged and train the critic (:class:`plasmid.protocols.SupportsValues`), the
-  next one updates the policy; a loss without a critic ignores the option.
+  next one updates the policy; a loss without a critic ignores the option;
+- a bad step is refused (:meth:`plasmid.protocols.Trainer.train_step`): a NaN policy loss
+  (:class:`PoisonableLoss`), a NaN critic loss after the policy's update, and ``--lr 1e12`` each
+  return ``train/bad_step/<reason>`` = 1.0 with only finite metrics, leave the weights (and the
+  critic's values) and the optimizer state (:meth:`TrainerContract.optimizer_state`) bit-identical,
+  and the next good step is bit for bit the one of a trainer that never saw the bad one.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ import torch
 
 from plasmid import testing
 from plasmid.config import Config
-from plasmid.protocols import SupportsValues, Trainer
+from plasmid.protocols import BAD_STEP_PREFIX, SupportsValues, Trainer
 from plasmid.types import Group, LossBatch, RolloutBatch, Sample, Status
 from plasmid_torch.tiny import BOS_ID, SPECIAL_TOKENS, build_tiny_model
 
@@ -166,6 +171,73 @@ class ContractCriticLoss(ContractLoss):
         zero = torch.zeros((), dtype=values.dtype, device=values.device)
         loss = torch.where(trained, (values - batch.returns) ** 2 / 2, zero).sum() / max(int(batch.total_tokens), 1)
         return loss, {"value_loss": float(loss.detach())}
+
+
+class PoisonableLoss(ContractLoss):
+    """TEST SUPPORT: :class:`ContractLoss` whose policy loss is NaN (gradients too) while ``poisoned``."""
+
+    poisoned = False
+
+    def policy_loss(self, batch: LossBatch, logprobs: torch.Tensor,
+                    entropy: torch.Tensor | None) -> tuple[torch.Tensor, dict[str, float]]:
+        loss, metrics = super().policy_loss(batch, logprobs, entropy)
+        return (loss * math.nan, metrics) if self.poisoned else (loss, metrics)
+
+
+class PoisonableCriticLoss(ContractCriticLoss):
+    """TEST SUPPORT: :class:`ContractCriticLoss` whose value loss is NaN while ``poisoned``."""
+
+    poisoned = False
+
+    def value_loss(self, batch: LossBatch, values: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        loss, metrics = super().value_loss(batch, values)
+        return (loss * math.nan, metrics) if self.poisoned else (loss, metrics)
+
+
+def torch_optimizers(holder: Any) -> list[torch.optim.Optimizer]:
+    """The ``torch.optim.Optimizer`` s behind ``holder``'s attributes named ``*optimizer*`` (and its
+    ``critic``'s): torch's own, or inside megatron's (``chained_optimizers``, ``optimizer``)."""
+    def unwrap(value: Any) -> list[torch.optim.Optimizer]:
+        if isinstance(value, torch.optim.Optimizer):
+            return [value]
+        chained = getattr(value, "chained_optimizers", None)
+        if chained is not None:
+            return [inner for part in chained for inner in unwrap(part)]
+        inner = vars(value).get("optimizer") if hasattr(value, "__dict__") else None
+        return unwrap(inner) if inner is not None else []
+
+    holders = [holder]
+    critic = getattr(holder, "critic", None)
+    if critic is not None and not isinstance(critic, torch.nn.Module):
+        holders.append(critic)
+    return [optimizer for one in holders for name, value in sorted(vars(one).items()) if "optimizer" in name
+            for optimizer in unwrap(value)]
+
+
+def optimizer_tensors(optimizers: list[torch.optim.Optimizer]) -> dict[str, np.ndarray]:
+    """Every parameter, state tensor and param-group setting of ``optimizers``, by position."""
+    found: dict[str, np.ndarray] = {}
+    for o, optimizer in enumerate(optimizers):
+        for g, group in enumerate(optimizer.param_groups):
+            for name, value in group.items():
+                if name != "params" and isinstance(value, (int, float)):
+                    found[f"{o}.{g}.{name}"] = np.array(value)
+            for p, parameter in enumerate(group["params"]):
+                found[f"{o}.{g}.{p}"] = as_numpy(parameter).copy()
+                for name, value in sorted(optimizer.state.get(parameter, {}).items()):
+                    found[f"{o}.{g}.{p}.{name}"] = as_numpy(torch.as_tensor(value)).copy()
+    return found
+
+
+def differing(before: dict[str, np.ndarray], after: dict[str, np.ndarray]) -> list[str]:
+    """Names missing on one side or whose arrays are not bit-identical."""
+    return sorted(set(before) ^ set(after)) + [name for name in sorted(set(before) & set(after))
+                                               if not np.array_equal(before[name], after[name])]
+
+
+def bad_reasons(metrics: dict[str, float]) -> list[str]:
+    """The ``train/bad_step/<reason>`` reasons in ``metrics``."""
+    return sorted(name.removeprefix(BAD_STEP_PREFIX) for name in metrics if name.startswith(BAD_STEP_PREFIX))
 
 
 def without_time(metrics: dict[str, float]) -> dict[str, float]:
@@ -334,3 +406,70 @@ class TrainerContract:
         assert metrics["train/updates"] == 1.0
         assert any(not np.array_equal(before[name], value) for name, value in exported(trainer).items()), \
             "a loss without a critic has no warm-up: the first step must update the policy"
+
+    # ---------------------------------------------------------------------------------------------
+    # bad steps
+
+    def optimizer_state(self, trainer: Any) -> dict[str, np.ndarray]:
+        """The trainer's optimizer state as arrays (default: :func:`optimizer_tensors` of
+        :func:`torch_optimizers`); a trainer whose optimizers those do not find overrides this."""
+        found = optimizer_tensors(torch_optimizers(trainer))
+        assert found, f"no optimizer state found on {type(trainer).__name__}: override optimizer_state"
+        return found
+
+    def _assert_refused(self, trainer: Any, metrics: dict[str, float], reasons: set[str],
+                        weights: dict[str, np.ndarray], state: dict[str, np.ndarray]) -> None:
+        got = bad_reasons(metrics)
+        assert got and set(got) <= reasons, f"expected a bad-step metric in {sorted(reasons)}, got {got}"
+        assert all(metrics[BAD_STEP_PREFIX + reason] == 1.0 for reason in got)
+        for name, value in metrics.items():
+            assert isinstance(value, float) and math.isfinite(value), f"{name} = {value!r}"
+        assert not differing(weights, exported(trainer)), "a refused step changed the weights"
+        assert not differing(state, self.optimizer_state(trainer)), "a refused step changed the optimizer state"
+
+    def test_a_nan_loss_refuses_the_step_and_the_next_one_trains_as_if_it_never_came(
+            self, make_trainer: Any, vocab_size: int) -> None:
+        options = {"lr_schedule": "cosine", "lr_warmup_steps": 1, "num_rollouts": 4}
+        loss = PoisonableLoss()
+        trainer, twin = make_trainer(loss=loss, **options), make_trainer(loss=PoisonableLoss(), **options)
+        for one in (trainer, twin):
+            testing.run(one.train_step(make_rollout_batch(vocab_size, seed=1)))
+        weights, state = exported(trainer), self.optimizer_state(trainer)
+        counters = (getattr(trainer, "steps", None), getattr(trainer, "updates", None))
+
+        loss.poisoned = True
+        metrics = testing.run(trainer.train_step(make_rollout_batch(vocab_size, seed=2, rollout_id=1)))
+        self._assert_refused(trainer, metrics, {"nonfinite_loss", "nonfinite_grad_norm"}, weights, state)
+        assert (getattr(trainer, "steps", None), getattr(trainer, "updates", None)) == counters
+
+        loss.poisoned = False
+        batch = make_rollout_batch(vocab_size, seed=3, rollout_id=1)
+        got, want = (without_time(testing.run(one.train_step(batch))) for one in (trainer, twin))
+        assert got == want, {name: (want.get(name), got.get(name)) for name in set(want) | set(got)
+                             if want.get(name) != got.get(name)}
+        assert not differing(exported(twin), exported(trainer)), "the step after a refused one differs"
+        assert not differing(self.optimizer_state(twin), self.optimizer_state(trainer))
+
+    def test_a_nan_critic_loss_refuses_the_step_and_undoes_the_policy_update(self, make_trainer: Any,
+                                                                             vocab_size: int) -> None:
+        loss = PoisonableCriticLoss()
+        trainer = make_trainer(loss=loss, max_update_ratio=0)     # the restore, not the weight check
+        testing.run(trainer.train_step(make_rollout_batch(vocab_size, seed=1)))
+        probe = make_rollout_batch(vocab_size, seed=3).samples
+        weights, state, values = exported(trainer), self.optimizer_state(trainer), testing.run(trainer.values(probe))
+
+        loss.poisoned = True
+        metrics = testing.run(trainer.train_step(make_rollout_batch(vocab_size, seed=2, rollout_id=1)))
+        self._assert_refused(trainer, metrics, {"critic_nonfinite_loss", "critic_nonfinite_grad_norm"}, weights,
+                             state)
+        assert testing.run(trainer.values(probe)) == values, "a refused step changed the critic"
+
+    def test_a_huge_learning_rate_step_is_refused_with_the_weights_as_they_were(self, make_trainer: Any,
+                                                                                vocab_size: int) -> None:
+        trainer, fresh = make_trainer(lr=1e12), make_trainer(lr=1e12)
+        weights, state = exported(trainer), self.optimizer_state(trainer)
+        metrics = testing.run(trainer.train_step(make_rollout_batch(vocab_size)))
+        self._assert_refused(trainer, metrics, {"weights_blew_up", "nonfinite_weights"}, weights, state)
+        assert not differing(self.optimizer_state(fresh), self.optimizer_state(trainer))
+        assert testing.run(trainer.logprobs(make_rollout_batch(vocab_size, seed=2).samples, 1.0)) == \
+            testing.run(fresh.logprobs(make_rollout_batch(vocab_size, seed=2).samples, 1.0))
