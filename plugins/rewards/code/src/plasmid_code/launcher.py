@@ -393,10 +393,11 @@ def launch(spec: dict) -> None:
     try:
         _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0), "prctl(PDEATHSIG)")
         _check(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "prctl(CHILD_SUBREAPER)")
-        _check(_libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(DUMPABLE)")
         sandbox = os.getcwd()
         if spec["isolate"]:
             layers += enter_namespaces()
+        # After the uid map is written (a non-dumpable process may not write its own /proc files).
+        _check(_libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(DUMPABLE)")
         init = os.fork()
         if init == 0:
             run_init(spec, sandbox, layers, status_fd)
