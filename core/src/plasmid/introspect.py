@@ -65,7 +65,9 @@ def load_tolerantly(plugins_flag: str | None) -> tuple[PluginManager, Registry]:
 def _row(info: PluginInfo) -> str:
     providers = "; ".join(f"{family}: {', '.join(names)}" for family, names in sorted(info.providers.items()))
     status = info.status + (f": {info.reason}" if info.reason and info.status != "loaded" else "")
-    return f"{info.name:<16} {info.distribution + ' ' + info.version:<28} {status}\n{'':<16} {providers or '-'}"
+    problems = "".join(f"\n{'':<16} {problem}" for problem in info.problems)
+    return (f"{info.name:<16} {info.distribution + ' ' + info.version:<28} {status}\n{'':<16} {providers or '-'}"
+            f"{problems}")
 
 
 def list_plugins(manager: PluginManager, as_json: bool) -> int:
