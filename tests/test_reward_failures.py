@@ -87,3 +87,61 @@ def test_with_reward_errors_fail_the_run_stops_naming_the_plugin_and_resumes_fro
     steps = [entry.get("step", entry.get("rollout_id")) for entry in read_metrics(run_dir)]
     assert steps[-1] == 1 and len(steps) == 2
     assert complete_checkpoints(run_dir) == [0, 1]
+
+
+#: Blocks its event loop (time.sleep inside async def) for an hour on every call.
+HANG = '''
+import time
+from plasmid import hookimpl
+
+
+class Hang:
+    def __init__(self, config):
+        pass
+
+    async def __call__(self, sample):
+        time.sleep(3600)
+        return 1.0
+
+
+@hookimpl
+def plasmid_rewards(register):
+    register("hang", Hang)
+'''
+
+
+@pytest.mark.timeout(600)
+def test_a_reward_that_blocks_its_event_loop_times_out_and_the_run_goes_on(tmp_path):
+    plugin = tmp_path / "hanging_verifier.py"
+    plugin.write_text(HANG)
+    run_dir = tmp_path / "run"
+    proc = run_plasmid("train", "--plugins", f"{EMBEDDED},{plugin}", "--reward", "exact", "--reward", "hang:0.5",
+                       *SHORT_RUN, "--eval-interval", "0", "--reward-timeout", "1", "--run-dir", str(run_dir),
+                       timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    metrics = read_metrics(run_dir)
+    assert len(metrics) == 2
+    for step in metrics:
+        assert step["reward/failed/hang: timeout"] == SAMPLES_PER_STEP
+        assert step["rollout/reward/hang"] == 0.0 and "rollout/reward/exact" in step
+    assert sum(step.get("reward/workers_abandoned", 0) for step in metrics) >= 1
+    assert "reward 'hang' from plugin 'hanging_verifier' (local module" in proc.stderr
+    assert "timed out after 1s (--reward-timeout)" in proc.stderr
+
+
+@pytest.mark.timeout(600)
+def test_a_run_whose_every_reward_fails_warns_each_step_and_stops_after_three(tmp_path, flaky_plugin):
+    run_dir = tmp_path / "run"
+    proc = run_plasmid("train", "--plugins", f"{EMBEDDED},{flaky_plugin}", "--reward", "flaky", *SHORT_RUN,
+                       "--num-rollouts", "5", "--eval-interval", "0", "--run-dir", str(run_dir),
+                       env={"FLAKY_OK_CALLS": "0"})
+    assert proc.returncode == 2, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("plasmid: warning: every reward failed")]
+    assert len(warnings) == 2, proc.stderr
+    assert f"on all {SAMPLES_PER_STEP} samples scored (reward 'flaky' from plugin 'flaky_verifier'" in warnings[0]
+    assert "first failure: reward 'flaky' from plugin 'flaky_verifier'" in warnings[0]
+    assert "RuntimeError: verifier crashed" in warnings[0]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("plasmid: error:")]
+    assert len(errors) == 1 and "stopping after 3 such steps in a row" in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len(read_metrics(run_dir)) == 2
