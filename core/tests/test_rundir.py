@@ -4,11 +4,14 @@ or says why not, before anything is written."""
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
+from plasmid import rundir
 from plasmid.errors import UsageError
-from plasmid.rundir import check_run_dir, write_header
+from plasmid.rundir import StartupWrites, check_run_dir, write_header
 from plasmid.testing import make_config
 
 
@@ -95,3 +98,63 @@ def test_a_local_module_plugin_that_is_gone_is_named_with_where_it_was(tmp_path)
     add_to_lock(run_dir, {"name": "killer", "distribution": "(local)", "version": "", "target": "/tmp/killer.py"})
     with pytest.raises(UsageError, match=r"plugin killer \(/tmp/killer.py\) -> absent"):
         check_run_dir(make_config(run_dir=run_dir, resume=True))
+
+
+def test_a_run_dir_under_a_file_or_a_dangling_link_is_refused_without_writing(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(UsageError, match=rf"^--run-dir {tmp_path}/afile/run: {tmp_path}/afile is a file, not a dir"):
+        check_run_dir(make_config(run_dir=tmp_path / "afile" / "run"))
+    (tmp_path / "link").symlink_to(tmp_path / "gone")
+    with pytest.raises(UsageError, match="is a broken symbolic link"):
+        check_run_dir(make_config(run_dir=tmp_path / "link" / "run"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "link"]
+
+
+def test_a_read_only_run_dir_is_named_even_for_root(tmp_path, monkeypatch):
+    """``os.access`` sees read-only mounts and immutable files for root too; here it is made to
+    answer as it does on a read-only mount."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: False if Path(path) == run_dir else real_access(path, mode))
+    monkeypatch.setattr(rundir, "_read_only", lambda path: True)
+    with pytest.raises(UsageError, match=rf"^--run-dir {run_dir}: {run_dir} is on a read-only file system; choose"):
+        check_run_dir(make_config(run_dir=run_dir))
+    with pytest.raises(UsageError, match=rf"^--run-dir {run_dir / 'new'}: {run_dir} is on a read-only file system"):
+        check_run_dir(make_config(run_dir=run_dir / "new"))
+
+
+def test_a_resume_whose_checkpoints_cannot_be_written_is_refused(tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    finished_run(run_dir)
+    real_access, checkpoints = os.access, run_dir / "checkpoints"
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != checkpoints and real_access(path, mode))
+    with pytest.raises(UsageError, match=rf"{checkpoints} is not writable \(permission denied\)"):
+        check_run_dir(make_config(run_dir=run_dir, resume=True))
+
+
+def test_a_failed_start_up_removes_what_it_created_and_only_that(tmp_path):
+    new = tmp_path / "a" / "b" / "run"
+    with pytest.raises(RuntimeError), StartupWrites(new):
+        (new / "model").mkdir(parents=True)
+        raise RuntimeError("engine failed")
+    assert not (tmp_path / "a").exists()
+
+    old = tmp_path / "old"
+    finished_run(old)
+    before = sorted(p.relative_to(old) for p in old.rglob("*"))
+    with pytest.raises(RuntimeError), StartupWrites(old):
+        (old / "sglang").mkdir()
+        (old / "sglang" / "server.log").write_text("log")
+        (old / "stray.txt").write_text("x")
+        raise RuntimeError("engine failed")
+    assert sorted(p.relative_to(old) for p in old.rglob("*")) == before
+
+    with StartupWrites(new) as writes:
+        (new / "model").mkdir(parents=True)
+    assert (new / "model").is_dir()
+    with pytest.raises(RuntimeError), StartupWrites(tmp_path / "kept") as writes:
+        (tmp_path / "kept").mkdir()
+        writes.keep()
+        raise RuntimeError("after training began")
+    assert (tmp_path / "kept").is_dir()

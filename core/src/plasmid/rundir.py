@@ -7,12 +7,20 @@ is written: a new run never lands on an old one, and ``--resume`` continues the 
 - With ``--resume``, the directory must hold a complete checkpoint, and the options and plugin
   set must be the run's own (the differences are listed) unless ``--resume-allow-changes``; the
   header is never rewritten, so a failing resume leaves the run as it was.
+- Either way the directory (or, when it does not exist yet, the directory it would be created
+  in) must be writable; that is probed without writing anything.
+
+:class:`StartupWrites` removes what a start-up wrote (a recipe's model, engine logs) when the
+start-up fails before training begins, so a failed ``plasmid train`` leaves no run behind.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from plasmid.checkpoint import Checkpoints
@@ -44,6 +52,7 @@ def check_run_dir(config: Config) -> None:
     """Refuse, before anything is written, a new run into an old run's directory and a resume
     that cannot continue the run it names (one-line :class:`UsageError`)."""
     general, run_dir = GeneralOptions.of(config), Path(config.run_dir)
+    check_writable(run_dir)
     earlier = holds_a_run(run_dir) if run_dir.is_dir() else []
     if not general.resume:
         if earlier:
@@ -57,6 +66,83 @@ def check_run_dir(config: Config) -> None:
     if changes and not general.resume_allow_changes:
         raise UsageError(f"--resume: this run differs from the one in {run_dir}: {'; '.join(changes)}. Resume "
                          f"with the run's own options, or pass --resume-allow-changes")
+
+
+def check_writable(run_dir: Path) -> None:
+    """Refuse (one-line :class:`UsageError` naming the path) a run directory that cannot be
+    written: one under a file, on a read-only file system, or without write permission, and in
+    an existing one a ``metrics.jsonl`` or ``checkpoints/`` that cannot be written. Probed with
+    ``os.access`` and ``statvfs``, which see read-only mounts and immutable files even for root;
+    nothing is created."""
+    existing = run_dir
+    while not existing.exists() and existing != existing.parent:
+        if existing.is_symlink():
+            raise UsageError(f"--run-dir {run_dir}: {existing} is a broken symbolic link")
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"--run-dir {run_dir}: {existing} is a file, not a directory")
+    targets = [existing]
+    if existing == run_dir:
+        targets += [path for path in (run_dir / METRICS_FILE, run_dir / "checkpoints") if path.exists()]
+    for path in targets:
+        if not os.access(path, os.W_OK | (os.X_OK if path.is_dir() else 0)):
+            why = "is on a read-only file system" if _read_only(path) else "is not writable (permission denied)"
+            raise UsageError(f"--run-dir {run_dir}: {path} {why}; choose a writable --run-dir")
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+class StartupWrites:
+    """``with StartupWrites(run_dir):`` around the part of a start-up that writes (a recipe's
+    model, providers starting): if it raises, what it created is removed, so the failed
+    start-up leaves the run directory as it found it.
+
+    When ``run_dir`` did not exist, the topmost directory created for it is removed whole;
+    otherwise only the entries of ``run_dir`` that were not there on entry (an existing run's
+    files are never touched). :meth:`keep` ends the guard (training has begun).
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        created = None
+        path = self.run_dir
+        while not path.exists() and path != path.parent:
+            created, path = path, path.parent
+        #: the topmost directory that a start-up creates, or ``None`` when ``run_dir`` exists
+        self.created = created
+        self.before = set(os.listdir(self.run_dir)) if created is None and self.run_dir.is_dir() else set()
+        self.active = True
+
+    def __enter__(self) -> StartupWrites:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if kind is not None and self.active:
+            self.undo()
+
+    def keep(self) -> None:
+        """Keep what was written from now on, whatever happens."""
+        self.active = False
+
+    def undo(self) -> None:
+        """Remove what was created since entry (best effort: a path that cannot be removed stays)."""
+        if self.created is not None:
+            shutil.rmtree(self.created, ignore_errors=True)
+            return
+        if not self.run_dir.is_dir():
+            return
+        for name in sorted(set(os.listdir(self.run_dir)) - self.before):
+            path = self.run_dir / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
 
 
 def differences(run_dir: Path, config: Config) -> list[str]:
