@@ -41,11 +41,59 @@ def test_parquet_and_jsonl_give_the_same_groups(jsonl_config, write_jsonl, write
     assert [g.samples[0].tokens for g in from_jsonl] == [g.samples[0].tokens for g in from_parquet]
 
 
-def test_key_options_choose_the_fields_and_absent_ones_are_empty(jsonl_config, write_jsonl):
-    rows = [{"question": "2+2=", "answer": 4, "extra": {"source": "hand"}}, {"question": "3+3="}]
+def test_key_options_choose_the_fields_and_absent_metadata_is_empty(jsonl_config, write_jsonl):
+    rows = [{"question": "2+2=", "answer": 4, "extra": {"source": "hand"}}, {"question": "3+3=", "answer": 6}]
     config = jsonl_config(prompt_data=write_jsonl("keys.jsonl", rows), input_key="question", label_key="answer",
                           metadata_key="extra")
-    assert first_samples(jsonl_source(config).get_groups(2)) == [("2+2=", 4, {"source": "hand"}), ("3+3=", None, {})]
+    assert first_samples(jsonl_source(config).get_groups(2)) == [("2+2=", 4, {"source": "hand"}), ("3+3=", 6, {})]
+
+
+#: verl's layout: the answer nested under reward_model, the prompt under extra_info.
+VERL_ROWS = [{"extra_info": {"question": f"{a}+{a}="}, "reward_model": {"ground_truth": str(2 * a % 10),
+                                                                          "style": "rule"}} for a in range(3)]
+
+
+@pytest.mark.parametrize("writer", ["write_jsonl", "write_parquet"])
+def test_dotted_keys_read_nested_fields(jsonl_config, request, writer):
+    path = request.getfixturevalue(writer)(f"verl.{writer.removeprefix('write_')}", VERL_ROWS)
+    config = jsonl_config(prompt_data=path, input_key="extra_info.question", label_key="reward_model.ground_truth")
+    assert first_samples(jsonl_source(config).get_groups(3)) == [("0+0=", "0", {}), ("1+1=", "2", {}),
+                                                                 ("2+2=", "4", {})]
+
+
+def test_a_key_holding_a_dot_at_the_top_is_read_as_it_is(jsonl_config, write_jsonl):
+    path = write_jsonl("flat.jsonl", [{"prompt": "1+1=", "answer.text": "2", "answer": {"text": "no"}}])
+    config = jsonl_config(prompt_data=path, label_key="answer.text")
+    assert first_samples(jsonl_source(config).get_groups(1)) == [("1+1=", "2", {})]
+
+
+@pytest.mark.parametrize(("writer", "where"), [("write_jsonl", ":2"), ("write_parquet", ", row 2")])
+def test_a_given_label_key_missing_in_a_row_names_the_file_the_row_and_the_key(jsonl_config, request, writer, where):
+    rows = [{"prompt": "1+1=", "reward_model": {"ground_truth": "2", "style": "rule"}},
+            {"prompt": "2+2=", "reward_model": {"ground_truth": None, "style": "rule"}}]
+    path = request.getfixturevalue(writer)(f"partial.{writer.removeprefix('write_')}", rows)
+    with pytest.raises(UsageError) as error:
+        jsonl_source(jsonl_config(prompt_data=path, label_key="reward_model.ground_truth"))
+    assert str(error.value) == (f"{path}{where}: the row has no 'reward_model.ground_truth' key (--label-key); "
+                                f"'reward_model' has keys 'ground_truth', 'style'")
+
+
+def test_a_misspelled_label_key_fails_at_the_first_row(jsonl_config, write_jsonl):
+    path = write_jsonl("verl.jsonl", VERL_ROWS)
+    with pytest.raises(UsageError, match=rf"^{path}:1: the row has no 'ground_truth' key \(--label-key\); its keys "
+                                         r"are 'extra_info', 'reward_model'$"):
+        jsonl_source(jsonl_config(prompt_data=path, input_key="extra_info.question", label_key="ground_truth"))
+
+
+def test_with_the_default_label_key_a_file_without_labels_has_none_but_a_partial_one_fails(jsonl_config,
+                                                                                          write_jsonl):
+    unlabelled = write_jsonl("free.jsonl", [{"prompt": "1+1="}, {"prompt": "2+2="}])
+    assert [s[1] for s in first_samples(jsonl_source(jsonl_config(prompt_data=unlabelled)).get_groups(2))] == [
+        None, None]
+    partial = write_jsonl("partial.jsonl", [{"prompt": "1+1="}, {"prompt": "2+2=", "label": "4"}])
+    with pytest.raises(UsageError, match=rf"^{partial}:1: the row has no 'label' key \(--label-key; other rows have "
+                                         r"one\)"):
+        jsonl_source(jsonl_config(prompt_data=partial))
 
 
 def test_blank_lines_are_skipped(jsonl_config, tmp_path):
@@ -127,9 +175,9 @@ def test_values_are_checked_whichever_source_is_chosen(jsonl_config):
         jsonl_config(datasource="tasks", num_epochs=0)
 
 
-def test_the_source_needs_a_model_for_its_tokenizer(jsonl_config, example_file):
-    with pytest.raises(UsageError, match="needs --model"):
-        jsonl_source(jsonl_config(prompt_data=example_file, model=None))
+def test_choosing_jsonl_without_a_model_says_to_pass_one(jsonl_config, example_file):
+    with pytest.raises(UsageError, match="^--datasource jsonl needs --model DIR, a local Hugging Face model "):
+        jsonl_config(prompt_data=example_file, model=None)  # checked when the run is configured
 
 
 def test_without_eval_data_the_eval_split_is_empty(jsonl_config, example_file):

@@ -11,9 +11,12 @@ from plasmid_jsonl.reader import Keys
 class JsonlOptions(Options, group="jsonl", description="prompts from .jsonl/.parquet files (--datasource jsonl)"):
     prompt_data: Path | None = option(None, "training prompts (.jsonl or .parquet)", metavar="PATH")
     eval_prompt_data: Path | None = option(None, "evaluation prompts", metavar="PATH", default_text="none")
-    input_key: str = option("prompt", "the field holding the prompt")
-    label_key: str = option("label", "the field holding the label (given to rewards)")
-    metadata_key: str = option("metadata", "the field holding a metadata object")
+    input_key: str = option("prompt", "the field holding the prompt; a dotted key (extra_info.question) reads "
+                                      "nested objects")
+    label_key: str = option("label", "the field holding the label (given to rewards); dotted for nested objects "
+                                     "(verl: reward_model.ground_truth). Every row must have it, except that with "
+                                     "the default a file without any 'label' field has no labels")
+    metadata_key: str = option("metadata", "the field holding a metadata object (dotted for nested objects)")
     apply_chat_template: bool = option(False, "prompts are chat messages (or strings, as one user message) encoded "
                                               "with the model's chat template and a generation prompt")
     rollout_shuffle: bool = option(False, "shuffle the prompts each epoch (--seed + epoch)")
@@ -21,5 +24,6 @@ class JsonlOptions(Options, group="jsonl", description="prompts from .jsonl/.par
 
     @property
     def keys(self) -> Keys:
-        """Which field of a row holds what (``--input-key``, ``--label-key``, ``--metadata-key``)."""
+        """Which field of a row holds what (``--input-key``, ``--label-key``, ``--metadata-key``);
+        the data source requires the label in every row when ``--label-key`` is given."""
         return Keys(input=self.input_key, label=self.label_key, metadata=self.metadata_key)

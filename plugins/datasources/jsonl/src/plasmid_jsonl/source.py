@@ -24,9 +24,11 @@ class JsonlSource(GroupStream):
 
     Each sample has ``prompt`` (the row's text, or its chat messages with
     ``--apply-chat-template``), ``tokens`` (the prompt's ids under ``--model``'s tokenizer),
-    ``label`` (the row's ``--label-key`` value as stored, ``None`` when absent) and ``metadata``
-    (its ``--metadata-key`` object). Every row is read and checked at construction; prompts are
-    tokenized when drawn.
+    ``label`` (the row's ``--label-key`` value as stored; keys may be dotted, see
+    :mod:`plasmid_jsonl.reader`) and ``metadata`` (its ``--metadata-key`` object). Every row is
+    read and checked at construction: a row without the label is an error when ``--label-key``
+    is given or other rows have one (with the default key, a file without any ``label`` gives
+    ``None`` labels). Prompts are tokenized when drawn.
 
     Training visits the rows in file order, or with ``--rollout-shuffle`` in a fresh order each
     epoch (``random.Random(seed + epoch)``). With ``--num-epochs E``, :meth:`get_groups` raises
@@ -49,8 +51,9 @@ class JsonlSource(GroupStream):
         self.seed = general.seed
         self.num_epochs = options.num_epochs
         self.encode = PromptEncoder(general.model, chat=options.apply_chat_template)
-        self.train = self._read(options.prompt_data, options.keys, "--prompt-data")
-        self.eval = (self._read(options.eval_prompt_data, options.keys, "--eval-prompt-data")
+        keys = dataclasses.replace(options.keys, label_required=config.is_given("label_key"))
+        self.train = self._read(options.prompt_data, keys, "--prompt-data")
+        self.eval = (self._read(options.eval_prompt_data, keys, "--eval-prompt-data")
                      if options.eval_prompt_data is not None else [])
         self._order: tuple[int, list[int]] | None = None  # (epoch, row order) of the current epoch
 

@@ -2,26 +2,49 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from plasmid.config import Config
 from plasmid.errors import UsageError
 from plasmid.kernel_options import GeneralOptions
 
+#: Files of which a saved Hugging Face tokenizer has at least one (fast tokenizers, the config
+#: that names the class, sentencepiece models, BPE and WordPiece vocabularies).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "spiece.model",
+                   "sentencepiece.bpe.model", "vocab.json", "vocab.txt")
+
+
+def check_tokenizer_files(model: str | Path) -> None:
+    """Refuse (one-line :class:`UsageError`) a model directory without any tokenizer file: one
+    that holds weights only would give a tokenizer with an empty vocabulary and empty prompts.
+    A directory that does not exist yet is left to whoever creates it (a recipe)."""
+    directory = Path(model)
+    if not directory.is_dir() or any((directory / name).is_file() for name in TOKENIZER_FILES):
+        return
+    present = ", ".join(sorted(path.name for path in directory.iterdir())[:8]) or "nothing"
+    raise UsageError(f"--model {model} has no tokenizer (none of {', '.join(TOKENIZER_FILES[:3])}, ...; it holds "
+                     f"{present}); save the model's tokenizer there (tokenizer.save_pretrained(DIR)) or choose "
+                     f"another --tokenizer")
+
 
 def model_tokenizer(config: Config) -> Any:
     """The tokenizer saved with ``--model`` (a :class:`plasmid.protocols.Tokenizer`); loaded
-    from the local directory only, never from a hub."""
+    from the local directory only, never from a hub. A directory without tokenizer files, or
+    one transformers cannot load, is a one-line :class:`UsageError`."""
     model = GeneralOptions.of(config).model
     if not model:
         raise UsageError("tokenizer hf: --model is not set; give a local Hugging Face model directory")
+    check_tokenizer_files(model)
     import transformers
 
     transformers.utils.logging.disable_progress_bar()
     try:
         return transformers.AutoTokenizer.from_pretrained(str(model), local_files_only=True)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"tokenizer hf: no tokenizer could be loaded from --model {model}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - transformers raises many kinds; each is the user's model dir
+        first_line = (str(exc).strip().splitlines() or [""])[0]
+        raise UsageError(f"tokenizer hf: no tokenizer could be loaded from --model {model}: "
+                         f"{type(exc).__name__}: {first_line}") from None
 
 
 #: The options the factory reads (``plasmid plugins show hf`` lists their flags).
