@@ -1,16 +1,31 @@
-"""``plasmid train``: start up, write the run directory's header files, build, loop, shut down."""
+"""``plasmid train``: check everything, then write, build, loop and shut down.
+
+The order is what makes a failed start-up leave nothing behind:
+
+1. :func:`plasmid.startup.start`: plugins, options, provider choices, recipes (which only name
+   what they need), configure hooks, the run's own checks; nothing is built or written.
+2. :func:`plasmid.rundir.check_run_dir`: the run directory is writable, holds no other run, and
+   a ``--resume`` can continue it.
+3. :func:`plasmid.session.build_inputs`: the tokenizer and the data source, built in this process,
+   which checks the model directory and every row of the data.
+4. Under :class:`plasmid.rundir.StartupWrites` (a failure removes what was written):
+   :func:`plasmid.session.prepare` (the recipe's tiny model; the inputs that needed it are built
+   right after), the runtime's session (engines, trainer), then the header
+   (``config.json``, ``plugins.lock.json``).
+"""
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from plasmid import loop
 from plasmid.families import FAMILIES
-from plasmid.kernel_options import EvalOptions, RolloutOptions
-from plasmid.rundir import check_run_dir, write_header
+from plasmid.kernel_options import EvalOptions, GeneralOptions, RolloutOptions
+from plasmid.rundir import StartupWrites, check_run_dir, write_header
 from plasmid.runlog import RunLog
-from plasmid.session import instantiate
+from plasmid.session import Session, build_inputs, instantiate, prepare
 from plasmid.startup import Startup, start
 
 
@@ -29,15 +44,33 @@ def describe_plugins(startup: Startup) -> str:
     return "\n".join(lines)
 
 
+async def start_session(startup: Startup) -> Session:
+    """Steps 2 to 4 of the module's order: the run directory checked, the inputs built, then
+    (removed again if anything fails) the recipe's files, the runtime's session and the header."""
+    config = startup.config
+    check_run_dir(config)
+    model = GeneralOptions.of(config).model
+    if model is None or Path(model).exists():  # else a recipe names a model that prepare creates
+        build_inputs(startup)
+    print(f"run directory: {config.run_dir}", file=sys.stderr)
+    with StartupWrites(Path(config.run_dir)):
+        prepare(config, startup.registry)
+        build_inputs(startup)
+        runtime = instantiate(startup.registry.get("runtime", config.option.runtime), config)
+        session: Session = await runtime.start(startup)
+        try:
+            write_header(config)
+        except BaseException:
+            await session.shutdown()
+            raise
+    return session
+
+
 async def run_training(argv: list[str]) -> dict[str, float]:
     startup = start(argv)
     config = startup.config
     print(describe_plugins(startup), file=sys.stderr)
-    check_run_dir(config)
-    print(f"run directory: {config.run_dir}", file=sys.stderr)
-    write_header(config)
-    runtime = instantiate(startup.registry.get("runtime", config.option.runtime), config)
-    session = await runtime.start(startup)
+    session = await start_session(startup)
     log = RunLog(config.run_dir, RolloutOptions.of(config).num_rollouts,
                  plot_every=max(1, EvalOptions.of(config).eval_interval or 10))
     try:

@@ -1,9 +1,16 @@
 """A run's providers, built: the :class:`Session` the loop drives, the :class:`Runtime` protocol
-that builds one, and the builders every runtime shares (in this process)."""
+that builds one, and the builders every runtime shares (in this process).
+
+Before a runtime starts, ``plasmid train`` calls :func:`prepare` (the chosen data source creates
+what its recipe named, the quickstart's tiny model) and :func:`build_inputs` (the tokenizer and
+the data source, which read the user's model directory and data, are built in the driver and
+kept on the :class:`~plasmid.startup.Startup`), so that bad input stops the run before any
+engine or trainer starts; :func:`build_rollout_context` then reuses them.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -92,21 +99,64 @@ def build_reward_set(config: Config, registry: Registry) -> RewardSet:
     )
 
 
+def prepare(config: Config, registry: Registry) -> None:
+    """Create what the chosen data source needs on disk and does not find there: its factory's
+    ``prepare(config)``, when it has one (the ``tasks`` source builds the tiny model its recipe
+    named as ``--model``). ``plasmid train`` calls it once every check passed (options, plugins,
+    run directory) and before any provider is built; :func:`build_rollout_context` calls it too,
+    for callers that build providers themselves, so a ``prepare`` must create only what is
+    missing. A failure names the data source and its plugin."""
+    name = config.option.datasource
+    if not name:
+        return
+    provider = registry.get("datasource", name)
+    step = getattr(provider.load(), "prepare", None)
+    if step is None:
+        return
+    try:
+        step(config)
+    except Exception as exc:
+        if isinstance(exc, PlasmidError):
+            raise
+        raise ProviderError(
+            f"datasource '{name}' from plugin {provider.plugin.label} failed to prepare the run: "
+            f"{type(exc).__name__}: {exc}",
+            provider=name, plugin=provider.plugin.name,
+        ) from exc
+
+
+def build_inputs(startup: Startup) -> None:
+    """Build, in this process, the providers that read the user's input: the tokenizer (the
+    ``--model`` directory) and the data source (every row of its data, checked), and keep them
+    in ``startup.prebuilt`` (``"tokenizer"``, ``"datasource"``) for :func:`build_rollout_context`.
+    Those already there are kept. Errors are the providers' own (one line, naming the file)."""
+    config, registry, built = startup.config, startup.registry, startup.prebuilt
+    if "tokenizer" not in built:
+        built["tokenizer"] = build_tokenizer(config, registry)
+    if "datasource" not in built:
+        built["datasource"] = instantiate(registry.get("datasource", config.option.datasource), config)
+
+
 def build_tokenizer(config: Config, registry: Registry) -> Tokenizer:
     """The run's tokenizer (``--tokenizer``; by default the model's own)."""
     tokenizer: Tokenizer = instantiate(registry.choose("tokenizer", config.option.tokenizer), config)
     return tokenizer
 
 
-def build_rollout_context(config: Config, registry: Registry,
-                          engines: Sequence[RolloutEngine] | None = None) -> RolloutContext:
+def build_rollout_context(config: Config, registry: Registry, engines: Sequence[RolloutEngine] | None = None,
+                          *, prebuilt: Mapping[str, Any] | None = None) -> RolloutContext:
     """Build the rollout side in this process: data source, ``--engines`` engines, generate
     function, rewards and filters, with the training sampling parameters.
 
     ``engines``: engines built elsewhere (a runtime's proxies for engines in other processes)
-    to use instead of building ``--engines`` of them here."""
+    to use instead of building ``--engines`` of them here. ``prebuilt``: the tokenizer and data
+    source that :func:`build_inputs` built (``startup.prebuilt``), used instead of building them
+    again. Runs :func:`prepare` first."""
     option, rollout = config.option, RolloutOptions.of(config)
-    tokenizer = build_tokenizer(config, registry)
+    prebuilt = prebuilt or {}
+    prepare(config, registry)
+    tokenizer: Tokenizer = prebuilt["tokenizer"] if "tokenizer" in prebuilt else build_tokenizer(config, registry)
+    data_source: DataSource | None = prebuilt.get("datasource")  # else built below, after the engines
 
     def chosen(family: str, name: str) -> Any:
         return instantiate(registry.get(family, name), config)
@@ -119,7 +169,7 @@ def build_rollout_context(config: Config, registry: Registry,
         config=config,
         engines=list(engines) if engines is not None else [chosen("engine", option.engine)
                                                              for _ in range(ScheduleOptions.of(config).engines)],
-        data_source=chosen("datasource", option.datasource),
+        data_source=data_source if data_source is not None else chosen("datasource", option.datasource),
         tokenizer=tokenizer,
         generate=chosen("generate", option.generate),
         rewards=rewards,
@@ -135,7 +185,7 @@ def build_session(startup: Startup) -> Session:
     loss = instantiate(registry.get("loss", option.loss), config)
     return Session(
         startup=startup,
-        ctx=build_rollout_context(config, registry),
+        ctx=build_rollout_context(config, registry, prebuilt=startup.prebuilt),
         driver=instantiate(registry.get("rollout", option.rollout), config),
         trainer=instantiate(registry.get("trainer", option.trainer), config, loss),
         weight_sync=instantiate(registry.get("weight_sync", option.weight_sync), config),

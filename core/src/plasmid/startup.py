@@ -4,7 +4,12 @@ Order matters and is fixed: ``--plugins`` is read first (plugins can add options
 command line is parsed only after they load), then options, then provider choices (written back
 into ``config.option``), then the defaults hooks (recipes fill what the user left unset), then
 every declared options class is converted and checked, then the configure hooks, which so see
-the final values.
+the final values, then the checks of the run as a whole (a user-given ``--model`` exists, the
+loss can learn from ``--n-samples-per-prompt``).
+
+Nothing here writes: a recipe only names what it needs (the quickstart's tiny model as
+``--model``), and the chosen data source creates it in :func:`plasmid.session.prepare`, which
+``plasmid train`` calls after the run directory is checked (:mod:`plasmid.run`).
 """
 
 from __future__ import annotations
@@ -12,13 +17,14 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from plasmid.config import Config, OptionParser
-from plasmid.errors import PluginError
+from plasmid.errors import PluginError, UsageError
 from plasmid.families import single_families
-from plasmid.kernel_options import default_run_dir, reward_weights
+from plasmid.kernel_options import GeneralOptions, RolloutOptions, default_run_dir, reward_weights
 from plasmid.options import Options
 from plasmid.plugins import PluginManager, Selection, installed_entry_points
 from plasmid.registry import Registry
@@ -26,11 +32,17 @@ from plasmid.registry import Registry
 
 @dataclass
 class Startup:
-    """A loaded and configured run, before any provider is built."""
+    """A loaded and configured run, before any provider is built.
+
+    :ivar prebuilt: providers built during start-up to check the user's input, by family
+        (``"tokenizer"``, ``"datasource"``; :func:`plasmid.session.build_inputs`), which the
+        session reuses.
+    """
 
     config: Config
     manager: PluginManager
     registry: Registry
+    prebuilt: dict[str, Any] = field(default_factory=dict)
 
 
 def preparse(argv: list[str]) -> argparse.Namespace:
@@ -76,16 +88,59 @@ def start(argv: list[str], prog: str = "plasmid train", *,
     else:
         resolve_choices(config, registry)
     finish_configuration(config, manager, parser.option_classes)
+    if not rewards_only:
+        check_run(config, registry)
     return Startup(config, manager, registry)
 
 
 def finish_configuration(config: Config, manager: PluginManager, option_classes: list[type[Options]]) -> None:
     """The defaults hooks, then every declared options class checked (the first bad value is a
-    one-line ``UsageError`` naming its flag), then the configure hooks."""
+    one-line ``UsageError`` naming its flag), then the configure hooks. Writes nothing: what a
+    recipe names is created later (:func:`plasmid.session.prepare`)."""
     manager.defaults(config)
     for cls in option_classes:
         cls.of(config)
     manager.configure(config)
+
+
+def check_run(config: Config, registry: Registry) -> None:
+    """Checks of the configured run as a whole, before anything is built or written (one-line
+    :class:`UsageError`):
+
+    - a ``--model`` the user gave is an existing directory (a recipe's model is created later);
+    - the chosen loss can learn from ``--n-samples-per-prompt`` samples per prompt: a loss class
+      declares ``min_samples_per_prompt`` (default 1) when it needs more, as group-normalised
+      advantages do (a group of one has advantage 0, so nothing would be learnt).
+    """
+    model = GeneralOptions.of(config).model
+    if model and config.is_given("model") and not Path(model).is_dir():
+        what = "is a file, not a model directory" if Path(model).exists() else "no such directory"
+        raise UsageError(f"--model {model}: {what} (give a local Hugging Face model directory)")
+    loss_name = config.option.loss
+    if loss_name:
+        n = RolloutOptions.of(config).n_samples_per_prompt
+        needed = min_samples_per_prompt(registry, loss_name)
+        if n < needed:
+            usable = sorted(name for name in registry.providers["loss"]
+                            if name != loss_name and _min_samples_or_none(registry, name) in range(1, n + 1))
+            raise UsageError(
+                f"--loss {loss_name} needs --n-samples-per-prompt of at least {needed} (its advantages compare "
+                f"the samples of one prompt: with {n}, every advantage is 0 and nothing is learnt); raise "
+                f"--n-samples-per-prompt, or choose a loss that learns from {n}: "
+                f"{', '.join(usable) or 'none installed'}"
+            )
+
+
+def min_samples_per_prompt(registry: Registry, loss: str) -> int:
+    """The loss's ``min_samples_per_prompt`` (1 when it declares none); loads its factory."""
+    return int(getattr(registry.get("loss", loss).load(), "min_samples_per_prompt", 1))
+
+
+def _min_samples_or_none(registry: Registry, loss: str) -> int | None:
+    try:
+        return min_samples_per_prompt(registry, loss)
+    except PluginError:
+        return None
 
 
 def resolve_choices(config: Config, registry: Registry, *, strict: bool = True) -> None:

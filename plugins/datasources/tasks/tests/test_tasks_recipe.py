@@ -5,6 +5,7 @@ import json
 import pytest
 from plasmid_tasks import plugin
 from plasmid_tasks.encoding import char_token_ids
+from plasmid_tasks.source import TaskSource
 from plasmid_tasks.tasks import TASK_NAMES, make_task
 
 from plasmid import hookimpl
@@ -25,8 +26,11 @@ class Trainer:
 
 
 def quickstart_config(tmp_path, **options):
-    """What ``plasmid train`` configures when it chose ``--datasource tasks`` (and a trainer)."""
-    return make_config(plugin, Trainer(), run_dir=tmp_path / "run", datasource="tasks", **options)
+    """What ``plasmid train`` configures when it chose ``--datasource tasks`` (and a trainer),
+    prepared as it is once the run directory is checked (the tiny model built)."""
+    config = make_config(plugin, Trainer(), run_dir=tmp_path / "run", datasource="tasks", **options)
+    TaskSource.prepare(config)
+    return config
 
 
 def lr_of(config):
@@ -39,6 +43,14 @@ def model_of(config):
 
 def max_new_tokens_of(config):
     return RolloutOptions.of(config).max_new_tokens
+
+
+def test_the_recipe_only_names_the_model_and_prepare_builds_it(tmp_path):
+    config = make_config(plugin, Trainer(), run_dir=tmp_path / "run", datasource="tasks")
+    assert model_of(config) == str(tmp_path / "run" / "model")
+    assert not (tmp_path / "run").exists(), "configuring a run writes nothing (the run dir is not checked yet)"
+    TaskSource.prepare(config)
+    assert (tmp_path / "run" / "model" / "config.json").is_file()
 
 
 def test_recipe_builds_the_tiny_model_and_fills_lr_and_answer_length(tmp_path):

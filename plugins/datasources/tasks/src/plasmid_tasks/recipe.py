@@ -3,10 +3,11 @@
 Applied by the plugin's ``plasmid_defaults`` when ``tasks`` is the chosen data source, before
 options are checked. It fills only what the user left unset:
 
-- ``--model``: a tiny causal LM (hidden 64, 2 layers, 4 heads, FFN 256, tied embeddings, 64
-  positions; :func:`plasmid_torch.tiny.build_tiny_model` with ``--seed`` and ``--task-arch``) with the
-  char tokenizer, built in ``<run dir>/model`` unless that directory exists (a resumed run
-  keeps its model).
+- ``--model``: ``<run dir>/model``, a tiny causal LM (hidden 64, 2 layers, 4 heads, FFN 256, tied
+  embeddings, 64 positions; :func:`plasmid_torch.tiny.build_tiny_model` with ``--seed`` and
+  ``--task-arch``) with the char tokenizer. The recipe only names it: :func:`prepare_tiny_model`
+  builds it (``TaskSource.prepare``, which ``plasmid train`` calls once the run directory is
+  checked), unless that directory exists (a resumed run keeps its model).
 - ``--lr``: 5e-4 for that tiny model (at 3e-3 the policy's entropy collapses). Measured: on
   mod10 with 32 prompts x 8 samples, temperature 1, GRPO, AdamW (betas 0.9/0.99), grad clip 1.0,
   the mean reward reaches 0.9 after 350-415 steps. With a model of your own, ``--lr`` keeps the
@@ -38,14 +39,26 @@ def apply_quickstart_recipe(config: Config) -> None:
     TaskSplit(task, tasks.task_eval_size, general.seed)  # a bad --task-eval-size fails now, not at build
     if general.model is None:
         _check_fits_tiny_model(task.key, len(task.example(0)[0]), task.answer_length)
-        model_dir = Path(config.run_dir) / "model"
-        if not model_dir.exists():
-            from plasmid_torch.tiny import build_tiny_model
-
-            build_tiny_model(model_dir, seed=general.seed, arch=tasks.task_arch, **TINY_MODEL_SHAPE)
-        config.set_default("model", str(model_dir))
+        config.set_default("model", str(tiny_model_dir(config)))
         config.set_default("lr", QUICKSTART_LR)
     config.set_default("max_new_tokens", task.answer_length)
+
+
+def tiny_model_dir(config: Config) -> Path:
+    """Where the recipe's tiny model lives: ``<run dir>/model``."""
+    return Path(config.run_dir) / "model"
+
+
+def prepare_tiny_model(config: Config) -> None:
+    """Build the tiny model that the recipe named as ``--model``, unless it is there already
+    (or the user gave ``--model``). Writes only ``<run dir>/model``."""
+    model_dir = tiny_model_dir(config)
+    if config.is_given("model") or GeneralOptions.of(config).model != str(model_dir) or model_dir.exists():
+        return
+    from plasmid_torch.tiny import build_tiny_model
+
+    build_tiny_model(model_dir, seed=GeneralOptions.of(config).seed, arch=TaskOptions.of(config).task_arch,
+                     **TINY_MODEL_SHAPE)
 
 
 def _check_fits_tiny_model(task_key: str, prompt_chars: int, answer_length: int) -> None:

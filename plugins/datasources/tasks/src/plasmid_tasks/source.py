@@ -12,6 +12,7 @@ from plasmid.options import Options
 from plasmid.types import Group
 from plasmid_tasks.encoding import PromptEncoder
 from plasmid_tasks.options import TaskOptions
+from plasmid_tasks.recipe import prepare_tiny_model
 from plasmid_tasks.split import TaskSplit
 
 
@@ -26,8 +27,15 @@ class TaskSource(GroupStream):
 
     option_classes: ClassVar[tuple[type[Options], ...]] = (TaskOptions, GeneralOptions, RolloutOptions)
 
+    @staticmethod
+    def prepare(config: Config) -> None:
+        """Build the tiny model the quickstart recipe named, if it is not there yet
+        (:func:`plasmid_tasks.recipe.prepare_tiny_model`; ``plasmid.session.prepare`` calls it)."""
+        prepare_tiny_model(config)
+
     def __init__(self, config: Config) -> None:
         tasks, general = TaskOptions.of(config), GeneralOptions.of(config)
+        self.prepare(config)  # a source built outside plasmid train still finds its model
         super().__init__(RolloutOptions.of(config).n_samples_per_prompt)
         self.task = tasks.build_task()
         self.split = TaskSplit(self.task, tasks.task_eval_size, general.seed)

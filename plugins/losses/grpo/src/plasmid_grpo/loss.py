@@ -38,6 +38,9 @@ class GRPOLoss(PolicyGradientLoss):
     scale_rewards_by_std = True
     #: Added to the group's standard deviation.
     group_std_eps = algorithms.GROUP_STD_EPS
+    #: Advantages compare the samples of one prompt: a group of one has advantage 0, so start-up
+    #: refuses ``--n-samples-per-prompt 1`` (``plasmid.startup.check_run``). Every variant too.
+    min_samples_per_prompt = 2
 
     def __init__(self, config: Config) -> None:
         super().__init__(config)

@@ -52,3 +52,6 @@ class ReinforcePlusPlusBaselineLoss(ReinforcePlusPlusLoss):
     """``reinforce++-baseline``: the group-mean reward as baseline, then global whitening."""
 
     group_baseline = True
+    #: The group-mean baseline of a group of one is its own reward: start-up refuses
+    #: ``--n-samples-per-prompt 1`` (``plasmid.startup.check_run``); ``reinforce++`` learns from 1.
+    min_samples_per_prompt = 2
