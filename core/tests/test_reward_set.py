@@ -403,3 +403,22 @@ def test_a_step_with_one_working_reward_resets_the_count(capsys):
     with pytest.raises(ProviderError):
         failing.pop_metrics()
     failing.close()
+
+
+def test_a_group_reward_may_return_any_sequence_of_the_right_length():
+    class Tuple:
+        group = True
+
+        async def __call__(self, samples):
+            return tuple(float(i) for i in range(len(samples)))
+
+    class Short:
+        group = True
+
+        async def __call__(self, samples):
+            return [1.0]
+
+    samples = [Sample(index=i) for i in range(3)]
+    score([RewardComponent("tuple", 1.0, Tuple()), RewardComponent("short", 1.0, Short())], samples)
+    assert [s.reward for s in samples] == [0.0, 1.0, 2.0]
+    assert samples[0].metadata["reward_errors"] == ["short: ValueError: group reward returned 1 values for 3 samples"]

@@ -295,10 +295,9 @@ async def _call_reward(component: RewardComponent, samples: list[Sample], slots:
     :class:`_Failure`. Never raises except when cancelled."""
     if component.is_group:
         try:
-            raw = await component.fn(samples)
-            if not isinstance(raw, list | tuple) or len(raw) != len(samples):
-                count = len(raw) if isinstance(raw, list | tuple) else type(raw).__name__
-                raise ValueError(f"group reward returned {count} values for {len(samples)} samples")
+            raw = list(await component.fn(samples))
+            if len(raw) != len(samples):
+                raise ValueError(f"group reward returned {len(raw)} values for {len(samples)} samples")
             slots[:] = raw
         except asyncio.CancelledError:
             raise
@@ -362,7 +361,8 @@ class RewardSet:
         ``timeout`` seconds after the group was sent fails with "timed out" (the call is
         cancelled; if its worker's loop is blocked, the worker is abandoned).
         """
-        if not samples:
+        if not samples or not self.components:
+            self._combine(samples, [])
             return
         grace = self.timeout
         loop = asyncio.get_running_loop()
@@ -403,7 +403,7 @@ class RewardSet:
                 total += term
             sample.reward = total
             self._scored += 1
-            if failed == len(self.components):
+            if self.components and failed == len(self.components):
                 self._all_failed += 1
 
     def _checked(self, component: RewardComponent, raw: Any, total: float) -> tuple[float, float, BaseException | None]:
