@@ -231,3 +231,35 @@ def test_a_checkpoint_holds_the_data_position_of_its_own_step_even_with_a_rollou
     for step in (1, 3):
         meta = tmp_path / "run" / "checkpoints" / f"step_{step:06d}" / "data_source.json"
         assert json.loads(meta.read_text()) == {"taken": step + 1}
+
+
+class FailingDriver(FakeDriver):
+    """A rollout-side provider (reward, engine) fails in step ``fail_at``'s rollout."""
+
+    fail_at = 3
+
+    async def run(self, ctx, rollout_id):
+        if rollout_id == self.fail_at:
+            raise RuntimeError("engine exploded")
+        return await super().run(ctx, rollout_id)
+
+
+def test_a_failing_rollout_checkpoints_the_last_finished_step_before_the_error_propagates(tmp_path, capsys):
+    session = make_session(tmp_path / "run", save_interval=0)
+    session.driver = FailingDriver()
+    with pytest.raises(RuntimeError, match="engine exploded"):
+        train(session)
+    checkpoints = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
+    assert checkpoints == ["step_000002"]
+    assert json.loads((tmp_path / "run" / "checkpoints" / "step_000002" / "trainer" / "state.json").read_text()) == {
+        "steps": 3}
+    assert "of step 2 written before stopping on the error below" in capsys.readouterr().err
+
+
+def test_a_rollout_failing_in_the_first_step_saves_nothing(tmp_path):
+    session = make_session(tmp_path / "run", save_interval=0)
+    session.driver = FailingDriver()
+    session.driver.fail_at = 0
+    with pytest.raises(RuntimeError):
+        train(session)
+    assert not (tmp_path / "run" / "checkpoints").exists()

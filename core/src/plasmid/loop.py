@@ -67,6 +67,20 @@ async def train(session: Session, log: RunLog) -> dict[str, float]:
         saved = rollout_id
         return path
 
+    async def keep_progress(rollout_id: int) -> None:
+        """Checkpoint step ``rollout_id`` on the way out of a failure in the next step's rollout
+        (the trainer has not been touched since that step, and ``data_state`` is its own), unless
+        it is saved already; a failure to save is reported and the original error goes on."""
+        if rollout_id < start or saved == rollout_id:
+            return
+        try:
+            path = await save(rollout_id)
+        except Exception as exc:  # noqa: BLE001 - the error that stopped the run matters more
+            print(f"plasmid: could not checkpoint step {rollout_id} after the failure below: {exc}", file=sys.stderr)
+        else:
+            print(f"plasmid: checkpoint {path} of step {rollout_id} written before stopping on the error below; "
+                  f"continue with --resume once it is fixed", file=sys.stderr)
+
     metrics: dict[str, float] = {}
     in_flight: asyncio.Task[RolloutBatch] | None = None
     with StopSignals(asyncio.get_running_loop()) as stop:
@@ -81,6 +95,9 @@ async def train(session: Session, log: RunLog) -> dict[str, float]:
                     if rollout_id > start and saved != rollout_id - 1:
                         await save(rollout_id - 1)
                     break
+                except Exception:
+                    await keep_progress(rollout_id - 1)  # a rollout-side provider failed; re-raised
+                    raise
                 last = rollout_id + 1 == steps
                 data_state = ctx.data_source.state_dict()  # before the next rollout takes its prompts
                 in_flight = rollout(rollout_id + 1) if overlap and not last and not stop.requested else None
