@@ -69,3 +69,16 @@ def test_a_good_update_steps_the_schedule_then_the_optimizer():
     metrics = trainer._optimizer_step(1.0, optimizer, scheduler, prefix="critic_")
     assert metrics == {"critic_grad_norm": 2.0, "critic_lr": 0.5, "critic_skipped_updates": 0.0}
     assert optimizer.calls == ["prepare_grads", "get_grad_norm", "step"] and scheduler.steps == 1
+
+
+def test_an_fp16_overflow_under_a_dynamic_loss_scale_is_a_skipped_update_not_a_bad_step():
+    """The scaler backing off is routine in fp16; it must not count towards --max-bad-steps."""
+    from megatron.core.optimizer.grad_scaler import DynamicGradScaler
+
+    optimizer, scheduler = StandInOptimizer(found_inf=True), StandInScheduler()
+    optimizer.grad_scaler = DynamicGradScaler(initial_scale=2.0**16, min_scale=1.0, growth_factor=2.0,
+                                              backoff_factor=0.5, growth_interval=1000, hysteresis=2)
+    trainer = MegatronTrainer.__new__(MegatronTrainer)
+    metrics = trainer._optimizer_step(1.0, optimizer, scheduler)
+    assert metrics == {"lr": 0.5, "skipped_updates": 1.0}
+    assert "step" not in optimizer.calls and optimizer.calls[-1] == "zero_grad" and scheduler.steps == 0

@@ -499,8 +499,10 @@ class MegatronTrainer(StepCounters):
         ``<prefix>lr`` and ``<prefix>skipped_updates`` (0.0).
 
         Megatron's ``ChainedOptimizer.step`` in its parts, so that a bad update is refused before
-        anything moves: a non-finite ``loss``, megatron's ``found_inf`` (fp16 loss scaling: the
-        scaler's back-off is kept, it is what lets a later step succeed) or a non-finite gradient
+        anything moves. Under fp16 with a dynamic loss scale, megatron's ``found_inf`` is the
+        scaler backing off (routine while the scale settles): the update is skipped as megatron
+        would (``<prefix>skipped_updates`` 1.0, schedule unstepped), not reported as a bad step.
+        A non-finite ``loss``, ``found_inf`` under a constant loss scale or a non-finite gradient
         norm clear the gradients, leave optimizer and schedule as they were and return
         ``bad_step/<prefix>nonfinite_loss`` or ``bad_step/<prefix>nonfinite_grad_norm``
         (:mod:`plasmid_torch.step_guard`); every rank decides alike (the values are all-reduced)."""
@@ -511,6 +513,9 @@ class MegatronTrainer(StepCounters):
         if not math.isfinite(loss):
             return self._refuse(optimizer, f"{prefix}nonfinite_loss")
         if optimizer.prepare_grads():          # megatron's found_inf: fp16 loss scaling found an overflow
+            if _dynamic_loss_scaling(optimizer):  # the scaler backed off: routine in fp16, not a bad step
+                optimizer.zero_grad()
+                return {f"{prefix}lr": float(optimizer.param_groups[0]["lr"]), f"{prefix}skipped_updates": 1.0}
             return self._refuse(optimizer, f"{prefix}nonfinite_grad_norm")
         grad_norm = float(optimizer.get_grad_norm())
         problem = loss_and_grad_problem(loss, grad_norm, prefix=prefix)
@@ -651,3 +656,12 @@ def _decoupled_grad(optimizer_config: Any) -> bool:
     """Whether megatron keeps this optimizer's gradients in ``decoupled_grad`` (precision-aware optimizer)."""
     return bool(getattr(optimizer_config, "use_precision_aware_optimizer_no_fp8_or_ds_fp8",
                         getattr(optimizer_config, "use_precision_aware_optimizer", False)))
+
+
+def _dynamic_loss_scaling(optimizer: Any) -> bool:
+    """Whether ``optimizer`` (or a part of a chained one) scales fp16 losses dynamically, so that
+    an overflow only lowers the scale (megatron's ``DynamicGradScaler``)."""
+    from megatron.core.optimizer.grad_scaler import DynamicGradScaler
+
+    parts = getattr(optimizer, "chained_optimizers", None) or [optimizer]
+    return any(isinstance(getattr(part, "grad_scaler", None), DynamicGradScaler) for part in parts)
