@@ -58,16 +58,34 @@ def test_an_entry_point_seen_twice_is_loaded_once(monkeypatch):
     assert list(plugins.installed_entry_points()) == ["twin"]
 
 
-def test_two_distributions_claiming_one_plugin_name_is_an_error(monkeypatch):
+class FakeDist:
+    def __init__(self, name):
+        self.name, self.version = name, "1.0"
+
+
+def entry_point(name, value, distribution):
     import importlib.metadata as metadata
 
-    import pytest
+    return metadata.EntryPoint(name, value, "plasmid")._for(FakeDist(distribution))
 
+
+def test_two_distributions_claiming_one_plugin_name_keep_the_first_party_one_and_say_so(monkeypatch):
     from plasmid import plugins
-    from plasmid.errors import PluginError
 
-    first = metadata.EntryPoint("same", "json", "plasmid")
-    second = metadata.EntryPoint("same", "csv", "plasmid")
-    monkeypatch.setattr(plugins.metadata, "entry_points", lambda group: [first, second])
-    with pytest.raises(PluginError, match="two installed distributions provide the plasmid plugin 'same'"):
-        plugins.installed_entry_points()
+    third, first = entry_point("same", "json", "rl-plugin-same"), entry_point("same", "csv", "plasmid-same")
+    for order in ([third, first], [first, third]):
+        monkeypatch.setattr(plugins.metadata, "entry_points", lambda group, order=order: order)
+        shadowed: list[str] = []
+        assert plugins.installed_entry_points(shadowed)["same"].value == "csv"
+        assert len(shadowed) == 1 and "of distribution rl-plugin-same 1.0 (json)" in shadowed[0]
+        assert "plasmid-same 1.0 already provides" in shadowed[0]
+
+
+def test_between_two_third_parties_the_first_found_keeps_the_name(monkeypatch):
+    from plasmid import plugins
+
+    one, two = entry_point("same", "json", "rl-one"), entry_point("same", "csv", "rl-two")
+    monkeypatch.setattr(plugins.metadata, "entry_points", lambda group: [one, two])
+    shadowed: list[str] = []
+    assert plugins.installed_entry_points(shadowed)["same"].value == "json"
+    assert "skipping plugin 'same' of distribution rl-two" in shadowed[0]

@@ -166,21 +166,32 @@ class Selection:
         return cls.parse(spec, installed)
 
 
-def installed_entry_points() -> dict[str, metadata.EntryPoint]:
+def installed_entry_points(shadowed: list[str] | None = None) -> dict[str, metadata.EntryPoint]:
     """Entry points of group ``plasmid``, by name, de-duplicated (editable installs show twice).
 
-    Two *different* targets under one name are an error naming both distributions.
+    Two *different* targets under one name follow the collision rule of providers: a first-party
+    distribution's keeps the name over a third party's, otherwise the first found keeps it; the
+    other is not loaded, and one line saying so (naming both distributions and the fix) is
+    appended to ``shadowed`` for the caller to warn with.
     """
     found: dict[str, metadata.EntryPoint] = {}
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         seen = found.get(ep.name)
         if seen is None:
             found[ep.name] = ep
-        elif seen.value != ep.value:
-            raise PluginError(
-                f"two installed distributions provide the plasmid plugin '{ep.name}': "
-                f"{_dist_name(seen)} ({seen.value}) and {_dist_name(ep)} ({ep.value}); uninstall one"
-            )
+            continue
+        if seen.value == ep.value:
+            continue
+        keeper, loser = seen, ep
+        if is_first_party(_dist_name(ep)) and not is_first_party(_dist_name(seen)):
+            keeper, loser = ep, seen
+        found[ep.name] = keeper
+        if shadowed is not None:
+            shadowed.append(
+                f"skipping plugin '{ep.name}' of distribution {_dist_name(loser)} {_dist_version(loser)} "
+                f"({loser.value}): distribution {_dist_name(keeper)} {_dist_version(keeper)} already provides a "
+                f"plugin of that name ({keeper.value}), which is loaded instead; uninstall one of them, or rename "
+                f"the entry point of {_dist_name(loser)}")
     return found
 
 
@@ -297,7 +308,10 @@ class PluginManager:
         """
         self.tolerant = tolerant
         self.load_kernel_plugins()
-        installed = installed_entry_points()
+        shadowed: list[str] = []
+        installed = installed_entry_points(shadowed)
+        for message in shadowed:
+            self.warn(message)
         known = list(installed)
         for name in [*selection.include, *selection.exclude]:
             if name not in installed:
