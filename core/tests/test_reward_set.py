@@ -214,10 +214,13 @@ def test_stuck_workers_are_bounded(blocks):
             await asyncio.sleep(STALL_SECONDS)
         return rewards
 
-    before = threading.active_count()
+    def workers():
+        return {t for t in threading.enumerate() if t.name == "plasmid-reward-stuck"}
+
+    before = workers()
     rewards = asyncio.run(main())
     assert rewards.pop_metrics()["reward/workers_abandoned"] == MAX_ABANDONED_WORKERS
-    assert threading.active_count() - before <= MAX_ABANDONED_WORKERS + 1
+    assert len(workers() - before) == MAX_ABANDONED_WORKERS + 1  # the abandoned ones and the current one
     rewards.close()
 
 
@@ -310,15 +313,18 @@ def test_loop_bound_state_of_a_reward_lives_on_its_worker_loop():
 
 
 def test_close_stops_the_worker_threads():
-    before = threading.active_count()
+    def workers():
+        return {t for t in threading.enumerate() if t.name in ("plasmid-reward-a", "plasmid-reward-b")}
+
+    before = workers()
     rewards = score([RewardComponent("a", 1.0, Constant(1.0)), RewardComponent("b", 1.0, Constant(1.0))],
                     [Sample()])
-    assert threading.active_count() == before + 2
+    started = workers() - before
+    assert len(started) == 2, "one worker thread per reward"
     rewards.close()
-    deadline = time.monotonic() + 5
-    while threading.active_count() > before and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert threading.active_count() == before
+    for thread in started:
+        thread.join(5)
+        assert not thread.is_alive()
 
 
 # --------------------------------------------------------------------------- float32 range
