@@ -72,7 +72,7 @@ def disk_error(exc: BaseException) -> str | None:
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         codes = DISK_ERRORS if current is exc else STORAGE_FULL
-        if isinstance(current, OSError) and current.errno in codes:
+        if isinstance(current, OSError) and current.errno is not None and current.errno in codes:
             where = current.filename if current.filename is not None else "(no path given)"
             return DISK_ERRORS[current.errno].format(where) + f" ({current.strerror or current})"
         current = current.__cause__ or current.__context__
