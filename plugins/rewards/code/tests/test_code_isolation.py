@@ -257,7 +257,13 @@ def open_directory():
 
 
 GUARD_BYPASSES = {
-    "_posixsubprocess": "import _posixsubprocess\nprint('imported', _posixsubprocess.fork_exec)",
+    "_posixsubprocess": "import _posixsubprocess\n_posixsubprocess.fork_exec(*([None] * 23))",
+    "_posixsubprocess-through-a-spec": "import importlib.machinery as machinery, importlib.util\n"
+                                       "spec = machinery.BuiltinImporter.find_spec('_posixsubprocess') or "
+                                       "machinery.PathFinder.find_spec('_posixsubprocess')\n"
+                                       "module = importlib.util.module_from_spec(spec)\n"
+                                       "spec.loader.exec_module(module)\n"
+                                       "module.fork_exec(*([None] * 23))",
     "_ctypes": "import _ctypes\nprint('imported')",
     "_xxsubinterpreters": "import _xxsubinterpreters\nprint('imported')",
     "open-with-dir_fd": "import os\nfd = os.open(OUTSIDE, os.O_RDONLY)\n"
@@ -290,11 +296,13 @@ def test_the_guard_refuses_the_known_bypasses(attack, open_directory):
     assert existing.stat().st_mode & 0o777 == 0o644
 
 
-def test_an_honest_program_still_writes_in_its_directory_under_the_guard():
+def test_an_honest_program_still_imports_and_writes_in_its_directory_under_the_guard():
     sandbox = Sandbox(Limits(wall_seconds=3, cpu_seconds=3), isolate=False, guard=True, concurrency=1)
     program = ("import os, tempfile\nos.mkdir('d')\nfd = os.open('d', os.O_RDONLY)\n"
                "os.close(os.open('f', os.O_WRONLY | os.O_CREAT, dir_fd=fd))\nos.rename('d/f', 'g')\n"
                "with tempfile.NamedTemporaryFile(dir='.') as handle:\n    handle.write(b'x')\n"
-               "os.chdir('d')\nopen('h', 'w').write('y')\nprint('ok')")
+               "os.chdir('d')\nopen('h', 'w').write('y')\n"
+               "import asyncio, subprocess, math, json, collections, decimal, fractions, heapq, bisect, re, itertools\n"
+               "print('ok')")
     result = run(sandbox.run(["stdio", "solution.py"], {"solution.py": program}))
     assert result.stdout.strip() == b"ok"

@@ -144,13 +144,46 @@ def install_guard(workdir):
                     if not inside(args[position], dir_fd):
                         refuse(f"{event} on {args[position]!r}")
 
+    lock_imports()
+    sys.addaudithook(hook)
+
+
+def lock_imports():
+    """Make the refused modules unreachable before the hook goes in: drop them (and the modules
+    holding them) from ``sys.modules``; load every other built-in module now and replace
+    ``_imp.create_builtin``, which builds a built-in module with no audit event (extension
+    modules go through ``_imp.create_dynamic``, which raises the ``import`` event); and put a
+    stub ``_posixsubprocess`` in place so that ``subprocess`` and ``asyncio`` still import (their
+    ``Popen`` is refused by its own event)."""
+    import _imp
+    import types
+    import warnings
+
     refused = {id(module) for name, module in sys.modules.items() if name.partition(".")[0] in REFUSED_MODULES}
     for name, module in list(sys.modules.items()):
         holds = name.partition(".")[0] in REFUSED_MODULES or any(
             id(value) in refused for value in list(getattr(module, "__dict__", {}).values()))
         if holds:
             del sys.modules[name]
-    sys.addaudithook(hook)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name in sys.builtin_module_names:
+            if name.partition(".")[0] not in REFUSED_MODULES and name not in sys.modules:
+                try:
+                    __import__(name)
+                except Exception:  # noqa: BLE001 - a built-in that cannot load here is not needed
+                    pass
+
+    def create_builtin(spec):
+        raise PermissionError(f"sandbox: creating built-in module {getattr(spec, 'name', spec)} is not allowed")
+
+    def fork_exec(*args, **kwargs):
+        raise PermissionError("sandbox: _posixsubprocess.fork_exec is not allowed")
+
+    _imp.create_builtin = create_builtin
+    stub = types.ModuleType("_posixsubprocess", "sandbox stand-in: starting processes is not allowed")
+    stub.fork_exec = fork_exec
+    sys.modules["_posixsubprocess"] = stub
 
 
 def run_stdio(solution):

@@ -16,8 +16,8 @@ class CodeOptions(Options, group="code", description="the 'code' reward: tests r
     code_concurrency: int = option(2, "sandboxed runs at once (per process)", min=1)
     code_python: str | None = option(None, "Python that runs the code; the sandbox user must be able to execute it",
                                      default_text="this one, else /usr/bin/python3")
-    code_sandbox_uid: int = option(61000, "first of --code-concurrency uids the sandbox runs as when plasmid runs "
-                                          "as root; they must belong to no user", min=1)
+    code_sandbox_uid: int = option(61000, "first of the 1000 uids sandboxed runs get, one per run, unique on the "
+                                          "host, when plasmid runs as root; they must belong to no user", min=1)
 
     @property
     def limits(self) -> Limits:
