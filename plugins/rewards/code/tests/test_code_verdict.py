@@ -133,6 +133,9 @@ SNIPPETS = [
     "assert Point(add(1, 1)) == Point(2)", "assert Point(1) == 1", "assert add(1, 2) == 3, 'message'",
     "assert abs(add(0.5, 0.25) - 0.75) < 1e-9", "assert add(1, 1) == 2 == 2.0", "assert add(True, 0) == 1",
     "assert add(1, 2) ==", "assert add(1j, 1) == 1 + 1j", "assert isinstance(add(1, 2), int)",
+    "assert set(items(3)) == set((2, 1, 0))", "assert set(items(3)) == set([0, 1])",
+    "assert sorted(items(3), reverse=True) == sorted([0, 1, 2], reverse=True)", "assert len(items(3)) == len('abc')",
+    "assert add(0.5, 0.5) == float('1.0')", "assert add(1e308, 1e308) == float('inf')", "assert max(items(3)) == 2",
 ]
 
 
@@ -156,6 +159,16 @@ def test_honest_programs_score_as_python_judges_their_asserts(reward):
     expected = python_verdicts(SNIPPETS)
     assert [s for s, got, want in zip(SNIPPETS, verdicts, expected, strict=True) if got != want] == []
     assert 10 < sum(expected) < len(SNIPPETS) - 10  # both outcomes are well represented
+
+
+def test_expected_values_built_with_builtins_stay_on_the_host(reward):
+    """``set((4, 5))`` is computed here with the real ``set``: the guest is sent only ``set(f())``,
+    and a program that shadows ``set`` (which would fool Python itself) changes only its own side."""
+    plan = plan_snippet("assert set(f()) == set((4, 5))")
+    assert plan.steps == [["value", "set(f())"]]
+    shadowing = "set = lambda *args: 1\ndef f():\n    return [0]\n"
+    assert score(reward, shadowing, ["assert set(f()) == set((4, 5))"]) == 0.0
+    assert score(reward, "def f():\n    return [5, 4, 4]\n", ["assert set(f()) == set((4, 5))"]) == 1.0
 
 
 def test_the_residual_forms_are_what_the_guest_decides():

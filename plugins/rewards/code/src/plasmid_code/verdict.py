@@ -4,8 +4,9 @@ The guest (untrusted: it runs the model's program) never sees an expected value 
 "passed". For each test snippet the host parses it with :mod:`ast` (:func:`plan_snippet`):
 
 - a top-level ``assert COND`` is split into a *skeleton* the host evaluates (``and``, ``or``,
-  ``not``, comparisons, and every operand that is a literal or a name-free expression the host
-  can compute safely: the expected values) and *leaves* the guest evaluates (the sub-expressions
+  ``not``, comparisons, and every operand the host can compute safely: literals, arithmetic
+  and containers of them, and a few pure built-ins applied to them, such as ``set((4, 5))``:
+  the expected values) and *leaves* the guest evaluates (the sub-expressions
   that use names: ``add(1, 2)``). The guest is sent only the leaves' source text; it returns
   their values in the encoding below and the host makes the comparison;
 - every other top-level statement (setup: imports, assignments, definitions, loops) runs in the
@@ -40,6 +41,17 @@ MAX_ITEMS = 100_000
 MAX_HOST_LENGTH = 100_000
 MAX_HOST_BITS = 100_000
 SINGLETONS = (None, True, False, Ellipsis)
+#: Built-in functions the host applies itself to host-side values (``set((4, 5))``,
+#: ``sorted([3, 1])``, ``float("inf")``), with the keywords each may take. The host uses the real
+#: built-ins: a program that shadows ``set`` changes only its own side of a comparison.
+HOST_CALLS: dict[str, tuple[Any, frozenset[str]]] = {
+    name: (function, frozenset(keywords)) for name, function, keywords in [
+        ("set", set, ()), ("frozenset", frozenset, ()), ("list", list, ()), ("tuple", tuple, ()),
+        ("dict", dict, ()), ("sorted", sorted, ("reverse",)), ("len", len, ()), ("abs", abs, ()),
+        ("min", min, ()), ("max", max, ()), ("sum", sum, ()), ("round", round, ()), ("int", int, ()),
+        ("float", float, ()), ("complex", complex, ()), ("str", str, ()), ("bool", bool, ()),
+    ]
+}
 COMPARE = {
     ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
     ast.Gt: operator.gt, ast.GtE: operator.ge, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
@@ -109,7 +121,8 @@ _NOT_HOST = object()
 
 def host_value(node: ast.expr) -> Any:
     """The value of ``node`` computed on the host, or ``_NOT_HOST`` when it uses names (or is too
-    costly): literals, and name-free containers, unary and binary arithmetic of them."""
+    costly): literals, and name-free containers, unary and binary arithmetic of them and the
+    :data:`HOST_CALLS` built-ins applied to them."""
     try:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
@@ -132,6 +145,17 @@ def _arithmetic(node: ast.expr) -> Any:
         operand = _arithmetic(node.operand)
         ops = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_, ast.Invert: operator.invert}
         return ops[type(node.op)](operand)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in HOST_CALLS:
+        function, keywords = HOST_CALLS[node.func.id]
+        if any(isinstance(arg, ast.Starred) for arg in node.args) or any(
+                keyword.arg is None or (keyword.arg not in keywords and function is not dict)
+                for keyword in node.keywords):
+            raise ValueError("not a call the host makes")
+        args = [_arithmetic(arg) for arg in node.args]
+        if any(isinstance(arg, (str, bytes, list, tuple, set, frozenset, dict)) and len(arg) > MAX_HOST_LENGTH
+               for arg in args):
+            raise ValueError("too large")
+        return function(*args, **{keyword.arg: _arithmetic(keyword.value) for keyword in node.keywords})
     if isinstance(node, ast.BinOp):
         left, right = _arithmetic(node.left), _arithmetic(node.right)
         if isinstance(node.op, ast.Pow) and isinstance(left, int) and isinstance(right, int):
