@@ -5,8 +5,11 @@ confined the process) as ``python -I _plasmid_guest.py MODE ...``; stdlib only, 
 any Python 3 the sandbox user can execute.
 
 The guard is a ``sys.addaudithook`` hook, which cannot be removed once added. It refuses sockets,
-new processes, signals to other processes, ``ctypes`` (a way around the hook), writes outside the
-working directory, and reading another process's ``/proc`` entries. It is defence in depth, not
+new processes, signals to other processes, ``ctypes`` and the other modules that reach around
+the hook (:data:`REFUSED_MODULES`), writes outside the working directory (a relative path is
+resolved against the real cwd or the ``dir_fd`` it is relative to; and since the ``open`` event
+does not carry its ``dir_fd``, a relative write is refused while any directory descriptor outside
+is held), and reading another process's ``/proc`` entries. It is defence in depth, not
 the boundary: the launcher's namespaces, uid and rlimits are. Where those are unavailable (no
 root, no user namespaces) it is what refuses sockets and writes outside.
 
@@ -38,8 +41,10 @@ REFUSED_EVENTS = frozenset({
 })
 #: Modules that reach around the audit events (``_posixsubprocess.fork_exec`` starts processes
 #: with no event; ``_ctypes`` calls anything; sub-interpreters run without this hook; the test
-#: modules poke at the interpreter's internals). Importing one is refused (``ImportError``), and
-#: any already loaded, and every module holding one of them, is dropped from ``sys.modules``.
+#: modules poke at the interpreter's internals). Loading one is refused (``ImportError``; see
+#: :func:`lock_imports` for the ways around the ``import`` event), and any already loaded, and
+#: every module holding one, is dropped from ``sys.modules``; ``_posixsubprocess`` is replaced by
+#: a stub.
 REFUSED_MODULES = frozenset({
     "_posixsubprocess", "_ctypes", "_xxsubinterpreters", "_xxinterpchannels", "_interpreters", "_interpchannels",
     "_interpqueues", "_testcapi", "_testinternalcapi", "_testmultiphase", "_testsinglephase", "_testbuffer",
