@@ -17,7 +17,10 @@ arguments; removed ones are deprecated first.
 The ``register`` callables all have the form ``register(name, factory, *, default=False)``:
 
 - ``name`` is how users select the provider (``--reward NAME``); unique within its family
-  across all loaded plugins.
+  across all loaded plugins. When two plugins register one name, the first registered keeps
+  it (the kernel's plugins register first, then first-party ``plasmid-*`` distributions, then
+  the rest) and the newcomer's provider alone is skipped with a warning (an error when that
+  plugin was selected with ``--plugins``).
 - ``factory`` is the provider factory (see :mod:`plasmid.protocols`) or a ``"module:attr"``
   string naming it, imported only when the provider is chosen, so heavy dependencies are
   paid for only when used.
@@ -69,8 +72,9 @@ def plasmid_defaults(config: Config) -> None:
     Called once per process after the command line is parsed and provider choices are resolved,
     before any options class is checked and before :func:`plasmid_configure`. Change only what
     the user did not give: ``config.set_default("lr", 5e-4)`` (or test ``config.is_given``).
-    The quickstart recipe uses it to point ``--model`` at the tiny model it builds and to set
-    the learning rate and response length for it.
+    Nothing may be written here (the run directory is not checked yet): the quickstart recipe
+    only points ``--model`` at ``<run dir>/model``, which its data source builds once start-up
+    checks have passed, and sets the learning rate and response length for it.
 
     :param config: the parsed configuration, with provider choices in ``config.option``.
     """

@@ -23,6 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from plasmid.atomic import write_atomic
 from plasmid.checkpoint import Checkpoints
 from plasmid.config import Config
 from plasmid.errors import UsageError
@@ -36,7 +37,7 @@ METRICS_FILE = "metrics.jsonl"
 #: evaluate and save, and how this invocation is run, none of which changes what was trained.
 RESUMABLE_CHANGES = frozenset({
     "resume", "resume_allow_changes", "debug", "plugins", "run_dir", "num_rollouts", "stop_at_eval_acc",
-    "eval_interval", "save_interval", "keep_checkpoints",
+    "eval_interval", "save_interval", "keep_checkpoints", "max_bad_steps", "max_empty_steps",
 })
 
 
@@ -171,8 +172,8 @@ def write_header(config: Config) -> None:
     if GeneralOptions.of(config).resume and (run_dir / CONFIG_FILE).exists():
         return
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / CONFIG_FILE).write_text(json.dumps(config.to_dict(), indent=1))
-    (run_dir / LOCK_FILE).write_text(json.dumps(config.plugin_lock, indent=1))
+    write_atomic(run_dir / CONFIG_FILE, json.dumps(config.to_dict(), indent=1))
+    write_atomic(run_dir / LOCK_FILE, json.dumps(config.plugin_lock, indent=1))
 
 
 def _plugin_version(entry: dict[str, str]) -> str:

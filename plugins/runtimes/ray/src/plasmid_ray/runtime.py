@@ -153,7 +153,8 @@ class RayRuntime:
         self.pool = EnginePool(config, self.placement)
         trainers = start_trainers(config, self.placement, provider=registry.get("trainer", option.trainer))
         proxies, self.trainer = await gather_or_cancel(self.pool.start(), trainers)
-        ctx = BalancedRolloutContext.wrap(build_rollout_context(config, registry, engines=proxies))
+        ctx = BalancedRolloutContext.wrap(build_rollout_context(config, registry, engines=proxies,
+                                                                prebuilt=startup.prebuilt))
         weight_sync = instantiate(registry.get("weight_sync", option.weight_sync), config)
         trainer = self.trainer
 
