@@ -135,7 +135,9 @@ SNIPPETS = [
     "assert add(1, 2) ==", "assert add(1j, 1) == 1 + 1j", "assert isinstance(add(1, 2), int)",
     "assert set(items(3)) == set((2, 1, 0))", "assert set(items(3)) == set([0, 1])",
     "assert sorted(items(3), reverse=True) == sorted([0, 1, 2], reverse=True)", "assert len(items(3)) == len('abc')",
-    "assert add(0.5, 0.5) == float('1.0')", "assert add(1e308, 1e308) == float('inf')", "assert max(items(3)) == 2",
+    "assert add(0.5, 0.5) == float('1.0')", "from fractions import Fraction\nassert Fraction(add(1, 0), 2) == 0.5",
+    "import decimal\nassert decimal.Decimal(add(1, 1)) == 2", "assert Fraction(1, 3) == 1 / 3",
+    "assert add(1e308, 1e308) == float('inf')", "assert max(items(3)) == 2",
 ]
 
 

@@ -229,6 +229,11 @@ def encode(value, depth=0, budget=None):
     if isinstance(value, dict):
         return {"$": "dict", "v": [[encode(k, depth + 1, budget), encode(v, depth + 1, budget)]
                                    for k, v in dict.items(value)]}
+    kind = (type(value).__module__, type(value).__name__)
+    if kind == ("fractions", "Fraction"):
+        return {"$": "fraction", "v": [encode(value.numerator), encode(value.denominator)]}
+    if kind in (("decimal", "Decimal"), ("_decimal", "Decimal"), ("_pydecimal", "Decimal")):
+        return {"$": "decimal", "v": str(value)}
     if hasattr(type(value), "__index__") and not hasattr(type(value), "__len__"):  # e.g. numpy integers
         return encode(int(value.__index__()), depth, budget)
     if type(value).__name__ in ("bool_", "bool8"):

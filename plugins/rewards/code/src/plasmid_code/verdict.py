@@ -22,13 +22,16 @@ opaque object) or a malformed reply fails the assert.
 The guest's encoding (:func:`decode`): JSON where ``None``, bools, strings, lists and small
 ints are themselves and every other value is an object tagged ``"$"``: ``int`` (hex), ``float``
 (``float.hex``), ``complex``, ``bytes`` (hex), ``tuple``, ``list``, ``set``, ``frozenset``,
-``dict`` (a list of pairs), ``ellipsis``, ``opaque`` (any other type: compares as nothing) and
-``error`` (the leaf raised). Decoding never evaluates anything; depth and size are capped.
+``dict`` (a list of pairs), ``fraction``, ``decimal``, ``ellipsis``, ``opaque`` (any other
+type: compares as nothing) and ``error`` (the leaf raised). Decoding never evaluates
+anything; depth and size are capped.
 """
 
 from __future__ import annotations
 
 import ast
+import decimal
+import fractions
 import json
 import operator
 from dataclasses import dataclass, field
@@ -344,6 +347,15 @@ def decode(obj: Any, depth: int = 0, budget: list[int] | None = None) -> Any:
         if not all(isinstance(pair, list) and len(pair) == 2 for pair in pairs):
             raise ValueError("malformed dict")
         return {key: item for key, item in pairs}
+    if tag == "fraction":
+        parts = items()
+        if len(parts) != 2 or not all(type(part) is int for part in parts):
+            raise ValueError("malformed fraction")
+        return fractions.Fraction(parts[0], parts[1])
+    if tag == "decimal":
+        if len(text()) > 1000:
+            raise ValueError("decimal too long")
+        return decimal.Decimal(text())
     if tag == "ellipsis":
         return Ellipsis
     if tag == "opaque":
