@@ -306,3 +306,36 @@ def test_an_honest_program_still_imports_and_writes_in_its_directory_under_the_g
                "print('ok')")
     result = run(sandbox.run(["stdio", "solution.py"], {"solution.py": program}))
     assert result.stdout.strip() == b"ok"
+
+
+UNPRIVILEGED = """
+import asyncio, json
+from plasmid_code.sandbox import Limits, Sandbox
+sandbox = Sandbox(Limits(wall_seconds=10, cpu_seconds=10), concurrency=1, guard=False)
+program = "import os\\nprint(len([p for p in os.listdir('/proc') if p.isdigit()]), sorted(os.listdir('/')))"
+result = asyncio.run(sandbox.run(["stdio", "solution.py"], {"solution.py": program}))
+print(json.dumps({"layers": result.layers, "stdout": result.stdout.decode()}))
+"""
+
+
+@pytest.mark.skipif(not AS_ROOT or not Path("/usr/bin/setpriv").exists() or not Path("/usr/bin/python3").exists(),
+                    reason="needs root (to become an unprivileged user), setpriv and /usr/bin/python3")
+@pytest.mark.timeout(120)
+def test_without_root_a_user_namespace_gives_the_same_namespaces_and_root():
+    """What holds without root: run as ``nobody`` (no capabilities), the sandbox gets its
+    namespaces and minimal root through an unprivileged user namespace (no ``uid`` layer)."""
+    source = Path(__file__).resolve().parents[1] / "src"
+    allowed = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "unshare",
+                              "--user", "--map-current-user", "--net", "--mount", "--ipc", "--pid", "--fork", "true"],
+                             capture_output=True, timeout=30)
+    if allowed.returncode != 0:
+        pytest.skip(f"unprivileged user namespaces are disabled here: {allowed.stderr.decode().strip()}")
+    done = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "/usr/bin/python3",
+                           "-c", UNPRIVILEGED], capture_output=True, text=True, timeout=90, cwd="/",
+                          env={"PATH": "/usr/bin:/bin", "HOME": "/", "PYTHONPATH": str(source)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert {"userns", "netns", "mountns", "ipcns", "pidns", "rootfs"} <= set(report["layers"])
+    assert "uid" not in report["layers"]
+    count, listing = report["stdout"].split(" ", 1)
+    assert int(count) <= 3 and "'work'" not in listing and "'home'" not in listing
