@@ -9,7 +9,7 @@ import time
 import pytest
 
 from plasmid.errors import ProviderError
-from plasmid.rewards import FLOAT32_MAX, MAX_ABANDONED_WORKERS, STALL_SECONDS, RewardComponent, RewardSet
+from plasmid.rewards import FLOAT32_MAX, STALL_SECONDS, RewardComponent, RewardSet
 from plasmid.types import Sample
 
 
@@ -204,12 +204,39 @@ def test_a_stuck_worker_is_abandoned_and_later_calls_do_not_queue_behind_it(bloc
 
 
 @pytest.mark.timeout(60)
-def test_stuck_workers_are_bounded(blocks):
+def test_one_stuck_sample_costs_only_itself_not_its_group_or_the_groups_queued_behind_it(blocks):
+    """A step's groups are all sent at once; a sample whose verifier never returns blocks the
+    worker's loop, and the samples not yet started there (its group-mates, the other groups)
+    move to a fresh worker and score normally; only the stuck sample times out."""
+    blocks.stuck = {3}
+
+    async def main():
+        rewards = RewardSet([RewardComponent("stuck", 1.0, blocks)], timeout=2.0)
+        groups = [[Sample(index=8 * g + i) for i in range(8)] for g in range(8)]
+        started = time.monotonic()
+        await asyncio.gather(*(rewards.score_group(group) for group in groups))
+        return rewards, [s for group in groups for s in group], time.monotonic() - started
+
+    rewards, samples, elapsed = asyncio.run(main())
+    assert [s.index for s in samples if s.reward != 1.0] == [3]
+    assert samples[3].metadata["reward_errors"] == ["stuck: timed out"]
+    metrics = rewards.pop_metrics()
+    assert metrics["reward/failed/stuck: timeout"] == 1.0 and metrics["reward/workers_abandoned"] == 1.0
+    assert elapsed < 4.0
+    rewards.close()
+
+
+@pytest.mark.timeout(60)
+def test_stuck_workers_are_bounded(blocks, monkeypatch):
+    import plasmid.rewards
+
+    monkeypatch.setattr(plasmid.rewards, "MAX_ABANDONED_WORKERS", 4)  # the bound's value is not the point
+    cap = plasmid.rewards.MAX_ABANDONED_WORKERS
     blocks.stuck = set(range(100))
 
     async def main():
         rewards = RewardSet([RewardComponent("stuck", 1.0, blocks)], timeout=0.05)
-        for index in range(MAX_ABANDONED_WORKERS + 3):
+        for index in range(cap + 3):
             await rewards.score_group([Sample(index=index)])
             await asyncio.sleep(STALL_SECONDS)
         return rewards
@@ -219,8 +246,8 @@ def test_stuck_workers_are_bounded(blocks):
 
     before = workers()
     rewards = asyncio.run(main())
-    assert rewards.pop_metrics()["reward/workers_abandoned"] == MAX_ABANDONED_WORKERS
-    assert len(workers() - before) == MAX_ABANDONED_WORKERS + 1  # the abandoned ones and the current one
+    assert rewards.pop_metrics()["reward/workers_abandoned"] == cap
+    assert len(workers() - before) == cap + 1  # the abandoned ones and the current one
     rewards.close()
 
 

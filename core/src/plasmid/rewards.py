@@ -13,9 +13,11 @@ Where rewards run: each reward component has its own *reward worker*, a daemon t
 an event loop; :meth:`RewardSet.score_group` sends a whole group to it in one hop and waits on
 the caller's loop with ``--reward-timeout``. So a reward that blocks its loop (``time.sleep`` in
 ``async def``, a CPU-bound verifier) can neither stall rollout nor keep the timeout from firing.
-A worker whose loop has calls but has not run for :data:`STALL_SECONDS` is *abandoned*: it
-gets no new calls (a fresh worker takes them), finishes what it has, and exits;
-``reward/workers_abandoned`` counts them. At most :data:`MAX_ABANDONED_WORKERS` abandoned
+A worker whose loop has calls but has not run for a while (a quarter of the timeout, at most
+:data:`STALL_SECONDS`) is *abandoned*: the samples it has not started yet move to a fresh worker
+(so one stuck verifier call costs its own sample, not its group's or every group queued behind
+it), it gets no new calls, finishes what it has, and exits; ``reward/workers_abandoned`` counts
+them. At most :data:`MAX_ABANDONED_WORKERS` abandoned
 workers of one reward may be alive at once; beyond that new calls queue on the current worker
 (and time out if it stays stuck).
 
@@ -49,7 +51,7 @@ STALL_SECONDS = 1.0
 #: How often a reward worker's loop proves it is alive.
 HEARTBEAT_SECONDS = 0.1
 #: Abandoned workers of one reward that may still be alive (stuck) before no new ones are made.
-MAX_ABANDONED_WORKERS = 8
+MAX_ABANDONED_WORKERS = 32
 #: Default number of consecutive steps in which every reward failed on every sample that stops the run.
 ALL_FAILED_STEPS = 3
 
@@ -201,8 +203,9 @@ class RewardWorker:
         self.last_tick = time.monotonic()
         self.loop.call_later(HEARTBEAT_SECONDS, self._tick)
 
-    def stalled(self, now: float) -> bool:
-        return self.outstanding > 0 and now - self.last_tick > STALL_SECONDS
+    def stalled(self, now: float, after: float = STALL_SECONDS) -> bool:
+        """Whether the loop has calls but has not run for ``after`` seconds."""
+        return self.outstanding > 0 and now - self.last_tick > after
 
     @property
     def alive(self) -> bool:
@@ -271,17 +274,20 @@ class _Workers:
             worker = self.current[position] = RewardWorker(f"plasmid-reward-{name}")
         return worker
 
-    def abandon(self, position: int, worker: RewardWorker, grace: float) -> None:
+    def abandon(self, position: int, worker: RewardWorker, grace: float) -> bool:
+        """Retire ``worker`` as stuck; whether it is no longer the component's current worker
+        (false when :data:`MAX_ABANDONED_WORKERS` stuck ones are alive: no new thread is made)."""
         if self.current.get(position) is not worker:
-            return
+            return True
         stuck = self.abandoned.setdefault(position, [])
         stuck[:] = [w for w in stuck if w.alive]
         if len(stuck) >= MAX_ABANDONED_WORKERS:
-            return  # no more threads for this reward: calls queue on the stuck worker and time out
+            return False  # no more threads for this reward: calls queue on the stuck worker and time out
         stuck.append(worker)
         worker.retire(grace)
         self.abandoned_count += 1
         del self.current[position]
+        return True
 
     def stop(self) -> None:
         for worker in [*self.current.values(), *(w for ws in self.abandoned.values() for w in ws)]:
@@ -290,10 +296,22 @@ class _Workers:
         self.abandoned.clear()
 
 
-async def _call_reward(component: RewardComponent, samples: list[Sample], slots: list[Any]) -> None:
-    """Runs on the component's worker loop: fill ``slots`` with each sample's raw value or
-    :class:`_Failure`. Never raises except when cancelled."""
+#: per-sample states of one component's calls in a group (see :func:`_call_reward`)
+NOT_STARTED, STARTED, MOVED = 0, 1, 2
+
+
+async def _call_reward(component: RewardComponent, samples: list[Sample], slots: list[Any], states: list[int],
+                       positions: list[int]) -> None:
+    """Runs on the component's worker loop: fill ``slots[p]`` with sample ``p``'s raw value or a
+    :class:`_Failure`, for each ``p`` in ``positions``. ``states[p]`` goes from ``NOT_STARTED`` to
+    ``STARTED`` when its call begins; the caller sets ``MOVED`` on samples it hands to another
+    worker (this one's loop was stuck), which are then skipped here. (Both threads touch
+    ``states``; a sample both run by a narrow race is scored twice, harmlessly.) A group reward
+    is one call: its state is ``states[0]``. Never raises except when cancelled."""
     if component.is_group:
+        if states[0] != NOT_STARTED:
+            return
+        states[0] = STARTED
         try:
             raw = list(await component.fn(samples))
             if len(raw) != len(samples):
@@ -305,18 +323,21 @@ async def _call_reward(component: RewardComponent, samples: list[Sample], slots:
             slots[:] = [_Failure(exc)] * len(samples)
         return
 
-    async def one(position: int, sample: Sample) -> None:
+    async def one(position: int) -> None:
+        if states[position] != NOT_STARTED:
+            return
+        states[position] = STARTED
         try:
-            slots[position] = await component.fn(sample)
+            slots[position] = await component.fn(samples[position])
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - SystemExit included: reported, the worker goes on
             slots[position] = _Failure(exc)
 
-    if len(samples) == 1:
-        await one(0, samples[0])
+    if len(positions) == 1:
+        await one(positions[0])
     else:
-        await asyncio.gather(*(one(position, sample) for position, sample in enumerate(samples)))
+        await asyncio.gather(*(one(position) for position in positions))
 
 
 def _finalize_workers(workers: _Workers) -> None:
@@ -370,25 +391,62 @@ class RewardSet:
         if reply is None or reply.loop is not loop:
             reply = self._reply = Mailbox(loop)
         slots = [[PENDING] * len(samples) for _ in self.components]
+        states = [[NOT_STARTED] * len(samples) for _ in self.components]
+        everyone = list(range(len(samples)))
         hop = _Hop(loop.create_future(), len(self.components))
-        calls = [(worker := self._workers.get(position, component.name, grace),
-                  worker.submit(_call_reward(component, samples, slots[position]), hop, reply))
-                 for position, component in enumerate(self.components)]
+        calls: list[list[tuple[RewardWorker, _Call]]] = []
+        for position, component in enumerate(self.components):
+            worker = self._workers.get(position, component.name, grace)
+            calls.append([(worker, worker.submit(_call_reward(component, samples, slots[position], states[position],
+                                                              everyone), hop, reply))])
+        # a worker silent this long has a blocked loop: its unstarted samples move (see _rescue)
+        stall = max(min(STALL_SECONDS, self.timeout / 4), 2.5 * HEARTBEAT_SECONDS)
+        deadline = loop.time() + self.timeout
         try:
-            async with asyncio.timeout(self.timeout):
-                await hop.future
-        except TimeoutError:
-            pass
+            while not hop.future.done() and (left := deadline - loop.time()) > 0:
+                await asyncio.wait([hop.future], timeout=min(left, stall))
+                if not hop.future.done():
+                    self._rescue(samples, slots, states, calls, hop, reply, stall, grace)
         finally:
             if hop.remaining:   # timed out, or we were cancelled: cancel what is still running
                 hop.future.cancel()
                 now = time.monotonic()
-                for position, (worker, call) in enumerate(calls):
-                    if not call.finished:
-                        worker.cancel(call)
-                        if worker.stalled(now):
-                            self._workers.abandon(position, worker, grace)
+                for position, component_calls in enumerate(calls):
+                    for worker, call in component_calls:
+                        if not call.finished:
+                            worker.cancel(call)
+                            if worker.stalled(now):
+                                self._workers.abandon(position, worker, grace)
         self._combine(samples, [list(values) for values in slots])
+
+    def _rescue(self, samples: list[Sample], slots: list[list[Any]], states: list[list[int]],
+                calls: list[list[tuple[RewardWorker, _Call]]], hop: _Hop, reply: Mailbox, stall: float,
+                grace: float) -> None:
+        """For each component whose latest call sits on a stuck worker (its loop blocked, e.g. by
+        one sample's verifier that does not return): abandon that worker and hand the samples it
+        has not started to a fresh one, so that one stuck call costs its own sample, not its
+        group's and every group queued behind it. Started samples stay where they are, with
+        their chance until the deadline; the hop waits for both calls (the old one skips the
+        moved samples if its loop comes back)."""
+        now = time.monotonic()
+        for position, component in enumerate(self.components):
+            worker, call = calls[position][-1]
+            if call.finished or not worker.stalled(now, stall):
+                continue
+            current = states[position]
+            waiting = [p for p, state in enumerate(current) if state == NOT_STARTED]
+            if component.is_group:
+                waiting = list(range(len(samples))) if current[0] == NOT_STARTED else []
+            if not waiting or not self._workers.abandon(position, worker, grace):
+                continue  # nothing to move, or no thread left for this reward: the calls wait (and time out)
+            fresh_states = [MOVED] * len(current)
+            for p in waiting:
+                current[p], fresh_states[p] = MOVED, NOT_STARTED
+            states[position] = fresh_states
+            fresh = self._workers.get(position, component.name, grace)
+            hop.remaining += 1
+            calls[position].append((fresh, fresh.submit(
+                _call_reward(component, samples, slots[position], fresh_states, waiting), hop, reply)))
 
     def _combine(self, samples: list[Sample], results: list[list[Any]]) -> None:
         for position, sample in enumerate(samples):
