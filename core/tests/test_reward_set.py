@@ -9,7 +9,8 @@ import time
 import pytest
 
 from plasmid.errors import ProviderError
-from plasmid.rewards import FLOAT32_MAX, STALL_SECONDS, RewardComponent, RewardSet
+from plasmid.reward_workers import STALL_SECONDS
+from plasmid.rewards import FLOAT32_MAX, RewardComponent, RewardSet
 from plasmid.types import Sample
 
 
@@ -228,10 +229,10 @@ def test_one_stuck_sample_costs_only_itself_not_its_group_or_the_groups_queued_b
 
 @pytest.mark.timeout(60)
 def test_stuck_workers_are_bounded(blocks, monkeypatch):
-    import plasmid.rewards
+    import plasmid.reward_workers
 
-    monkeypatch.setattr(plasmid.rewards, "MAX_ABANDONED_WORKERS", 4)  # the bound's value is not the point
-    cap = plasmid.rewards.MAX_ABANDONED_WORKERS
+    monkeypatch.setattr(plasmid.reward_workers, "MAX_ABANDONED_WORKERS", 4)  # the bound's value is not the point
+    cap = plasmid.reward_workers.MAX_ABANDONED_WORKERS
     blocks.stuck = set(range(100))
 
     async def main():

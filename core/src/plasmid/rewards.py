@@ -14,10 +14,10 @@ an event loop; :meth:`RewardSet.score_group` sends a whole group to it in one ho
 the caller's loop with ``--reward-timeout``. So a reward that blocks its loop (``time.sleep`` in
 ``async def``, a CPU-bound verifier) can neither stall rollout nor keep the timeout from firing.
 A worker whose loop has calls but has not run for a while (a quarter of the timeout, at most
-:data:`STALL_SECONDS`) is *abandoned*: the samples it has not started yet move to a fresh worker
+:data:`~plasmid.reward_workers.STALL_SECONDS`) is *abandoned*: the samples it has not started yet move to a fresh worker
 (so one stuck verifier call costs its own sample, not its group's or every group queued behind
 it), it gets no new calls, finishes what it has, and exits; ``reward/workers_abandoned`` counts
-them. At most :data:`MAX_ABANDONED_WORKERS` abandoned
+them. At most :data:`~plasmid.reward_workers.MAX_ABANDONED_WORKERS` abandoned
 workers of one reward may be alive at once; beyond that new calls queue on the current worker
 (and time out if it stays stuck).
 
@@ -30,28 +30,31 @@ the rewards and the first reason, and after ``max_all_failed_steps`` (default
 from __future__ import annotations
 
 import asyncio
-import collections
 import math
 import sys
-import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
 from plasmid.errors import ProviderError
+from plasmid.reward_workers import (
+    HEARTBEAT_SECONDS,
+    PENDING,
+    STALL_SECONDS,
+    Call,
+    Failure,
+    Hop,
+    Mailbox,
+    RewardWorker,
+    Workers,
+    stop_workers,
+)
 from plasmid.types import Sample
 
 #: The largest finite float32; rewards travel to the trainer as float32 tensors.
 FLOAT32_MAX = 3.4028234663852886e38
-#: A reward worker whose event loop has had calls but not run a callback for this long is abandoned.
-STALL_SECONDS = 1.0
-#: How often a reward worker's loop proves it is alive.
-HEARTBEAT_SECONDS = 0.1
-#: Abandoned workers of one reward that may still be alive (stuck) before no new ones are made.
-MAX_ABANDONED_WORKERS = 32
 #: Default number of consecutive steps in which every reward failed on every sample that stops the run.
 ALL_FAILED_STEPS = 3
 
@@ -74,228 +77,6 @@ class RewardComponent:
         return f"reward '{self.name}'" + (f" from plugin {self.plugin}" if self.plugin else "")
 
 
-class _Pending:
-    """The result slot of a call that has not returned (yet)."""
-
-
-PENDING = _Pending()
-
-
-@dataclass
-class _Failure:
-    """The result slot of a call that raised."""
-
-    exc: BaseException
-
-
-class Mailbox:
-    """Callables handed to one event loop from any thread, with one wake-up per batch.
-
-    ``call_soon_threadsafe`` per call costs a self-pipe write and a wake-up each; under load
-    (many groups in flight) a mailbox coalesces them.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.items: collections.deque[Callable[[], None]] = collections.deque()
-        self.scheduled = False
-
-    def post(self, fn: Callable[[], None]) -> None:
-        """Run ``fn()`` on the loop soon; :class:`RuntimeError` if the loop is closed."""
-        self.items.append(fn)
-        if not self.scheduled:
-            self.scheduled = True
-            self.loop.call_soon_threadsafe(self._run)
-
-    def _run(self) -> None:
-        self.scheduled = False   # before draining: a post from now on schedules a new run
-        items = self.items
-        while items:
-            items.popleft()()
-
-
-class _Hop:
-    """The calls of one :meth:`RewardSet.score_group`: ``future`` is done when all of them are."""
-
-    __slots__ = ("future", "remaining")
-
-    def __init__(self, future: asyncio.Future[None], calls: int) -> None:
-        self.future = future
-        self.remaining = calls
-
-    def finish_one(self) -> None:  # on the caller's loop
-        self.remaining -= 1
-        if self.remaining == 0 and not self.future.done():
-            self.future.set_result(None)
-
-
-class _Call:
-    """A coroutine to run on a worker's loop for a :class:`_Hop` of the caller's."""
-
-    __slots__ = ("coroutine", "hop", "reply", "worker", "task", "cancelled", "finished")
-
-    def __init__(self, coroutine: Coroutine[Any, Any, None], hop: _Hop, reply: Mailbox, worker: RewardWorker) -> None:
-        self.coroutine = coroutine
-        self.hop = hop
-        self.reply = reply
-        self.worker = worker
-        self.finished = False
-        self.task: asyncio.Task[None] | None = None
-        self.cancelled = False
-
-    def start(self) -> None:  # on the worker's loop
-        if self.cancelled:
-            self.coroutine.close()
-            return
-        self.task = asyncio.get_running_loop().create_task(self.coroutine)
-        self.task.add_done_callback(self._done)
-
-    def _done(self, _task: asyncio.Task[None]) -> None:  # on the worker's loop
-        try:
-            self.reply.post(self._finish)
-        except RuntimeError:  # the caller's loop is gone
-            pass
-
-    def _finish(self) -> None:  # on the caller's loop
-        self.finished = True
-        self.worker.outstanding -= 1
-        self.hop.finish_one()
-
-    def cancel_on_worker(self) -> None:  # on the worker's loop
-        self.cancelled = True
-        if self.task is not None:
-            self.task.cancel()
-
-
-class RewardWorker:
-    """A daemon thread running an event loop on which one reward's calls run.
-
-    The loop schedules a heartbeat every :data:`HEARTBEAT_SECONDS`; :meth:`stalled` is true when
-    it has calls to run but has not run for :data:`STALL_SECONDS` (something on the loop blocks it).
-
-    :ivar outstanding: calls submitted and not yet finished (kept by the caller's thread).
-    """
-
-    def __init__(self, name: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.inbox = Mailbox(self.loop)
-        self.last_tick = time.monotonic()
-        self.draining: asyncio.Task[None] | None = None
-        self.outstanding = 0
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.call_soon(self._tick)
-        try:
-            self.loop.run_forever()
-            tasks = asyncio.all_tasks(self.loop)
-            for task in tasks:
-                task.cancel()
-            if tasks:
-                self.loop.run_until_complete(asyncio.wait(tasks, timeout=1.0))
-            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
-        finally:
-            self.loop.close()  # its default executor is shut down without waiting for stuck threads
-
-    def _tick(self) -> None:
-        self.last_tick = time.monotonic()
-        self.loop.call_later(HEARTBEAT_SECONDS, self._tick)
-
-    def stalled(self, now: float, after: float = STALL_SECONDS) -> bool:
-        """Whether the loop has calls but has not run for ``after`` seconds."""
-        return self.outstanding > 0 and now - self.last_tick > after
-
-    @property
-    def alive(self) -> bool:
-        return self.thread.is_alive()
-
-    def submit(self, coroutine: Coroutine[Any, Any, None], hop: _Hop, reply: Mailbox) -> _Call:
-        """Run ``coroutine`` on this worker's loop; ``hop`` learns on ``reply``'s loop when it is done."""
-        call = _Call(coroutine, hop, reply, self)
-        self.outstanding += 1
-        self.inbox.post(call.start)
-        return call
-
-    def cancel(self, call: _Call) -> None:
-        """Cancel ``call`` on the worker's loop (once that loop runs again)."""
-        call.cancelled = True
-        try:
-            self.inbox.post(call.cancel_on_worker)
-        except RuntimeError:  # already closed
-            pass
-
-    def retire(self, grace: float) -> None:
-        """Stop once the calls it has are done (at most ``grace`` seconds after it runs again)."""
-        def drain() -> None:
-            self.draining = self.loop.create_task(_drain_then_stop(grace))
-
-        try:
-            self.inbox.post(drain)
-        except RuntimeError:  # already closed
-            pass
-
-    def stop(self) -> None:
-        """Stop now: calls still running are cancelled once the loop runs again."""
-        try:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-        except RuntimeError:  # already closed
-            pass
-
-
-async def _drain_then_stop(grace: float) -> None:
-    current = asyncio.current_task()
-    others = [task for task in asyncio.all_tasks() if task is not current]
-    if others:
-        await asyncio.wait(others, timeout=grace)
-    asyncio.get_running_loop().stop()
-
-
-class _Workers:
-    """The reward workers of a :class:`RewardSet`, one current worker per component.
-
-    Kept apart from the set so that a finalizer can stop them when the set is dropped.
-    """
-
-    def __init__(self) -> None:
-        self.current: dict[int, RewardWorker] = {}
-        self.abandoned: dict[int, list[RewardWorker]] = {}
-        self.abandoned_count = 0
-
-    def get(self, position: int, name: str, grace: float) -> RewardWorker:
-        worker = self.current.get(position)
-        if worker is not None and not worker.alive:
-            del self.current[position]
-        elif worker is not None and worker.stalled(time.monotonic()):
-            self.abandon(position, worker, grace)
-        worker = self.current.get(position)
-        if worker is None:
-            worker = self.current[position] = RewardWorker(f"plasmid-reward-{name}")
-        return worker
-
-    def abandon(self, position: int, worker: RewardWorker, grace: float) -> bool:
-        """Retire ``worker`` as stuck; whether it is no longer the component's current worker
-        (false when :data:`MAX_ABANDONED_WORKERS` stuck ones are alive: no new thread is made)."""
-        if self.current.get(position) is not worker:
-            return True
-        stuck = self.abandoned.setdefault(position, [])
-        stuck[:] = [w for w in stuck if w.alive]
-        if len(stuck) >= MAX_ABANDONED_WORKERS:
-            return False  # no more threads for this reward: calls queue on the stuck worker and time out
-        stuck.append(worker)
-        worker.retire(grace)
-        self.abandoned_count += 1
-        del self.current[position]
-        return True
-
-    def stop(self) -> None:
-        for worker in [*self.current.values(), *(w for ws in self.abandoned.values() for w in ws)]:
-            worker.stop()
-        self.current.clear()
-        self.abandoned.clear()
-
-
 #: per-sample states of one component's calls in a group (see :func:`_call_reward`)
 NOT_STARTED, STARTED, MOVED = 0, 1, 2
 
@@ -303,7 +84,7 @@ NOT_STARTED, STARTED, MOVED = 0, 1, 2
 async def _call_reward(component: RewardComponent, samples: list[Sample], slots: list[Any], states: list[int],
                        positions: list[int]) -> None:
     """Runs on the component's worker loop: fill ``slots[p]`` with sample ``p``'s raw value or a
-    :class:`_Failure`, for each ``p`` in ``positions``. ``states[p]`` goes from ``NOT_STARTED`` to
+    :class:`Failure`, for each ``p`` in ``positions``. ``states[p]`` goes from ``NOT_STARTED`` to
     ``STARTED`` when its call begins; the caller sets ``MOVED`` on samples it hands to another
     worker (this one's loop was stuck), which are then skipped here. (Both threads touch
     ``states``; a sample both run by a narrow race is scored twice, harmlessly.) A group reward
@@ -320,7 +101,7 @@ async def _call_reward(component: RewardComponent, samples: list[Sample], slots:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - SystemExit included: reported, the worker goes on
-            slots[:] = [_Failure(exc)] * len(samples)
+            slots[:] = [Failure(exc)] * len(samples)
         return
 
     async def one(position: int) -> None:
@@ -332,16 +113,13 @@ async def _call_reward(component: RewardComponent, samples: list[Sample], slots:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - SystemExit included: reported, the worker goes on
-            slots[position] = _Failure(exc)
+            slots[position] = Failure(exc)
 
     if len(positions) == 1:
         await one(positions[0])
     else:
         await asyncio.gather(*(one(position) for position in positions))
 
-
-def _finalize_workers(workers: _Workers) -> None:
-    workers.stop()
 
 
 @dataclass
@@ -367,12 +145,12 @@ class RewardSet:
     _first_reason: str = field(default="", init=False, repr=False)
     #: consecutive pop_metrics windows in which every sample failed every reward.
     _all_failed_streak: int = field(default=0, init=False, repr=False)
-    _workers: _Workers = field(default_factory=_Workers, init=False, repr=False)
+    _workers: Workers = field(default_factory=Workers, init=False, repr=False)
     #: where workers hand results back: the mailbox of the loop that last called score_group.
     _reply: Mailbox | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        weakref.finalize(self, _finalize_workers, self._workers)
+        weakref.finalize(self, stop_workers, self._workers)
 
     async def score_group(self, samples: list[Sample]) -> None:
         """Score ``samples`` (one group) in place: ``reward`` and ``reward_components``.
@@ -393,8 +171,8 @@ class RewardSet:
         slots = [[PENDING] * len(samples) for _ in self.components]
         states = [[NOT_STARTED] * len(samples) for _ in self.components]
         everyone = list(range(len(samples)))
-        hop = _Hop(loop.create_future(), len(self.components))
-        calls: list[list[tuple[RewardWorker, _Call]]] = []
+        hop = Hop(loop.create_future(), len(self.components))
+        calls: list[list[tuple[RewardWorker, Call]]] = []
         for position, component in enumerate(self.components):
             worker = self._workers.get(position, component.name, grace)
             calls.append([(worker, worker.submit(_call_reward(component, samples, slots[position], states[position],
@@ -420,7 +198,7 @@ class RewardSet:
         self._combine(samples, [list(values) for values in slots])
 
     def _rescue(self, samples: list[Sample], slots: list[list[Any]], states: list[list[int]],
-                calls: list[list[tuple[RewardWorker, _Call]]], hop: _Hop, reply: Mailbox, stall: float,
+                calls: list[list[tuple[RewardWorker, Call]]], hop: Hop, reply: Mailbox, stall: float,
                 grace: float) -> None:
         """For each component whose latest call sits on a stuck worker (its loop blocked, e.g. by
         one sample's verifier that does not return): abandon that worker and hand the samples it
@@ -469,7 +247,7 @@ class RewardSet:
         (alone, weighted, or added to ``total``) is not a finite float32."""
         if raw is PENDING:
             return 0.0, 0.0, TimeoutError()
-        if isinstance(raw, _Failure):
+        if isinstance(raw, Failure):
             return 0.0, 0.0, raw.exc
         try:
             value = self._as_float(raw)
