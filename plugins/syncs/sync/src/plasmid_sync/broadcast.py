@@ -1,7 +1,8 @@
 """``broadcast``: a ``torch.distributed`` group of trainer rank 0 and every engine.
 
-The group is its own: a ``TCPStore`` served by trainer rank 0 (on its node address and a free
-port) and a ``ProcessGroupGloo`` (``ProcessGroupNCCL`` when ``--broadcast-backend nccl``, or
+The group is its own: a rendezvous store made by trainer rank 0 (a ``FileStore`` when the
+cluster is on this machine's loopback, else a ``TCPStore`` on its node address and a free port;
+see :func:`open_store`) and a ``ProcessGroupGloo`` (``ProcessGroupNCCL`` when ``--broadcast-backend nccl``, or
 ``auto`` and the trainer sees a GPU) built on it directly in every member, outside the trainers'
 default data-parallel world (``torch.distributed.new_group`` can only split one default world;
 engines are not in the trainers' one). Rank 0 is the trainer, engine ``i`` is rank ``i + 1``.
@@ -92,11 +93,26 @@ class Member:
 
 
 # ------------------------------------------------------------------------------ in the trainer's process
+#: ``host`` of a rendezvous held in a file rather than served on a port (see :func:`open_store`).
+FILE_STORE = "file:"
+
+
 def open_store(trainer: Any, name: str, world: int, backend: str, timeout: float) -> tuple[str, int, str]:
-    """Serve the group's ``TCPStore`` here (a free port); ``(host, port, backend)``."""
+    """Create the group's rendezvous store here; ``(host, port, backend)`` for the members.
+
+    On a cluster that lives on this machine's loopback (every member can see this file system,
+    and nothing may listen beyond 127.0.0.1) it is a ``FileStore`` in the temporary directory,
+    ``host`` being ``"file:" + path``: torch's ``TCPStore`` would listen on every interface.
+    Otherwise a ``TCPStore`` served on this node's address and a free port."""
+    import tempfile
+
     import torch.distributed as dist
 
     host = node_address()
+    if host.startswith("127."):
+        path = f"{tempfile.gettempdir()}/plasmid-broadcast-{name}"
+        PROCESS_STATE[f"{name}/store"] = dist.FileStore(path, world)
+        return FILE_STORE + path, 0, group_backend(backend)
     store = dist.TCPStore(host, 0, world, is_master=True, timeout=datetime.timedelta(seconds=timeout),
                           wait_for_workers=False)
     PROCESS_STATE[f"{name}/store"] = store
@@ -142,7 +158,9 @@ def _join(name: str, sync_key: str, host: str, port: int, rank: int, world: int,
         del PROCESS_STATE[old]
     wait = datetime.timedelta(seconds=timeout)
     store = PROCESS_STATE.pop(f"{name}/store", None)
-    if store is None:
+    if store is None and host.startswith(FILE_STORE):
+        store = dist.FileStore(host.removeprefix(FILE_STORE), world)
+    elif store is None:
         store = dist.TCPStore(host, port, world, is_master=False, timeout=wait, wait_for_workers=False)
     prefixed = dist.PrefixStore(name, store)
     if backend == "nccl":
