@@ -223,6 +223,40 @@ class GroupRewardFn(Protocol):
     async def __call__(self, samples: list[Sample]) -> list[float | dict[str, float]]: ...
 
 
+class ToolError(Exception):
+    """A tool call that failed in a way the model should be told about (bad arguments, no result).
+
+    The generate loop shows ``str(error)`` to the model as the call's output; any other exception
+    from a tool is reported the same way, with its type, and counted as a tool error.
+    """
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """A function the policy may call during a multi-turn rollout (``--tools NAME,...``).
+
+    Built once per run as ``factory(config)`` and called concurrently by many rollouts (keep no
+    per-call state). The generate loop enforces the time limit and caps the output it appends;
+    a tool need not, but must not block its event loop for long (run blocking work in a thread
+    or a subprocess).
+
+    :ivar name: what the model calls it (the name in its tool calls).
+    :ivar description: one line the model is shown.
+    :ivar parameters: JSON schema (``{"type": "object", "properties": ...}``) of its arguments,
+        as in OpenAI function calling.
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+    async def __call__(self, arguments: dict[str, Any], sample: Sample) -> str:
+        """Run the call with the model's decoded ``arguments`` for the rollout of ``sample``
+        (read its ``label``/``metadata``, never write them); the text appended to the
+        conversation as the tool's answer. Raise :class:`ToolError` for a failed call."""
+        ...
+
+
 class Filter(Protocol):
     """Decides whether a scored group is kept for training."""
 
