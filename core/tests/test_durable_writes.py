@@ -89,10 +89,10 @@ def test_a_damaged_line_before_the_last_is_one_error_naming_the_file_and_line(tm
 
 def test_a_checkpoint_save_failing_on_a_full_disk_leaves_the_previous_one_intact(tmp_path):
     checkpoints = Checkpoints(tmp_path, keep=1)
-    asyncio.run(checkpoints.save(1, Trainer(), Source(), {"weight_version": 2}))
+    asyncio.run(checkpoints.save(1, Trainer(), Source().state_dict(), {"weight_version": 2}))
     full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "checkpoints/step_000002.partial/x"))
     with pytest.raises(OSError) as failed:
-        asyncio.run(checkpoints.save(2, Trainer(fail=full), Source(), {"weight_version": 3}))
+        asyncio.run(checkpoints.save(2, Trainer(fail=full), Source().state_dict(), {"weight_version": 3}))
     assert cli.disk_error(failed.value).startswith(f"disk full writing {tmp_path / 'checkpoints'}")
     assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step_000001"], "partial left behind"
     latest = checkpoints.latest()
@@ -102,27 +102,27 @@ def test_a_checkpoint_save_failing_on_a_full_disk_leaves_the_previous_one_intact
 
 def test_a_full_disk_while_writing_the_checkpoints_own_files_leaves_the_previous_one(tmp_path, monkeypatch):
     checkpoints = Checkpoints(tmp_path, keep=1)
-    asyncio.run(checkpoints.save(1, Trainer(), Source(), {}))
+    asyncio.run(checkpoints.save(1, Trainer(), Source().state_dict(), {}))
     monkeypatch.setattr(atomic.os, "fsync", full_disk)
     with pytest.raises(OSError) as failed:
-        asyncio.run(checkpoints.save(2, Trainer(), Source(), {}))
+        asyncio.run(checkpoints.save(2, Trainer(), Source().state_dict(), {}))
     assert "step_000002.partial" in failed.value.filename
     assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step_000001"]
 
 
 def test_saving_the_same_step_again_keeps_a_complete_checkpoint_of_it(tmp_path):
     checkpoints = Checkpoints(tmp_path, keep=1)
-    asyncio.run(checkpoints.save(1, Trainer(), Source(), {"weight_version": 1}))
-    asyncio.run(checkpoints.save(1, Trainer(), Source(), {"weight_version": 9}))
+    asyncio.run(checkpoints.save(1, Trainer(), Source().state_dict(), {"weight_version": 1}))
+    asyncio.run(checkpoints.save(1, Trainer(), Source().state_dict(), {"weight_version": 9}))
     assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step_000001"]
     assert json.loads((checkpoints.latest() / "meta.json").read_text())["weight_version"] == 9
 
 
 def test_a_trainer_save_failing_otherwise_is_one_error_naming_the_trainer_and_what_is_left(tmp_path):
     checkpoints = Checkpoints(tmp_path, trainer_label="trainer 'fake' from plugin 'fakes'")
-    asyncio.run(checkpoints.save(1, Trainer(), Source(), {}))
+    asyncio.run(checkpoints.save(1, Trainer(), Source().state_dict(), {}))
     with pytest.raises(CheckpointError) as failed:
-        asyncio.run(checkpoints.save(2, Trainer(fail=RuntimeError("file write failed")), Source(), {}))
+        asyncio.run(checkpoints.save(2, Trainer(fail=RuntimeError("file write failed")), Source().state_dict(), {}))
     message = str(failed.value)
     assert message.startswith("trainer 'fake' from plugin 'fakes' failed to save a checkpoint to ")
     assert "RuntimeError: file write failed" in message and "step_000001 is intact" in message
@@ -130,8 +130,8 @@ def test_a_trainer_save_failing_otherwise_is_one_error_naming_the_trainer_and_wh
 
 def test_a_checkpoint_with_a_torn_meta_file_is_not_complete(tmp_path):
     checkpoints = Checkpoints(tmp_path)
-    asyncio.run(checkpoints.save(1, Trainer(), Source(), {}))
-    asyncio.run(checkpoints.save(2, Trainer(), Source(), {}))
+    asyncio.run(checkpoints.save(1, Trainer(), Source().state_dict(), {}))
+    asyncio.run(checkpoints.save(2, Trainer(), Source().state_dict(), {}))
     (tmp_path / "checkpoints" / "step_000002" / "meta.json").write_text('{"rollout_id": 2, "sav')
     assert checkpoints.latest().name == "step_000001"
 

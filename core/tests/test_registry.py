@@ -36,6 +36,7 @@ EVERY_HOOK = plugin(
     plasmid_rollouts=registers("plasmid_rollouts", (("r", "x:y"), {})),
     plasmid_rewards=registers("plasmid_rewards", (("rw", "x:y"), {})),
     plasmid_filters=registers("plasmid_filters", (("f", "x:y"), {})),
+    plasmid_tools=registers("plasmid_tools", (("tl", "x:y"), {})),
     plasmid_losses=registers("plasmid_losses", (("l", "x:y"), {})),
     plasmid_trainers=registers("plasmid_trainers", (("t", "x:y"), {})),
     plasmid_weight_syncs=registers("plasmid_weight_syncs", (("w", "x:y"), {})),
@@ -45,7 +46,7 @@ EVERY_HOOK = plugin(
 
 def test_every_registration_hook_feeds_its_family():
     registry = make_registry(EVERY_HOOK)
-    expected = {"datasource": "d", "engine": "e", "rollout": "r", "reward": "rw", "filter": "f",
+    expected = {"datasource": "d", "engine": "e", "rollout": "r", "reward": "rw", "filter": "f", "tool": "tl",
                 "loss": "l", "trainer": "t", "weight_sync": "w", "tokenizer": "tk"}
     for family, name in expected.items():
         assert registry.names(family) == [name], family

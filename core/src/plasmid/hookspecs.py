@@ -197,6 +197,16 @@ def plasmid_filters(register: Callable[..., None]) -> None:
 
 
 @hookspec
+def plasmid_tools(register: Callable[..., None]) -> None:
+    """Register tools the policy may call in multi-turn rollouts, chosen with ``--tools NAME``
+    (zero or more; the multi-turn generate function offers them to the model).
+
+    :param register: ``register(name, factory)``; ``factory(config)`` returns a
+        :class:`plasmid.protocols.Tool` whose ``name`` is the name the model calls.
+    """
+
+
+@hookspec
 def plasmid_losses(register: Callable[..., None]) -> None:
     """Register RL algorithms (``--loss``): advantage estimation and policy loss.
 
