@@ -76,6 +76,22 @@ def test_resume_with_other_options_lists_them_and_refuses(tmp_path):
     check_run_dir(make_config(run_dir=run_dir, temperature=1.0, resume=True, resume_allow_changes=True))
 
 
+def drop_from_header(run_dir, name):
+    """Remove option ``name`` from the run's ``config.json``, as if the run predated that option."""
+    header = json.loads((run_dir / "config.json").read_text())
+    del header["option"][name]
+    (run_dir / "config.json").write_text(json.dumps(header))
+
+
+def test_an_option_newer_than_the_run_left_at_its_default_does_not_block_a_resume(tmp_path):
+    run_dir = tmp_path / "run"
+    finished_run(run_dir)
+    drop_from_header(run_dir, "top_k")  # an upgrade added --top-k after the run started
+    check_run_dir(make_config(run_dir=run_dir, resume=True))
+    with pytest.raises(UsageError, match=r"--top-k unset -> 5"):  # set on the resume: a real change
+        check_run_dir(make_config(run_dir=run_dir, resume=True, top_k=5))
+
+
 def test_resume_with_another_plugin_set_lists_it(tmp_path):
     run_dir = tmp_path / "run"
     finished_run(run_dir)

@@ -154,6 +154,8 @@ def differences(run_dir: Path, config: Config) -> list[str]:
     if saved is not None:
         before, now = saved.get("option", {}), _normalised(config.to_dict()["option"])
         for name in sorted(set(before) | set(now)):
+            if name not in before and not config.is_given(name):
+                continue  # an option newer than the run, left at its default: the run's behaviour holds
             if name not in RESUMABLE_CHANGES and before.get(name) != now.get(name):
                 changes.append(f"--{name.replace('_', '-')} {_show(before.get(name))} -> {_show(now.get(name))}")
     lock = _read_json(run_dir / LOCK_FILE)
