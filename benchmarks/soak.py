@@ -41,6 +41,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PLUGIN = HERE / "soak_reward.py"
 PROMPTS, SAMPLES = 32, 8  # the quickstart's --prompts-per-step and --n-samples-per-prompt
+#: the quickstart's plugins, and Ray's
+PLUGINS = "tasks,hf,torchgen,rollout,grpo,torchtrain,sync,ray"
 
 
 @dataclass
@@ -122,7 +124,8 @@ def soak(args: argparse.Namespace) -> Tally:
     while time.monotonic() < deadline:
         ray = args.ray_every > 0 and run_index % args.ray_every == args.ray_every - 1
         run_dir = work / f"run-{run_index:02d}"
-        base = [*plasmid_command(), "train", "--plugins", str(PLUGIN), "--reward", "soak-exact",
+        # a fixed plugin set: packages installed meanwhile must not change the run a --resume continues
+        base = [*plasmid_command(), "train", "--plugins", f"{PLUGINS},{PLUGIN}", "--reward", "soak-exact",
                 "--reward-timeout", str(args.reward_timeout), "--num-rollouts", str(args.steps),
                 "--save-interval", str(args.save_interval), "--eval-interval", "10", "--run-dir", str(run_dir)]
         if ray:
@@ -244,7 +247,7 @@ def main() -> None:
     parser.add_argument("--fault-max", type=float, default=60.0)
     parser.add_argument("--raise-p", type=float, default=0.002, help="probability that a reward call raises")
     parser.add_argument("--hang-p", type=float, default=0.0005, help="probability that a reward call hangs")
-    parser.add_argument("--hang-seconds", type=float, default=120.0, help="how long a hanging reward call blocks")
+    parser.add_argument("--hang-seconds", type=float, default=30.0, help="how long a hanging reward call blocks")
     parser.add_argument("--reward-timeout", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work-dir", default=str(HERE.parent / "runs" / "soak"))
