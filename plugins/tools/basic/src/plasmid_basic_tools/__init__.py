@@ -1,0 +1,1 @@
+"""plasmid-tools: the ``calculator`` and ``retrieve`` tools of multi-turn rollouts (``--tools NAME``)."""
