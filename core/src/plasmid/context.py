@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from plasmid.config import Config
 from plasmid.kernel_options import EvalOptions, GeneralOptions
-from plasmid.protocols import DataSource, Filter, GenerateFn, RolloutEngine, Tokenizer
+from plasmid.protocols import DataSource, Filter, GenerateFn, RolloutEngine, Tokenizer, Tool
 from plasmid.rewards import RewardSet
 from plasmid.types import Sample, SamplingParams
 
@@ -26,6 +26,7 @@ class RolloutContext:
     rewards: RewardSet
     filters: list[tuple[str, Filter]] = field(default_factory=list)
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    tools: Mapping[str, Tool] = field(default_factory=dict)
 
     def engine_for(self, sample: Sample) -> RolloutEngine:
         """The engine that serves ``sample``: round-robin by group, so a group shares one

@@ -74,7 +74,7 @@ FAMILIES: tuple[Family, ...] = (
            "reward function, repeatable; components are summed with their weights"),
     Family("filter", "plasmid_filters", "filter", "ordered", "Filter", f"{KERNEL_CONTRACTS}.filter:FilterContract",
            "group filter, repeatable, in order"),
-    Family("tool", "plasmid_tools", "tools", "ordered", "Tool", "",
+    Family("tool", "plasmid_tools", "tools", "ordered", "Tool", f"{KERNEL_CONTRACTS}.tool:ToolContract",
            "tool the policy may call in multi-turn rollouts, repeatable"),
     Family("loss", "plasmid_losses", "loss", "one", "Loss", f"{TORCH_CONTRACTS}.loss:LossContract", "RL algorithm"),
     Family("trainer", "plasmid_trainers", "trainer", "one", "Trainer", f"{TORCH_CONTRACTS}.trainer:TrainerContract",

@@ -21,7 +21,7 @@ protocol, which :class:`plasmid.context.RolloutContext` implements.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from plasmid.types import (
@@ -168,6 +168,8 @@ class RolloutView(Protocol):
     :ivar rewards: the weighted reward functions (:class:`plasmid.rewards.RewardSet`).
     :ivar filters: ``(name, filter)`` in the order given by ``--filter``.
     :ivar sampling: the training rollout's sampling parameters.
+    :ivar tools: the ``--tools`` of the run, built once, by the name the model calls them
+        (:attr:`Tool.name`), in the order given; empty without ``--tools``.
     """
 
     config: Config
@@ -178,6 +180,7 @@ class RolloutView(Protocol):
     rewards: Any
     filters: list[tuple[str, Filter]]
     sampling: SamplingParams
+    tools: Mapping[str, Tool]
 
     def engine_for(self, sample: Sample) -> RolloutEngine: ...
 
@@ -400,6 +403,8 @@ __all__ = [
     "SupportsStats",
     "SupportsValues",
     "Tokenizer",
+    "Tool",
+    "ToolError",
     "Trainer",
     "WeightSync",
     "GenerationOutput",

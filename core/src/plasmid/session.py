@@ -16,12 +16,12 @@ from typing import Any, Protocol
 
 from plasmid.config import Config
 from plasmid.context import RolloutContext
-from plasmid.errors import PlasmidError, ProviderError
+from plasmid.errors import PlasmidError, ProviderError, UsageError
 from plasmid.kernel_options import RolloutOptions, ScheduleOptions
-from plasmid.protocols import DataSource, RolloutDriver, RolloutEngine, Tokenizer, Trainer, WeightSync
+from plasmid.protocols import DataSource, RolloutDriver, RolloutEngine, Tokenizer, Tool, Trainer, WeightSync
 from plasmid.registry import Provider, Registry
 from plasmid.rewards import RewardComponent, RewardSet
-from plasmid.startup import Startup
+from plasmid.startup import Startup, tool_names
 from plasmid.types import SamplingParams
 
 
@@ -143,10 +143,39 @@ def build_tokenizer(config: Config, registry: Registry) -> Tokenizer:
     return tokenizer
 
 
+def build_tools(config: Config, registry: Registry) -> dict[str, Tool]:
+    """The run's ``--tools``, each built once by its factory, keyed by the name the model calls
+    (:attr:`~plasmid.protocols.Tool.name`), in the order given.
+
+    One-line errors: an unknown or repeated name (``--tools a,a``), a factory that fails (named
+    with its plugin), a provider that is no :class:`~plasmid.protocols.Tool` (``name``,
+    ``description``, ``parameters``, async ``__call__``) or has an empty or non-string ``name``, and
+    two tools that the model would call by the same name."""
+    tools: dict[str, Tool] = {}
+    for registered in tool_names(list(getattr(config.option, "tools", None) or [])):
+        provider = registry.get("tool", registered)
+        tool = instantiate(provider, config)
+        where = f"tool '{registered}' from plugin {provider.plugin.label}"
+        if not isinstance(tool, Tool) or not callable(tool):
+            raise ProviderError(f"{where} built {type(tool).__name__}, which is no plasmid Tool (it needs name, "
+                                f"description, parameters and async __call__(arguments, sample))",
+                                provider=registered, plugin=provider.plugin.name)
+        name = tool.name
+        if not isinstance(name, str) or not name:
+            raise ProviderError(f"{where} has the name {name!r}; a tool's name is a non-empty string",
+                                provider=registered, plugin=provider.plugin.name)
+        if name in tools:
+            raise UsageError(f"--tools: tool '{registered}' is called '{name}' by the model, as is another tool "
+                             f"of --tools; give each tool once")
+        tools[name] = tool
+    return tools
+
+
 def build_rollout_context(config: Config, registry: Registry, engines: Sequence[RolloutEngine] | None = None,
                           *, prebuilt: Mapping[str, Any] | None = None) -> RolloutContext:
     """Build the rollout side in this process: data source, ``--engines`` engines, generate
-    function, rewards and filters, with the training sampling parameters.
+    function, rewards, filters and tools (:func:`build_tools`), with the training sampling
+    parameters.
 
     ``engines``: engines built elsewhere (a runtime's proxies for engines in other processes)
     to use instead of building ``--engines`` of them here. ``prebuilt``: the tokenizer and data
@@ -175,6 +204,7 @@ def build_rollout_context(config: Config, registry: Registry, engines: Sequence[
         rewards=rewards,
         filters=[(name, chosen("filter", name)) for name in option.filter],
         sampling=sampling,
+        tools=build_tools(config, registry),
     )
 
 

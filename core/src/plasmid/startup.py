@@ -165,6 +165,23 @@ def resolve_choices(config: Config, registry: Registry, *, strict: bool = True) 
     resolve_rewards(config, registry, strict=strict)
     for name in option.filter:
         registry.get("filter", name)
+    option.tools = tool_names(getattr(option, "tools", None) or [])
+    for name in option.tools:
+        registry.get("tool", name)
+
+
+def tool_names(values: list[str]) -> list[str]:
+    """The ``--tools`` names in order: each value may list several (``--tools calculator,python``);
+    blanks around commas are ignored. An empty name or a name given twice is a :class:`UsageError`."""
+    names: list[str] = []
+    for value in values:
+        for name in (part.strip() for part in value.split(",")):
+            if not name:
+                raise UsageError(f"--tools {value!r}: an empty tool name (expected NAME or NAME,NAME,...)")
+            if name in names:
+                raise UsageError(f"--tools: tool '{name}' is given twice; name each tool once")
+            names.append(name)
+    return names
 
 
 def resolve_rewards(config: Config, registry: Registry, *, strict: bool = True) -> None:
