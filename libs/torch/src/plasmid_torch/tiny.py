@@ -16,12 +16,33 @@ PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
 #: The quickstart alphabet: digits and the operators of the built-in tasks.
 DIGITS_ALPHABET = "0123456789+=>"
 
+#: The char tokenizer's chat template (``tokenizer.chat_template``). Its vocabulary has no letters
+#: to spell roles with, so turns are told apart by the special tokens: a ``system``, ``user`` or
+#: ``tool`` message is ``<bos>`` + its content, an ``assistant`` message is its content + ``<eos>``
+#: (the engine stops on ``<eos>``, so a reply ends as the model ended it), and the generation prompt
+#: is empty: the quickstart's prompts end in their cue (``=``, ``>``). So one user message renders
+#: to exactly the quickstart's prompt ids (``<bos>`` + one id per character), and each turn of a
+#: conversation extends the previous turns' ids. Any other role is an error.
+CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'assistant' -%}"
+    "{{ message['content'] or '' }}{{ eos_token }}"
+    "{%- elif message['role'] in ['system', 'user', 'tool'] -%}"
+    "{{ bos_token }}{{ message['content'] or '' }}"
+    "{%- else -%}"
+    "{{ raise_exception('the char tokenizer\\'s chat template has no role ' + message['role']) }}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{%- endif -%}"
+)
 
-def char_tokenizer(alphabet: str = DIGITS_ALPHABET, max_length: int = 64) -> Any:
+
+def char_tokenizer(alphabet: str = DIGITS_ALPHABET, max_length: int = 64, chat_template: bool = True) -> Any:
     """A ``PreTrainedTokenizerFast`` with one token per character of ``alphabet``.
 
     Ids: ``<pad>`` 0, ``<bos>`` 1, ``<eos>`` 2, then ``alphabet`` in order. Encoding prepends
-    ``<bos>``; decoding joins characters without spaces.
+    ``<bos>``; decoding joins characters without spaces. With ``chat_template`` (the default) it
+    has :data:`CHAT_TEMPLATE`; the ids are the same either way.
     """
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
@@ -36,8 +57,11 @@ def char_tokenizer(alphabet: str = DIGITS_ALPHABET, max_length: int = 64) -> Any
     core.post_processor = processors.TemplateProcessing(single="<bos> $A", pair="<bos> $A $B",
                                                         special_tokens=[("<bos>", BOS_ID)])
     core.add_special_tokens(list(SPECIAL_TOKENS))
-    return PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
-                                   padding_side="left", model_max_length=max_length)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
+                                        padding_side="left", model_max_length=max_length)
+    if chat_template:
+        tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
 
 
 #: Extra config fields of the tiny mixture-of-experts architectures (besides the common ones).
@@ -76,8 +100,9 @@ def tiny_config(vocab_size: int, arch: str = "qwen2", hidden_size: int = 64, num
 
 
 def build_tiny_model(directory: str | os.PathLike[str], *, alphabet: str = DIGITS_ALPHABET, seed: int = 0,
-                     arch: str = "qwen2", **config_kwargs: Any) -> Path:
-    """Initialise a tiny causal LM with ``seed`` and save it with its tokenizer to ``directory``.
+                     arch: str = "qwen2", chat_template: bool = True, **config_kwargs: Any) -> Path:
+    """Initialise a tiny causal LM with ``seed`` and save it with its tokenizer
+    (:func:`char_tokenizer`, with its chat template unless ``chat_template`` is false) to ``directory``.
 
     Written to a temporary sibling and renamed, so a half-written model is never seen.
     :returns: the directory.
@@ -88,7 +113,7 @@ def build_tiny_model(directory: str | os.PathLike[str], *, alphabet: str = DIGIT
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     target = Path(directory)
-    tokenizer = char_tokenizer(alphabet)
+    tokenizer = char_tokenizer(alphabet, chat_template=chat_template)
     config = tiny_config(len(tokenizer), arch=arch, **config_kwargs)
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config)

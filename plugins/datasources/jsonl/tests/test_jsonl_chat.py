@@ -40,6 +40,9 @@ def test_malformed_messages_are_reported_with_their_line(jsonl_config, chat_mode
         jsonl_source(jsonl_config(model=chat_model, apply_chat_template=True, prompt_data=path))
 
 
-def test_a_tokenizer_without_chat_template_is_a_usage_error(jsonl_config, tiny_model, example_file):
-    with pytest.raises(UsageError, match=rf"the tokenizer of --model {tiny_model} has no chat template"):
-        jsonl_source(jsonl_config(apply_chat_template=True, prompt_data=example_file))
+def test_a_tokenizer_without_chat_template_is_a_usage_error(jsonl_config, tmp_path, example_file):
+    from plasmid_torch.tiny import build_tiny_model
+
+    plain = str(build_tiny_model(tmp_path / "plain", chat_template=False))
+    with pytest.raises(UsageError, match=rf"the tokenizer of --model {plain} has no chat template"):
+        jsonl_source(jsonl_config(model=plain, apply_chat_template=True, prompt_data=example_file))
