@@ -1,0 +1,102 @@
+"""The one place that talks to the reasoning-gym package: its version, its datasets, its scorers.
+
+:func:`check_version` is the start-up check (the plugin's ``plasmid_configure`` runs it when the
+data source or the reward is chosen, and both providers run it when built): a missing or
+unsupported reasoning-gym is one :class:`~plasmid.errors.UsageError` line with the pip command.
+``reasoning_gym.__version__`` is not maintained upstream (0.1.25 says 0.1.19), so the installed
+distribution's metadata is what is checked.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import importlib.metadata
+import json
+from dataclasses import fields, is_dataclass
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from plasmid.errors import UsageError
+
+#: The reasoning-gym releases this adapter is tested with (keep in step with pyproject.toml).
+SUPPORTED = SpecifierSet(">=0.1.24,<0.1.26")
+DISTRIBUTION = "reasoning-gym"
+INSTALL = f"pip install '{DISTRIBUTION}{SUPPORTED}'"
+
+
+def installed_version() -> str | None:
+    """The installed reasoning-gym version, or ``None`` when it is not installed."""
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def check_version() -> str:
+    """The installed version when it is supported; else a one-line :class:`UsageError`."""
+    version = installed_version()
+    if version is None:
+        raise UsageError(f"plasmid-reasoning-gym needs {DISTRIBUTION}, which is not installed; {INSTALL}")
+    try:
+        supported = Version(version) in SUPPORTED
+    except InvalidVersion:
+        supported = False
+    if not supported:
+        raise UsageError(f"{DISTRIBUTION} {version} is installed but plasmid-reasoning-gym supports "
+                         f"{DISTRIBUTION}{SUPPORTED}; {INSTALL}")
+    return version
+
+
+def registry() -> dict[str, tuple[type, type]]:
+    """reasoning-gym's datasets: name -> (dataset class, config dataclass)."""
+    check_version()
+    import reasoning_gym  # noqa: F401 - importing it registers every dataset
+    from reasoning_gym.factory import DATASETS
+
+    return DATASETS
+
+
+def dataset_names() -> list[str]:
+    return sorted(registry())
+
+
+def close_matches(word: str, choices: list[str]) -> str:
+    """``"; did you mean a, b?"`` for the choices close to ``word``, else ``""``."""
+    near = difflib.get_close_matches(word, choices, n=3, cutoff=0.6)
+    return f"; did you mean {', '.join(near)}?" if near else ""
+
+
+def check_dataset_name(name: str, flag: str = "--rg-dataset") -> None:
+    names = dataset_names()
+    if name not in names:
+        hint = close_matches(name, names) or f"; {len(names)} datasets, e.g. {', '.join(names[:5])}"
+        raise UsageError(f"{flag} {name!r}: reasoning-gym has no such dataset{hint}")
+
+
+def config_fields(name: str) -> list[str]:
+    """The fields of dataset ``name``'s config dataclass."""
+    config_cls = registry()[name][1]
+    return [item.name for item in fields(config_cls)] if is_dataclass(config_cls) else []
+
+
+def config_key(config: dict[str, Any]) -> str:
+    """A canonical text of a dataset config (cache key, part of the stream's identity)."""
+    return json.dumps(config, sort_keys=True, separators=(",", ":"))
+
+
+@functools.lru_cache(maxsize=256)
+def _dataset(name: str, key: str) -> Any:
+    from reasoning_gym.factory import create_dataset
+
+    return create_dataset(name, **json.loads(key))
+
+
+def dataset(name: str, config: dict[str, Any]) -> Any:
+    """The reasoning-gym dataset ``name`` built with ``config`` (JSON values, ``seed`` and ``size``
+    included); one instance per distinct config, shared (datasets are read-only once built: an
+    entry is a pure function of the config and its index)."""
+    registry()
+    return _dataset(name, config_key(config))
