@@ -1,0 +1,170 @@
+"""The ``agent`` generate function: each prompt sample is one run of the user's agent function
+against the gateway; its recorded calls become the sample(s), its return value the reward."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import inspect
+import math
+import numbers
+from dataclasses import replace
+from typing import Any, ClassVar
+
+from plasmid.config import Config
+from plasmid.errors import ProviderError, UsageError
+from plasmid.options import Options
+from plasmid.protocols import RolloutView
+from plasmid.types import Sample, SamplingParams, Status
+from plasmid_agent.gateway import Gateway, Rollout
+from plasmid_agent.loader import load_agent
+from plasmid_agent.options import AgentOptions
+from plasmid_agent.recorder import build_samples
+from plasmid_agent.session import AgentSession
+
+#: Where a finished sample carries the agent's reward (read by the ``agent`` reward).
+REWARD_KEY = "agent_reward"
+#: How many model calls the agent made for the sample (metadata).
+CALLS_KEY = "agent_calls"
+
+
+def prompt_messages(prompt: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The sample's prompt as chat messages: a string is one user message; messages are copied."""
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    return copy.deepcopy(list(prompt))
+
+
+def checked_reward(value: Any, where: str) -> float | dict[str, float]:
+    """The agent's return value as a reward: a finite real number, or a non-empty dict of named
+    finite ones; anything else is a ``TypeError``/``ValueError`` naming ``where``."""
+    if isinstance(value, dict):
+        if not value or not all(isinstance(key, str) for key in value):
+            raise TypeError(f"{where} returned {value!r}; a dict reward needs string keys and at least one entry")
+        return {key: float(checked_reward(item, f"{where}[{key!r}]")) for key, item in value.items()}  # type: ignore[arg-type]
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{where} returned {type(value).__name__} {value!r}; return the reward, a float or a dict "
+                        f"of named floats")
+    if not math.isfinite(float(value)):
+        raise ValueError(f"{where} returned the non-finite reward {value!r}")
+    return float(value)
+
+
+class AgentGenerate:
+    """Generate function ``agent``: for each prompt sample, ``await FUNC(session)`` (a plain
+    ``def`` runs in a thread) with an :class:`AgentSession` of its own, at most
+    ``--agent-concurrency`` at once and each for at most ``--agent-timeout`` seconds.
+
+    Returns the samples :func:`plasmid_agent.recorder.build_samples` makes of the agent's calls
+    (one, or more when the agent branched; all in the prompt's group), each with the agent's
+    reward in ``metadata["agent_reward"]``. A sample whose calls were aborted (the driver ended
+    the step) comes back as its prompt with status ``ABORTED``, to be run again from the start.
+    An agent that raises, times out, returns no valid reward or makes no model call stops the run
+    with a :class:`ProviderError` naming ``--agent`` and the sample (and what the gateway refused).
+
+    The gateway starts on the first call, on the rollout's event loop (again on a new loop).
+    """
+
+    option_classes: ClassVar[tuple[type[Options], ...]] = (AgentOptions,)
+
+    def __init__(self, config: Config) -> None:
+        options = AgentOptions.of(config)
+        if options.agent is None:
+            raise UsageError("--generate agent needs --agent MODULE:FUNC (or ./file.py:FUNC): the agent function "
+                             "to run for each prompt")
+        self.spec = options.agent
+        self.func = load_agent(options.agent)
+        self.concurrency = options.agent_concurrency
+        self.timeout = options.agent_timeout
+        self.model = options.agent_model
+        self.gateway: Gateway | None = None
+        self._semaphore: asyncio.Semaphore | None = None
+        self._starting: asyncio.Lock | None = None
+
+    async def _gateway_for(self, ctx: RolloutView) -> Gateway:
+        loop = asyncio.get_running_loop()
+        if self.gateway is not None and self.gateway.loop is loop:
+            return self.gateway
+        if self._starting is None or getattr(self._starting, "_plasmid_loop", None) is not loop:
+            self._starting = asyncio.Lock()
+            self._starting._plasmid_loop = loop  # type: ignore[attr-defined]
+            self._semaphore = asyncio.Semaphore(self.concurrency)
+        async with self._starting:
+            if self.gateway is None or self.gateway.loop is not loop:
+                gateway = Gateway(ctx.tokenizer, self.model)
+                await gateway.start()
+                self.gateway = gateway
+        return self.gateway
+
+    async def shutdown(self) -> None:
+        """Stop the gateway (it is also dropped with its event loop)."""
+        if self.gateway is not None:
+            await self.gateway.stop()
+            self.gateway = None
+
+    async def __call__(self, ctx: RolloutView, sample: Sample, params: SamplingParams) -> Sample | list[Sample]:
+        if sample.status in (Status.COMPLETED, Status.TRUNCATED):
+            return sample
+        gateway = await self._gateway_for(ctx)
+        assert self._semaphore is not None
+        async with self._semaphore:
+            rollout = gateway.open(ctx.engine_for(sample), params)
+            try:
+                value = await self._run(gateway, rollout, sample)
+            finally:
+                gateway.close(rollout)
+        if rollout.aborted:
+            return self._aborted(sample)
+        where = f"agent {self.spec} (--agent) on sample {sample.index}"
+        try:
+            reward = checked_reward(value, where)
+        except (TypeError, ValueError) as exc:
+            raise ProviderError(str(exc), provider="agent", plugin="plasmid-agent") from None
+        samples = build_samples(sample, rollout.calls,
+                                lambda ids: ctx.tokenizer.decode(ids, skip_special_tokens=True))
+        if not samples:
+            raise ProviderError(f"{where} made no model call through the gateway that produced a token, so there "
+                                f"is nothing to train on; call session.base_url with session.api_key"
+                                + self._refused(rollout), provider="agent", plugin="plasmid-agent")
+        for out in samples:
+            out.metadata[REWARD_KEY] = reward
+            out.metadata[CALLS_KEY] = len(rollout.calls)
+        return samples if len(samples) > 1 else samples[0]
+
+    async def _run(self, gateway: Gateway, rollout: Rollout, sample: Sample) -> Any:
+        session = AgentSession(base_url=gateway.base_url(rollout.key), api_key=rollout.key, model=self.model,
+                               messages=prompt_messages(sample.prompt), label=copy.deepcopy(sample.label),
+                               metadata=copy.deepcopy(sample.metadata), index=sample.index,
+                               group_index=sample.group_index)
+        where = f"agent {self.spec} (--agent) on sample {sample.index}"
+        try:
+            if inspect.iscoroutinefunction(self.func):
+                pending = self.func(session)
+            else:
+                pending = asyncio.to_thread(self.func, session)
+            value = await asyncio.wait_for(pending, self.timeout)
+            if inspect.isawaitable(value):
+                value = await asyncio.wait_for(value, self.timeout)
+            return value
+        except asyncio.CancelledError:
+            raise
+        except TimeoutError:
+            if rollout.aborted:
+                return None
+            raise ProviderError(f"{where} ran past --agent-timeout {self.timeout:g}s" + self._refused(rollout),
+                                provider="agent", plugin="plasmid-agent") from None
+        except Exception as exc:
+            if rollout.aborted:
+                return None
+            raise ProviderError(f"{where} raised {type(exc).__name__}: {exc}" + self._refused(rollout),
+                                provider="agent", plugin="plasmid-agent") from exc
+
+    @staticmethod
+    def _refused(rollout: Rollout) -> str:
+        return f" (the gateway's last error: {rollout.errors[-1]})" if rollout.errors else ""
+
+    @staticmethod
+    def _aborted(sample: Sample) -> Sample:
+        return replace(sample, tokens=sample.prompt_tokens, response="", response_length=0, loss_mask=None,
+                       rollout_logprobs=None, status=Status.ABORTED,
+                       metadata={k: v for k, v in sample.metadata.items() if k not in (REWARD_KEY, CALLS_KEY)})

@@ -1,0 +1,19 @@
+"""The options of plasmid-agent, declared once: flags, help, checks and typed values."""
+
+from __future__ import annotations
+
+from plasmid.errors import UsageError
+from plasmid.options import Options, option
+
+
+class AgentOptions(Options, group="agent", description="the agent gateway (--generate agent)"):
+    agent: str | None = option(None, "the agent: MODULE:FUNC or ./file.py:FUNC, an `async def FUNC(session)` "
+                                     "that drives the conversation through the gateway and returns the reward "
+                                     "(a float or a dict of named floats)", metavar="MODULE:FUNC")
+    agent_concurrency: int = option(64, "at most this many agents run at once", min=1)
+    agent_timeout: float = option(600.0, "seconds one agent may run before its rollout fails", gt=0)
+    agent_model: str = option("plasmid", "the model name the gateway serves (session.model)")
+
+    def check(self) -> None:
+        if self.agent is not None and ":" not in self.agent:
+            raise UsageError(f"--agent {self.agent!r}: give MODULE:FUNC or ./file.py:FUNC")
