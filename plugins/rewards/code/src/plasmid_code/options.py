@@ -30,3 +30,24 @@ class CodeOptions(Options, group="code", description="the 'code' reward: tests r
             processes=self.code_processes,
             output_bytes=self.code_max_output_kb * 1024,
         )
+
+
+class PythonToolOptions(Options, group="python tool", description="the 'python' tool: model code run in the sandbox"):
+    python_tool_timeout: float = option(10.0, "wall-clock seconds per call of the 'python' tool (as many CPU "
+                                              "seconds, rounded up)", gt=0)
+    python_tool_memory_mb: int = option(512, "address-space limit of each process of a 'python' call (MiB)", min=1)
+    python_tool_max_output_kb: int = option(64, "output a 'python' call may print (KiB); more stops the program",
+                                            min=1)
+    python_tool_concurrency: int = option(2, "'python' calls running at once (per process)", min=1)
+
+    def limits(self, processes: int) -> Limits:
+        """The sandbox limits of one call: ``--python-tool-timeout`` of wall clock and as many CPU
+        seconds (rounded up, at least 1), memory and output in bytes, and ``processes``
+        (``--code-processes``)."""
+        return Limits(
+            wall_seconds=self.python_tool_timeout,
+            cpu_seconds=max(1, math.ceil(self.python_tool_timeout)),
+            memory_bytes=self.python_tool_memory_mb * 1024**2,
+            processes=processes,
+            output_bytes=self.python_tool_max_output_kb * 1024,
+        )
