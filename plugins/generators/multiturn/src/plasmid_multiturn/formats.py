@@ -1,0 +1,215 @@
+"""Tool-call formats: how a call appears in the model's text and how a tool's answer is appended.
+
+A format is a small provider (``--tool-call-format``, :data:`FORMATS`) with four duties:
+
+- :meth:`ToolCallFormat.prompt_ids`: the conversation's first tokens, from the prompt sample;
+- :meth:`ToolCallFormat.stop_token_ids`: extra stop tokens that end a model turn at a call (the
+  closing tag, when the tokenizer has it as one token; otherwise the turn runs on and the loop
+  cuts it after the call);
+- :meth:`ToolCallFormat.find_call`: the first complete call in a turn's text, parsed;
+- :meth:`ToolCallFormat.tool_turn`: the text appended after the model's call, with the tool's
+  answer, up to where the model speaks again. Its token ids are appended as they are: the history
+  is never decoded and encoded again.
+
+Both formats parse calls in the Hermes / Qwen style that most tool-calling chat templates use,
+``<tool_call>{"name": NAME, "arguments": {...}}</tool_call>`` (``arguments`` may also be a JSON
+string of an object, as in OpenAI's API).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from plasmid.errors import UsageError
+from plasmid.protocols import Tokenizer, Tool
+from plasmid.types import Sample
+
+CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
+RESPONSE_OPEN, RESPONSE_CLOSE = "<tool_response>", "</tool_response>"
+_CALL = re.compile(re.escape(CALL_OPEN) + r"(.*?)" + re.escape(CALL_CLOSE), re.DOTALL)
+
+
+@dataclass(frozen=True)
+class FoundCall:
+    """The first complete call in a turn's text.
+
+    :ivar end: characters of the text up to the end of the call's closing tag (the turn ends there).
+    :ivar name: the called tool's name ('' when the call could not be parsed).
+    :ivar arguments: its decoded arguments.
+    :ivar error: why the call could not be parsed ('' when it could); told to the model.
+    """
+
+    end: int
+    name: str = ""
+    arguments: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+
+
+@dataclass
+class Conversation:
+    """Where one sample's conversation stands: counters for the metrics, and what a format keeps
+    between turns. Plain data, kept in ``sample.metadata["multiturn"]`` so that a partial rollout
+    resumes where it stopped.
+
+    :ivar turns: model turns begun; :ivar tool_calls: calls run (parsed or not);
+    :ivar tool_errors: calls that failed (unparsable, unknown tool, raised, timed out, answer too
+        long or not text); :ivar tool_seconds: wall-clock seconds spent in tools;
+    :ivar turn_start: where the current model turn begins, as an index into the response tokens;
+    :ivar text: the chat-template text of the conversation so far (chat-template format);
+    :ivar messages: the chat messages so far (chat-template format);
+    :ivar mismatch: why the conversation stopped early because the chat template rewrote its history.
+    """
+
+    turns: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    tool_seconds: float = 0.0
+    turn_start: int = 0
+    text: str = ""
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    mismatch: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"turns": self.turns, "tool_calls": self.tool_calls, "tool_errors": self.tool_errors,
+                "tool_seconds": self.tool_seconds, "turn_start": self.turn_start, "text": self.text,
+                "messages": [dict(message) for message in self.messages], "mismatch": self.mismatch}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Conversation:
+        return cls(**{key: data[key] for key in cls().as_dict() if key in data})
+
+
+class TemplateMismatch(Exception):
+    """The chat template renders the conversation so far differently from the tokens the sample
+    holds (it would rewrite history); the conversation ends there rather than re-tokenising."""
+
+
+class ToolCallFormat(Protocol):
+    """A tool-call format; see the module docstring."""
+
+    def prompt_ids(self, tokenizer: Tokenizer, sample: Sample, tools: Mapping[str, Tool],
+                   conversation: Conversation) -> list[int]: ...
+
+    def stop_token_ids(self, tokenizer: Tokenizer) -> tuple[int, ...]: ...
+
+    def find_call(self, text: str) -> FoundCall | None: ...
+
+    def tool_turn(self, tokenizer: Tokenizer, conversation: Conversation, turn_text: str, call: FoundCall,
+                  answer: str, tools: Mapping[str, Tool]) -> str: ...
+
+
+def parse_call(text: str) -> FoundCall | None:
+    """The first complete ``<tool_call>...</tool_call>`` in ``text``, parsed, or ``None``."""
+    match = _CALL.search(text)
+    if match is None:
+        return None
+    body = match.group(1).strip()
+    try:
+        payload = json.loads(body)
+    except json.JSONDecodeError as exc:
+        return FoundCall(match.end(), error=f"the tool call is not valid JSON ({exc.msg} at character {exc.pos})")
+    if not isinstance(payload, dict) or not isinstance(payload.get("name"), str) or not payload["name"]:
+        return FoundCall(match.end(), error='a tool call is a JSON object {"name": "...", "arguments": {...}}')
+    arguments: Any = payload.get("arguments", {})
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError:
+            arguments = None
+    if not isinstance(arguments, dict):
+        return FoundCall(match.end(), name=payload["name"], error="the tool call's arguments must be a JSON object")
+    return FoundCall(match.end(), name=payload["name"], arguments=arguments)
+
+
+def single_token(tokenizer: Tokenizer, text: str) -> tuple[int, ...]:
+    """``(id,)`` when ``text`` is one token of ``tokenizer``, else ``()``."""
+    try:
+        ids = tokenizer.encode(text, add_special_tokens=False)
+    except Exception:  # noqa: BLE001 - a tokenizer that cannot encode the tag just has no such stop token
+        return ()
+    return (int(ids[0]),) if len(ids) == 1 else ()
+
+
+class Tagged:
+    """``--tool-call-format tagged``: the prompt's tokens as the data source made them (its prompt
+    tells the model about the tools); calls are ``<tool_call>{json}</tool_call>`` in the text and
+    each answer is appended as ``<tool_response>ANSWER</tool_response>``, nothing else."""
+
+    def prompt_ids(self, tokenizer: Tokenizer, sample: Sample, tools: Mapping[str, Tool],
+                   conversation: Conversation) -> list[int]:
+        return list(sample.prompt_tokens)
+
+    def stop_token_ids(self, tokenizer: Tokenizer) -> tuple[int, ...]:
+        return single_token(tokenizer, CALL_CLOSE)
+
+    def find_call(self, text: str) -> FoundCall | None:
+        return parse_call(text)
+
+    def tool_turn(self, tokenizer: Tokenizer, conversation: Conversation, turn_text: str, call: FoundCall,
+                  answer: str, tools: Mapping[str, Tool]) -> str:
+        return f"{RESPONSE_OPEN}{answer}{RESPONSE_CLOSE}"
+
+
+def tool_schemas(tools: Mapping[str, Tool]) -> list[dict[str, Any]]:
+    """The tools as OpenAI function specs (what ``apply_chat_template(tools=...)`` takes)."""
+    return [{"type": "function", "function": {"name": name, "description": tool.description,
+                                              "parameters": tool.parameters}} for name, tool in tools.items()]
+
+
+class ChatTemplate:
+    """``--tool-call-format chat-template``: the tokenizer's own chat template with ``tools=``
+    (Hugging Face ``apply_chat_template``), rendered incrementally.
+
+    The prompt is the sample's chat messages (a plain-text prompt becomes one user message)
+    rendered with the tools and the generation prompt. After a call, the model's turn text becomes
+    an assistant message and the answer a ``tool`` message; the conversation is rendered again and
+    must *start with* the text so far (the previous rendering plus the model's turn exactly as
+    generated): what follows it (the end of the assistant turn, the tool message, the next
+    generation prompt) is the appended text. A template that renders the history differently
+    (strips earlier reasoning, re-formats a call) raises :class:`TemplateMismatch`.
+    """
+
+    def _render(self, tokenizer: Tokenizer, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+        apply = getattr(tokenizer, "apply_chat_template", None)
+        if apply is None or not getattr(tokenizer, "chat_template", None):
+            raise UsageError("--tool-call-format chat-template: the tokenizer has no chat template; use "
+                             "--tool-call-format tagged, or a model whose tokenizer has one")
+        text = apply(messages, tools=tools or None, add_generation_prompt=True, tokenize=False)
+        return str(text)
+
+    def prompt_ids(self, tokenizer: Tokenizer, sample: Sample, tools: Mapping[str, Tool],
+                   conversation: Conversation) -> list[int]:
+        prompt = sample.prompt
+        messages = [dict(m) for m in prompt] if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+        conversation.messages = messages
+        conversation.text = self._render(tokenizer, messages, tool_schemas(tools))
+        return list(tokenizer.encode(conversation.text, add_special_tokens=False))
+
+    def stop_token_ids(self, tokenizer: Tokenizer) -> tuple[int, ...]:
+        return single_token(tokenizer, CALL_CLOSE)
+
+    def find_call(self, text: str) -> FoundCall | None:
+        return parse_call(text)
+
+    def tool_turn(self, tokenizer: Tokenizer, conversation: Conversation, turn_text: str, call: FoundCall,
+                  answer: str, tools: Mapping[str, Tool]) -> str:
+        messages = [*conversation.messages, {"role": "assistant", "content": turn_text},
+                    {"role": "tool", "name": call.name, "content": answer}]
+        rendered = self._render(tokenizer, messages, tool_schemas(tools))
+        expected = conversation.text + turn_text
+        if not rendered.startswith(expected):
+            at = next((i for i, (a, b) in enumerate(zip(rendered, expected, strict=False)) if a != b),
+                      min(len(rendered), len(expected)))
+            raise TemplateMismatch(f"the chat template renders turn {conversation.turns}'s history differently "
+                                   f"from the sample's tokens at character {at}: {expected[at:at + 40]!r} became "
+                                   f"{rendered[at:at + 40]!r}")
+        conversation.messages, conversation.text = messages, rendered
+        return rendered[len(expected):]
+
+
+#: ``--tool-call-format`` -> the format's class.
+FORMATS: dict[str, type[Tagged] | type[ChatTemplate]] = {"tagged": Tagged, "chat-template": ChatTemplate}

@@ -1,0 +1,218 @@
+"""``--generate multiturn``: the model talks, calls tools, reads their answers, and talks again.
+
+Token in, token out. A finished sample's ``tokens`` are exactly, in order:
+
+1. the prompt's token ids (the data source's for ``tagged``; the chat template's rendering of the
+   prompt messages with the tools for ``chat-template``);
+2. for each model turn, the ids the engine generated (``loss_mask`` 1, the engine's log-probs
+   in ``rollout_logprobs``);
+3. after a turn that ends in a tool call, the ids of the text the format appends (the tool's
+   answer and what surrounds it; ``loss_mask`` 0, log-prob 0.0), then the next model turn.
+
+Nothing is decoded and encoded again: each turn's prompt to the engine is the previous prompt plus
+the tokens appended since (a prefix-extension), and only the appended text is ever encoded. A
+turn ends at EOS (or another stop token), at ``--max-new-tokens``, or at the end of its first
+complete tool call: **tokens the engine generated after a complete call in the same turn are cut**
+(they are not in the sample, and not trained on), so the model's turn ends at the call.
+
+The conversation ends when a turn has no tool call (status: the engine's, ``COMPLETED`` or
+``TRUNCATED``), when the model calls a tool in turn ``--max-turns`` (the call is not run;
+``TRUNCATED``), or when the response (every turn and tool answer together) reaches
+``--max-response-tokens`` (a tool answer that does not fit is cut to fit; ``TRUNCATED``). With the
+``chat-template`` format, a template that would rewrite the history ends the conversation too
+(``COMPLETED``, the reason in ``sample.metadata["multiturn"]["mismatch"]``, counted in
+``rollout/template_mismatch_fraction``); the tokens are never re-tokenised to fit it.
+
+Tools (``ctx.tools``) never crash a rollout: an unparsable call, an unknown tool, a tool that
+raises (:class:`~plasmid.protocols.ToolError` or anything else), one that runs past
+``--tool-timeout`` or answers with more than ``--tool-max-output-chars`` characters (cut, with a
+note) or with something other than text, is answered with a one-line ``error: ...`` text, and
+counted as a tool error. Cancelling the rollout (the driver's abort grace) cancels a running call.
+
+Per sample, ``sample.metadata["rollout_metrics"]`` holds ``turns_mean``, ``tool_calls_mean``,
+``tool_errors_mean``, ``tool_seconds_mean`` and ``truncated_fraction`` (1.0 when ``TRUNCATED``),
+which the rollout driver averages into ``rollout/<name>``; ``sample.metadata["multiturn"]`` holds
+the conversation's state (:class:`plasmid_multiturn.formats.Conversation`).
+
+Partial rollouts: a sample the driver aborted mid-turn (``ABORTED`` with a response) is continued
+from its tokens and its saved state; with ``--mask-offpolicy-in-partial-rollout`` the tokens
+generated before get ``loss_mask`` 0. An abort during a tool call is the driver cancelling the
+rollout (its samples go back as prompts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from dataclasses import replace
+from typing import Any, ClassVar
+
+from plasmid.config import Config
+from plasmid.kernel_options import ScheduleOptions
+from plasmid.options import Options
+from plasmid.protocols import RolloutView, Tokenizer, ToolError
+from plasmid.types import Sample, SamplingParams, Status
+from plasmid_multiturn.formats import FORMATS, Conversation, FoundCall, TemplateMismatch, ToolCallFormat
+from plasmid_multiturn.options import MultiTurnOptions
+
+#: Keys of ``sample.metadata`` this generate function writes.
+STATE_KEY, METRICS_KEY = "multiturn", "rollout_metrics"
+
+
+def find_call_in_tokens(fmt: ToolCallFormat, tokenizer: Tokenizer, ids: list[int]) -> tuple[int, FoundCall] | None:
+    """``(k, call)``: the first complete tool call in the text of ``ids`` and the fewest leading
+    tokens ``ids[:k]`` whose text holds it whole (the turn is cut there), or ``None``."""
+    if not ids or fmt.find_call(tokenizer.decode(ids, skip_special_tokens=False)) is None:
+        return None
+    low, high = 1, len(ids)  # the smallest k whose prefix holds a complete call (monotone in k)
+    while low < high:
+        middle = (low + high) // 2
+        if fmt.find_call(tokenizer.decode(ids[:middle], skip_special_tokens=False)) is None:
+            low = middle + 1
+        else:
+            high = middle
+    call = fmt.find_call(tokenizer.decode(ids[:low], skip_special_tokens=False))
+    assert call is not None
+    return low, call
+
+
+class MultiTurn:
+    """Provider ``multiturn`` of ``plasmid_generate_fns``; see the module docstring."""
+
+    option_classes: ClassVar[tuple[type[Options], ...]] = (MultiTurnOptions, ScheduleOptions)
+
+    def __init__(self, config: Config) -> None:
+        options = MultiTurnOptions.of(config)
+        self.options = options
+        self.format: ToolCallFormat = FORMATS[options.tool_call_format]()
+        self.mask_offpolicy = ScheduleOptions.of(config).mask_offpolicy_in_partial_rollout
+
+    async def __call__(self, ctx: RolloutView, sample: Sample, params: SamplingParams) -> Sample:
+        if sample.status in (Status.COMPLETED, Status.TRUNCATED):
+            return sample
+        tokenizer, fmt = ctx.tokenizer, self.format
+        budget = self.options.budget(params.max_new_tokens)
+        resumed = (sample.status == Status.ABORTED and sample.response_length > 0
+                   and isinstance(sample.metadata.get(STATE_KEY), dict))
+        if resumed:
+            conversation = Conversation.from_dict(sample.metadata[STATE_KEY])
+            prompt = sample.prompt_tokens
+            response = sample.response_tokens
+            logprobs = list(sample.rollout_logprobs or [0.0] * len(response))
+            mask = [0] * len(response) if self.mask_offpolicy else list(sample.loss_mask or [1] * len(response))
+        else:
+            conversation = Conversation()
+            prompt = fmt.prompt_ids(tokenizer, sample, ctx.tools, conversation)
+            response, logprobs, mask = [], [], []
+        stops = tuple(dict.fromkeys((*params.stop_token_ids, *fmt.stop_token_ids(tokenizer))))
+        weight_version = sample.weight_version
+        in_turn = resumed  # a resumed sample continues the turn it was aborted in
+        status = Status.COMPLETED
+        while True:
+            if not in_turn:
+                conversation.turns += 1
+                conversation.turn_start = len(response)
+            so_far = response[conversation.turn_start:]
+            # a resumed turn may already hold its call (aborted right after it): then run the tool
+            found = find_call_in_tokens(fmt, tokenizer, so_far) if in_turn else None
+            in_turn = False
+            if found is None:
+                room = min(budget - len(response), params.max_new_tokens - len(so_far))
+                if room <= 0:
+                    status = Status.TRUNCATED
+                    break
+                seed = None if params.seed is None else params.seed + conversation.turns - 1
+                output = await ctx.engine_for(sample).generate(
+                    prompt + response, replace(params, max_new_tokens=room, stop_token_ids=stops, seed=seed))
+                weight_version = output.weight_version
+                ids, new_logprobs = list(output.token_ids), list(output.logprobs)
+                found = find_call_in_tokens(fmt, tokenizer, so_far + ids)
+                if found is not None:  # the turn ends at the call: what came after it is cut
+                    keep = max(found[0] - len(so_far), 0)
+                    ids, new_logprobs = ids[:keep], new_logprobs[:keep]
+                response += ids
+                logprobs += new_logprobs
+                mask += [1] * len(ids)
+                if output.status == Status.ABORTED:
+                    status = Status.ABORTED
+                    break
+                if found is None:
+                    status = output.status
+                    break
+            if conversation.turns >= self.options.max_turns or len(response) >= budget:
+                status = Status.TRUNCATED
+                break
+            call = found[1]
+            answer, failed, seconds = await self.run_tool(ctx, call, sample)
+            conversation.tool_calls += 1
+            conversation.tool_errors += int(failed)
+            conversation.tool_seconds += seconds
+            turn_text = tokenizer.decode(response[conversation.turn_start:], skip_special_tokens=False)
+            try:
+                text = fmt.tool_turn(tokenizer, conversation, turn_text, call, answer, ctx.tools)
+            except TemplateMismatch as mismatch:
+                conversation.mismatch = str(mismatch)
+                status = Status.COMPLETED
+                break
+            appended = list(tokenizer.encode(text, add_special_tokens=False))
+            fits = appended[:budget - len(response)]
+            response += fits
+            logprobs += [0.0] * len(fits)
+            mask += [0] * len(fits)
+            if len(fits) < len(appended) or len(response) >= budget:
+                status = Status.TRUNCATED
+                break
+        sample.tokens = prompt + response
+        sample.response_length = len(response)
+        sample.response = tokenizer.decode(response, skip_special_tokens=True)
+        sample.loss_mask = mask
+        sample.rollout_logprobs = logprobs
+        sample.status = status
+        sample.weight_version = weight_version
+        sample.metadata = {**sample.metadata, STATE_KEY: conversation.as_dict(),
+                           METRICS_KEY: self.metrics(conversation, status)}
+        return sample
+
+    def metrics(self, conversation: Conversation, status: Status) -> dict[str, float]:
+        """The sample's values of the step metrics (``rollout/<name>`` once averaged)."""
+        values = {"turns_mean": float(conversation.turns), "tool_calls_mean": float(conversation.tool_calls),
+                  "tool_errors_mean": float(conversation.tool_errors),
+                  "tool_seconds_mean": float(conversation.tool_seconds),
+                  "truncated_fraction": float(status == Status.TRUNCATED)}
+        if self.options.tool_call_format == "chat-template":
+            values["template_mismatch_fraction"] = float(bool(conversation.mismatch))
+        return values
+
+    async def run_tool(self, ctx: RolloutView, call: FoundCall, sample: Sample) -> tuple[str, bool, float]:
+        """``(answer, failed, seconds)`` of one call: the tool's text, or a one-line ``error: ...``
+        (see the module docstring); never raises, except when the rollout itself is cancelled."""
+        if call.error:
+            return f"error: {call.error}", True, 0.0
+        tool = ctx.tools.get(call.name)
+        if tool is None:
+            known = ", ".join(ctx.tools) or "none"
+            return f"error: there is no tool '{call.name}' (tools: {known})", True, 0.0
+        timeout, limit = self.options.tool_timeout, self.options.tool_max_output_chars
+        began = time.perf_counter()
+        try:
+            answer: Any = await asyncio.wait_for(tool(copy.deepcopy(call.arguments), sample), timeout)
+        except ToolError as exc:
+            return one_line(f"error: {exc}"), True, time.perf_counter() - began
+        except TimeoutError:
+            return f"error: tool '{call.name}' did not answer within {timeout:g} s", True, time.perf_counter() - began
+        except Exception as exc:  # noqa: BLE001 - a failing tool is told to the model, never crashes the rollout
+            return (one_line(f"error: tool '{call.name}' failed: {type(exc).__name__}: {exc}"), True,
+                    time.perf_counter() - began)
+        seconds = time.perf_counter() - began
+        if not isinstance(answer, str):
+            return f"error: tool '{call.name}' answered {type(answer).__name__}, not text", True, seconds
+        if len(answer) > limit:
+            return f"{answer[:limit]} [cut: the answer had {len(answer)} characters, the limit is {limit}]", True, \
+                seconds
+        return answer, False, seconds
+
+
+def one_line(text: str) -> str:
+    """``text`` with its line breaks turned into spaces (error messages are one line)."""
+    return " ".join(text.split("\n"))

@@ -1,0 +1,374 @@
+"""``--generate multiturn`` on a scripted engine: the exact token layout, masks and log-probs of a
+conversation, tool failures told to the model, the turn and token limits, partial rollouts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import plasmid_multiturn.plugin
+import pytest
+from plasmid_multiturn.generate import MultiTurn
+
+from plasmid.context import RolloutContext
+from plasmid.protocols import ToolError
+from plasmid.testing import build, make_config
+from plasmid.testing.scripted import Reply, ScriptedEngine
+from plasmid.types import Sample, SamplingParams, Status
+
+PAD, BOS, EOS = 0, 1, 2
+
+
+class CharTokenizer:
+    """One id per character (``3 + ord``), ``<bos>`` 1 and ``<eos>`` 2; ``specials`` are
+    multi-character strings that are one token each (ids from 1000)."""
+
+    def __init__(self, specials: tuple[str, ...] = ()) -> None:
+        self.specials = {text: 1000 + i for i, text in enumerate(specials)}
+        self.eos_token_id = EOS
+
+    def encode(self, text, add_special_tokens=True):
+        ids, position = ([BOS] if add_special_tokens else []), 0
+        while position < len(text):
+            special = next((s for s in self.specials if text.startswith(s, position)), None)
+            if special is not None:
+                ids.append(self.specials[special])
+                position += len(special)
+            else:
+                ids.append(3 + ord(text[position]))
+                position += 1
+        return ids
+
+    def decode(self, ids, skip_special_tokens=False):
+        names = {v: k for k, v in self.specials.items()}
+        out = []
+        for token in ids:
+            if token in (PAD, BOS, EOS):
+                if not skip_special_tokens:
+                    out.append({PAD: "<pad>", BOS: "<bos>", EOS: "<eos>"}[token])
+            else:
+                out.append(names.get(token) or chr(token - 3))
+        return "".join(out)
+
+
+TOKENIZER = CharTokenizer()
+
+
+def ids(text: str) -> list[int]:
+    return TOKENIZER.encode(text, add_special_tokens=False)
+
+
+def call(name: str, **arguments) -> str:
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+
+
+def answer(text: str) -> str:
+    return f"<tool_response>{text}</tool_response>"
+
+
+def logprobs(n: int, start: int) -> list[float]:
+    """Distinct log-probs, so that a misplaced one is seen."""
+    return [-(start + i) / 1000 for i in range(n)]
+
+
+class Add:
+    name, description = "add", "Add two integers."
+    parameters = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                  "required": ["a", "b"]}
+
+    async def __call__(self, arguments, sample):
+        if not all(isinstance(arguments.get(k), int) for k in "ab"):
+            raise ToolError("a and b must be integers")
+        return str(arguments["a"] + arguments["b"])
+
+
+class Scripted:
+    """A tool that does what it is told: answer, raise, hang or flood."""
+
+    description = "test tool"
+    parameters = {"type": "object", "properties": {}}
+
+    def __init__(self, name, behaviour):
+        self.name, self.behaviour = name, behaviour
+        self.calls, self.cancelled = 0, False
+
+    async def __call__(self, arguments, sample):
+        self.calls += 1
+        if self.behaviour == "raise":
+            raise RuntimeError("disk on fire\nsecond line")
+        if self.behaviour == "tool-error":
+            raise ToolError("no such city")
+        if self.behaviour == "hang":
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                self.cancelled = True
+                raise
+        if self.behaviour == "flood":
+            return "x" * 50
+        if self.behaviour == "number":
+            return 42
+        return "ok"
+
+
+def make_context(engine, tools=(), tokenizer=TOKENIZER, **options):
+    config = make_config(plasmid_multiturn.plugin, generate="multiturn", **options)
+    generate = build("generate", "multiturn", plasmid_multiturn.plugin, config=config)
+    ctx = RolloutContext(config=config, engines=[engine], data_source=None, tokenizer=tokenizer, generate=generate,
+                         rewards=None, tools={tool.name: tool for tool in tools})
+    return ctx, generate
+
+
+def prompt_sample(text: str = "Q:") -> Sample:
+    prompt_ids = [BOS, *ids(text)]
+    return Sample(prompt=text, tokens=prompt_ids, metadata={"source": "test"}, index=3, group_index=1)
+
+
+PARAMS = SamplingParams(max_new_tokens=200, stop_token_ids=(EOS,), seed=11)
+
+
+def run_one(ctx, sample, params=PARAMS):
+    return asyncio.run(ctx.generate(ctx, sample, params))
+
+
+# ---------------------------------------------------------------------------------- the layout
+def test_a_three_turn_conversation_keeps_exactly_the_engines_tokens_and_the_tools_text():
+    first = ids(call("add", a=2, b=3))
+    after_call = ids(" and more") + [EOS]   # generated after the complete call in the same turn: cut
+    second = ids("so " + call("add", a=5, b=10))
+    third = ids("15") + [EOS]
+    engine = ScriptedEngine([Reply(first + after_call, logprobs(len(first + after_call), 1)),
+                             Reply(second, logprobs(len(second), 100)),
+                             Reply(third, logprobs(len(third), 200))])
+    ctx, _ = make_context(engine, [Add()])
+    prompt = prompt_sample()
+    prompt_ids = list(prompt.tokens)
+    sample = run_one(ctx, prompt)
+
+    tool1, tool2 = ids(answer("5")), ids(answer("15"))
+    response = first + tool1 + second + tool2 + third
+    assert sample.tokens == prompt_ids + response
+    assert sample.response_length == len(response) and sample.prompt_tokens == prompt_ids
+    assert sample.loss_mask == [1] * len(first) + [0] * len(tool1) + [1] * len(second) + [0] * len(tool2) + \
+        [1] * len(third)
+    assert sample.rollout_logprobs == (logprobs(len(first), 1) + [0.0] * len(tool1) + logprobs(len(second), 100)
+                                       + [0.0] * len(tool2) + logprobs(len(third), 200))
+    assert sample.response == TOKENIZER.decode(response, skip_special_tokens=True)
+    assert sample.response.endswith(answer("15") + "15")
+    assert sample.status == Status.COMPLETED and sample.weight_version == 0
+    # each turn's prompt extends the previous one's tokens
+    sent = [c.prompt_ids for c in engine.calls]
+    assert sent == [prompt_ids, prompt_ids + first + tool1, prompt_ids + first + tool1 + second + tool2]
+    assert [c.params.seed for c in engine.calls] == [11, 12, 13]
+    assert all(c.params.stop_token_ids == (EOS,) for c in engine.calls)
+    assert sample.metadata["source"] == "test"
+    assert sample.metadata["rollout_metrics"] == {"turns_mean": 3.0, "tool_calls_mean": 2.0, "tool_errors_mean": 0.0,
+                                                  "tool_seconds_mean": pytest.approx(
+                                                      sample.metadata["multiturn"]["tool_seconds"]),
+                                                  "truncated_fraction": 0.0}
+
+
+def test_a_closing_tag_that_is_one_token_stops_the_engine_at_the_call():
+    tokenizer = CharTokenizer(specials=("</tool_call>",))
+    first = tokenizer.encode(call("add", a=1, b=1), add_special_tokens=False)
+    assert first[-1] == 1000
+    engine = ScriptedEngine([Reply(first + tokenizer.encode("zz", add_special_tokens=False)),
+                             Reply(tokenizer.encode("2", add_special_tokens=False) + [EOS])])
+    ctx, _ = make_context(engine, [Add()], tokenizer=tokenizer)
+    sample = run_one(ctx, prompt_sample())
+    assert engine.calls[0].params.stop_token_ids == (EOS, 1000)
+    tool = tokenizer.encode(answer("2"), add_special_tokens=False)
+    assert sample.response_tokens == first + tool + tokenizer.encode("2", add_special_tokens=False) + [EOS]
+
+
+def test_sample_metadata_is_not_shared_between_the_samples_of_a_group():
+    engine = ScriptedEngine(lambda prompt, params: Reply(ids("7") + [EOS]))
+    ctx, _ = make_context(engine)
+    shared = {"source": "x"}
+    one, two = prompt_sample(), prompt_sample()
+    one.metadata = two.metadata = shared
+    run_one(ctx, one)
+    assert shared == {"source": "x"} and "rollout_metrics" in one.metadata
+    assert two.metadata is shared
+
+
+def test_an_answer_without_a_call_is_one_turn_as_single_turn_would_give():
+    reply = ids("42") + [EOS]
+    engine = ScriptedEngine([Reply(reply, logprobs(3, 5))])
+    ctx, _ = make_context(engine)
+    sample = run_one(ctx, prompt_sample())
+    assert sample.response_tokens == reply and sample.loss_mask == [1, 1, 1]
+    assert sample.rollout_logprobs == logprobs(3, 5) and sample.response == "42"
+    assert sample.metadata["rollout_metrics"]["turns_mean"] == 1.0
+    assert sample.metadata["rollout_metrics"]["tool_calls_mean"] == 0.0
+
+
+# ---------------------------------------------------------------------------------- tool failures
+@pytest.mark.parametrize(("behaviour", "told"), [
+    ("raise", "error: tool 'probe' failed: RuntimeError: disk on fire second line"),
+    ("tool-error", "error: no such city"),
+    ("hang", "error: tool 'probe' did not answer within 0.05 s"),
+    ("flood", "x" * 10 + " [cut: the answer had 50 characters, the limit is 10]"),
+    ("number", "error: tool 'probe' answered int, not text"),
+])
+@pytest.mark.timeout(60)
+def test_a_failing_tool_is_told_to_the_model_counted_and_the_rollout_goes_on(behaviour, told):
+    first = ids(call("probe"))
+    final = ids("fine") + [EOS]
+    engine = ScriptedEngine([Reply(first), Reply(final)])
+    tool = Scripted("probe", behaviour)
+    ctx, _ = make_context(engine, [tool], tool_timeout=0.05, tool_max_output_chars=10)
+    sample = run_one(ctx, prompt_sample())
+    assert sample.status == Status.COMPLETED and tool.calls == 1
+    assert sample.response_tokens == first + ids(answer(told)) + final
+    assert sample.metadata["rollout_metrics"]["tool_errors_mean"] == 1.0
+    assert sample.metadata["rollout_metrics"]["tool_calls_mean"] == 1.0
+    if behaviour == "hang":
+        assert tool.cancelled and 0.04 < sample.metadata["rollout_metrics"]["tool_seconds_mean"] < 5
+
+
+@pytest.mark.parametrize(("text", "told"), [
+    ("<tool_call>{not json}</tool_call>", "error: the tool call is not valid JSON (Expecting property name enclosed "
+                                          "in double quotes at character 1)"),
+    ('<tool_call>["add"]</tool_call>', 'error: a tool call is a JSON object {"name": "...", "arguments": {...}}'),
+    ('<tool_call>{"name": "add", "arguments": 3}</tool_call>',
+     "error: the tool call's arguments must be a JSON object"),
+    (call("subtract", a=1), "error: there is no tool 'subtract' (tools: add)"),
+    (call("add", a="x", b=1), "error: a and b must be integers"),
+])
+def test_a_call_that_cannot_be_run_is_told_to_the_model_as_a_tool_error(text, told):
+    engine = ScriptedEngine([Reply(ids(text)), Reply([EOS])])
+    ctx, _ = make_context(engine, [Add()])
+    sample = run_one(ctx, prompt_sample())
+    assert sample.response_tokens == ids(text) + ids(answer(told)) + [EOS]
+    assert sample.metadata["rollout_metrics"]["tool_errors_mean"] == 1.0
+
+
+def test_arguments_given_as_a_json_string_are_accepted():
+    text = '<tool_call>{"name": "add", "arguments": "{\\"a\\": 4, \\"b\\": 5}"}</tool_call>'
+    engine = ScriptedEngine([Reply(ids(text)), Reply([EOS])])
+    ctx, _ = make_context(engine, [Add()])
+    assert run_one(ctx, prompt_sample()).response_tokens == ids(text) + ids(answer("9")) + [EOS]
+
+
+# ---------------------------------------------------------------------------------- limits
+def test_max_turns_ends_a_conversation_that_keeps_calling_without_running_the_last_call():
+    turn = ids(call("probe"))
+    engine = ScriptedEngine(lambda prompt, params: Reply(turn))
+    tool = Scripted("probe", "answer")
+    ctx, _ = make_context(engine, [tool], max_turns=2)
+    sample = run_one(ctx, prompt_sample())
+    assert len(engine.calls) == 2 and tool.calls == 1
+    assert sample.response_tokens == turn + ids(answer("ok")) + turn
+    assert sample.status == Status.TRUNCATED
+    assert sample.metadata["rollout_metrics"]["truncated_fraction"] == 1.0
+    assert sample.metadata["rollout_metrics"]["turns_mean"] == 2.0
+
+
+def test_the_response_budget_counts_every_turn_and_tool_answer_together():
+    turn = ids(call("probe"))                                   # 39 tokens
+    told = ids(answer("ok"))                                    # 33 tokens
+    engine = ScriptedEngine(lambda prompt, params: Reply(turn + ids("tail")))
+    ctx, _ = make_context(engine, [Scripted("probe", "answer")], max_turns=10,
+                          max_response_tokens=len(turn) + len(told) + 5)
+    sample = run_one(ctx, prompt_sample())
+    # the second turn may generate only what is left of the budget
+    assert [c.params.max_new_tokens for c in engine.calls] == [len(turn) + len(told) + 5, 5]
+    assert sample.response_tokens == turn + told + turn[:5]
+    assert sample.response_length == len(turn) + len(told) + 5 and sample.status == Status.TRUNCATED
+    assert sample.metadata["rollout_metrics"]["truncated_fraction"] == 1.0
+
+
+def test_a_tool_answer_that_does_not_fit_the_budget_is_cut_to_fit():
+    turn = ids(call("probe"))
+    engine = ScriptedEngine([Reply(turn)])
+    ctx, _ = make_context(engine, [Scripted("probe", "answer")], max_response_tokens=len(turn) + 4)
+    sample = run_one(ctx, prompt_sample())
+    assert sample.response_tokens == turn + ids(answer("ok"))[:4]
+    assert sample.loss_mask == [1] * len(turn) + [0] * 4 and sample.status == Status.TRUNCATED
+
+
+def test_the_default_budget_is_max_turns_times_max_new_tokens():
+    engine = ScriptedEngine([Reply([EOS])])
+    ctx, generate = make_context(engine, max_turns=3)
+    assert generate.options.budget(16) == 48
+    run_one(ctx, prompt_sample(), SamplingParams(max_new_tokens=16, stop_token_ids=(EOS,)))
+    assert engine.calls[0].params.max_new_tokens == 16
+
+
+def test_a_turn_that_hits_max_new_tokens_without_a_call_is_truncated_like_single_turn():
+    engine = ScriptedEngine([Reply(ids("123456"))])
+    ctx, _ = make_context(engine)
+    sample = run_one(ctx, prompt_sample(), SamplingParams(max_new_tokens=4, stop_token_ids=(EOS,)))
+    assert sample.response_tokens == ids("1234") and sample.status == Status.TRUNCATED
+
+
+# ---------------------------------------------------------------------------------- partial rollouts, abort
+def test_an_aborted_sample_resumes_mid_conversation_with_its_tokens_and_counters():
+    first = ids(call("add", a=1, b=2))
+    partial, rest = ids("the ans"), ids("wer is 3") + [EOS]
+    engine = ScriptedEngine([Reply(first, logprobs(len(first), 1)),
+                             Reply(partial, logprobs(len(partial), 100), status=Status.ABORTED)])
+    ctx, _ = make_context(engine, [Add()])
+    sample = run_one(ctx, prompt_sample())
+    told = ids(answer("3"))
+    assert sample.status == Status.ABORTED and sample.response_tokens == first + told + partial
+    assert sample.metadata["multiturn"]["turns"] == 2
+
+    resumed_engine = ScriptedEngine([Reply(rest, logprobs(len(rest), 200))])
+    ctx.engines = [resumed_engine]
+    sample = run_one(ctx, sample)
+    assert resumed_engine.calls[0].prompt_ids == prompt_sample().tokens + first + told + partial
+    assert sample.status == Status.COMPLETED
+    assert sample.response_tokens == first + told + partial + rest
+    assert sample.loss_mask == [1] * len(first) + [0] * len(told) + [1] * len(partial + rest)
+    assert sample.rollout_logprobs == (logprobs(len(first), 1) + [0.0] * len(told) + logprobs(len(partial), 100)
+                                       + logprobs(len(rest), 200))
+    assert sample.metadata["rollout_metrics"]["turns_mean"] == 2.0
+    assert sample.metadata["rollout_metrics"]["tool_calls_mean"] == 1.0
+    # the resumed turn may generate only what its first part left of --max-new-tokens
+    assert resumed_engine.calls[0].params.max_new_tokens == PARAMS.max_new_tokens - len(partial)
+
+
+def test_a_turn_aborted_right_after_its_call_runs_the_tool_when_resumed():
+    first = ids(call("add", a=1, b=2))
+    engine = ScriptedEngine([Reply(first + ids("xx"), status=Status.ABORTED)])
+    ctx, _ = make_context(engine, [Add()], mask_offpolicy_in_partial_rollout=True)
+    sample = run_one(ctx, prompt_sample())
+    assert sample.status == Status.ABORTED and sample.response_tokens == first
+    ctx.engines = [ScriptedEngine([Reply(ids("3") + [EOS])])]
+    sample = run_one(ctx, sample)
+    told = ids(answer("3"))
+    assert sample.response_tokens == first + told + ids("3") + [EOS]
+    assert sample.loss_mask == [0] * len(first) + [0] * len(told) + [1, 1]   # older weights made the first turn
+
+
+@pytest.mark.timeout(60)
+def test_cancelling_a_rollout_during_a_tool_call_cancels_the_call_at_once():
+    engine = ScriptedEngine([Reply(ids(call("probe")))])
+    tool = Scripted("probe", "hang")
+    ctx, _ = make_context(engine, [tool], tool_timeout=30)
+
+    async def abort_mid_call():
+        task = asyncio.ensure_future(ctx.generate(ctx, prompt_sample(), PARAMS))
+        while not tool.calls:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 5)
+
+    asyncio.run(abort_mid_call())
+    assert tool.cancelled
+
+
+def test_a_finished_sample_is_returned_unchanged():
+    engine = ScriptedEngine([])
+    ctx, _ = make_context(engine)
+    done = prompt_sample()
+    done.status = Status.COMPLETED
+    assert run_one(ctx, done) is done and engine.calls == []
+
+
+def test_it_is_registered_as_a_generate_function():
+    assert isinstance(build("generate", "multiturn", plasmid_multiturn.plugin,
+                            config=make_config(plasmid_multiturn.plugin)), MultiTurn)

@@ -1,0 +1,43 @@
+"""The options of --generate multiturn: declared once, checked at start-up, read once when built."""
+
+from __future__ import annotations
+
+import plasmid_multiturn.plugin
+import pytest
+from plasmid_multiturn.formats import ChatTemplate, Tagged
+from plasmid_multiturn.generate import MultiTurn
+from plasmid_multiturn.options import MultiTurnOptions
+
+from plasmid.errors import UsageError
+from plasmid.testing import build, make_config
+
+
+def test_the_typed_read_gives_the_declared_defaults():
+    options = MultiTurnOptions.of(make_config(plasmid_multiturn.plugin))
+    assert options == MultiTurnOptions.defaults()
+    assert (options.max_turns, options.max_response_tokens, options.tool_timeout, options.tool_max_output_chars,
+            options.tool_call_format) == (4, None, 10.0, 2000, "tagged")
+
+
+@pytest.mark.parametrize(("bad", "message"), [
+    ({"max_turns": 0}, "--max-turns 0: must be >= 1"),
+    ({"max_response_tokens": 0}, "--max-response-tokens 0: must be >= 1"),
+    ({"tool_timeout": 0.0}, "--tool-timeout 0.0: must be > 0"),
+    ({"tool_max_output_chars": 0}, "--tool-max-output-chars 0: must be >= 1"),
+    ({"tool_call_format": "xml"}, "--tool-call-format 'xml': choose one of tagged, chat-template"),
+])
+def test_a_bad_value_is_a_one_line_usage_error_naming_its_flag(bad, message):
+    with pytest.raises(UsageError) as raised:
+        make_config(plasmid_multiturn.plugin, **bad)
+    assert str(raised.value) == message
+
+
+@pytest.mark.parametrize(("name", "cls"), [("tagged", Tagged), ("chat-template", ChatTemplate)])
+def test_the_generate_function_reads_its_options_once_when_built(name, cls):
+    config = make_config(plasmid_multiturn.plugin, max_turns=3, max_response_tokens=99, tool_timeout=2.5,
+                         tool_max_output_chars=7, tool_call_format=name, mask_offpolicy_in_partial_rollout=True)
+    generate = build("generate", "multiturn", plasmid_multiturn.plugin, config=config)
+    assert isinstance(generate, MultiTurn) and isinstance(generate.format, cls)
+    assert generate.options.budget(16) == 99 and generate.options.tool_timeout == 2.5
+    assert generate.mask_offpolicy is True
+    assert MultiTurnOptions in MultiTurn.option_classes
