@@ -14,6 +14,12 @@ One step, for a target of ``P = --prompts-per-step`` groups:
 
 Each sample's sampling seed is derived from ``--seed`` and its index, so a step is reproducible
 whatever the batching or the number of engines.
+
+Per-sample metrics of a generate function: a generate function may put ``name -> float`` in
+``sample.metadata["rollout_metrics"]`` (:data:`SAMPLE_METRICS_KEY`; the multi-turn one puts
+``turns_mean``, ``tool_calls_mean``, ``tool_errors_mean``, ``tool_seconds_mean``,
+``truncated_fraction``); the step's metrics then hold ``rollout/<name>``, the mean over the kept
+samples that carry the name. Samples without it (single-turn) add no metric.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from plasmid_rollout.options import RolloutDriverOptions
 
 #: How long aborted generation may take to return before its task is cancelled (seconds).
 ABORT_GRACE_SECONDS = 2.0
+#: Key of ``sample.metadata`` under which a generate function leaves per-sample metric values.
+SAMPLE_METRICS_KEY = "rollout_metrics"
 
 
 def sample_seed(seed: int, index: int) -> int:
@@ -45,7 +53,20 @@ def reset_to_prompt(sample: Sample) -> Sample:
     """``sample`` with its response, reward and rollout state cleared (prompt tokens kept)."""
     return replace(sample, tokens=sample.prompt_tokens, response="", response_length=0, loss_mask=None,
                    rollout_logprobs=None, reward=None, reward_components={}, status=Status.PENDING,
-                   weight_version=None, metadata={k: v for k, v in sample.metadata.items() if k != "reward_errors"})
+                   weight_version=None, metadata={k: v for k, v in sample.metadata.items()
+                                                  if k not in ("reward_errors", SAMPLE_METRICS_KEY)})
+
+
+def sample_metrics(samples: list[Sample]) -> dict[str, float]:
+    """``rollout/<name>``: the mean of ``metadata["rollout_metrics"][name]`` over the samples that
+    carry it (see the module docstring); empty when none does."""
+    columns: dict[str, list[float]] = {}
+    for sample in samples:
+        values = sample.metadata.get(SAMPLE_METRICS_KEY)
+        if isinstance(values, dict):
+            for name, value in values.items():
+                columns.setdefault(str(name), []).append(float(value))
+    return {f"rollout/{name}": sum(values) / len(values) for name, values in columns.items()}
 
 
 class AsyncRolloutDriver:
@@ -184,6 +205,7 @@ class AsyncRolloutDriver:
         for name in samples[0].reward_components:
             values = [s.reward_components.get(name, 0.0) for s in samples]
             metrics[f"rollout/reward/{name}"] = sum(values) / len(values)
+        metrics.update(sample_metrics(samples))
         return metrics
 
     # ------------------------------------------------------------------ evaluation

@@ -1,0 +1,59 @@
+"""Per-sample metrics a generate function leaves in ``metadata["rollout_metrics"]`` (multi-turn's
+turns, tool calls, ...) become the step's ``rollout/<name>`` means; single-turn steps are unchanged."""
+
+from __future__ import annotations
+
+import plasmid_rollout.plugin
+import pytest
+from plasmid_rollout.driver import reset_to_prompt, sample_metrics
+
+from plasmid.testing import build, make_config
+from plasmid.testing.contracts.filter import make_group
+
+MULTITURN = ("rollout/turns_mean", "rollout/tool_calls_mean", "rollout/tool_errors_mean",
+             "rollout/tool_seconds_mean", "rollout/truncated_fraction")
+
+
+def with_metrics(group, rows):
+    for sample, row in zip(group.samples, rows, strict=True):
+        sample.metadata = {"source": "x", "rollout_metrics": row}
+    return group
+
+
+def per_sample(turns, calls, errors, seconds, truncated):
+    return {"turns_mean": turns, "tool_calls_mean": calls, "tool_errors_mean": errors, "tool_seconds_mean": seconds,
+            "truncated_fraction": truncated}
+
+
+def test_the_step_metrics_are_the_means_over_the_kept_samples():
+    driver = build("rollout", "rollout", plasmid_rollout.plugin, config=make_config(plasmid_rollout.plugin))
+    groups = [with_metrics(make_group([1.0, 0.0]), [per_sample(3, 2, 0, 0.5, 0.0), per_sample(1, 0, 0, 0.0, 0.0)]),
+              with_metrics(make_group([0.0, 1.0], index=1), [per_sample(4, 3, 2, 1.5, 1.0),
+                                                             per_sample(2, 1, 1, 0.25, 1.0)])]
+    metrics = driver._metrics(groups, 2, {}, 0, 1.0)
+    assert {name: metrics[name] for name in MULTITURN} == {
+        "rollout/turns_mean": 2.5, "rollout/tool_calls_mean": 1.5, "rollout/tool_errors_mean": 0.75,
+        "rollout/tool_seconds_mean": pytest.approx(0.5625), "rollout/truncated_fraction": 0.5}
+
+
+def test_single_turn_samples_add_no_metric():
+    driver = build("rollout", "rollout", plasmid_rollout.plugin, config=make_config(plasmid_rollout.plugin))
+    plain = driver._metrics([make_group([1.0, 0.0])], 1, {}, 0, 1.0)
+    assert not set(plain) & set(MULTITURN)
+    assert set(plain) == {"rollout/groups_launched", "rollout/groups_kept", "rollout/groups_aborted",
+                          "rollout/seconds_generating", "rollout/reward_mean", "rollout/reward_std",
+                          "rollout/response_length_mean", "rollout/response_length_max", "rollout/truncated_frac",
+                          "rollout/tokens_per_second", "rollout/accuracy", "rollout/reward/test"}
+    assert sample_metrics(make_group([1.0]).samples) == {}
+
+
+def test_a_name_only_some_samples_carry_is_averaged_over_those():
+    group = make_group([1.0, 0.0, 0.0])
+    group.samples[0].metadata = {"rollout_metrics": {"turns_mean": 4.0}}
+    group.samples[1].metadata = {"rollout_metrics": {"turns_mean": 2.0}}
+    assert sample_metrics(group.samples) == {"rollout/turns_mean": 3.0}
+
+
+def test_a_sample_reset_to_its_prompt_drops_its_metrics():
+    group = with_metrics(make_group([1.0]), [per_sample(3, 2, 0, 0.5, 0.0)])
+    assert reset_to_prompt(group.samples[0]).metadata == {"source": "x"}
