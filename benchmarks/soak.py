@@ -130,7 +130,8 @@ def soak(args: argparse.Namespace) -> Tally:
                 "--save-interval", str(args.save_interval), "--eval-interval", "10", "--run-dir", str(run_dir)]
         if ray:
             base += ["--runtime", "ray", "--engines", "2", "--placement", "disaggregate",
-                     "--ray-num-cpus", "4", "--weight-sync", "objectstore"]
+                     "--ray-num-cpus", "4", "--weight-sync", "objectstore",
+                     "--ray-engine-restarts", "1000"]  # survival is measured here, not the restart budget
         finished = soak_one_run(base, run_dir, ray, rng, env, fault_log, deadline, args, tally)
         check_run(run_dir, args.steps if finished else None, tally, ray)
         run_index += 1
