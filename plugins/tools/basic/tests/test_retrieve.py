@@ -9,7 +9,7 @@ from pathlib import Path
 
 import plasmid_basic_tools.plugin
 import pytest
-from plasmid_basic_tools.retrieve import BM25Index, Retrieve, load_documents, tokenize
+from plasmid_basic_tools.retrieve import BM25Index, Retrieve, _cached, load_documents, read_documents, tokenize
 
 from plasmid.errors import UsageError
 from plasmid.protocols import Tool, ToolError
@@ -171,6 +171,29 @@ def test_an_empty_file_is_a_start_up_error(tmp_path):
     path.write_text("")
     with pytest.raises(UsageError, match="the file has no documents"):
         make_config(plasmid_basic_tools.plugin, tools=["calculator,retrieve"], retrieve_docs=path)
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("\n\n  \n", "the file has no documents"),
+    ('{"text": "a"}\n{"body": "b"}\n', "docs.jsonl:2: the row has no 'text' key"),
+])
+def test_a_file_without_usable_documents_is_a_start_up_error(tmp_path, content, message):
+    path = tmp_path / "docs.jsonl"
+    path.write_text(content)
+    with pytest.raises(UsageError, match=message):
+        make_config(plasmid_basic_tools.plugin, tools=["retrieve"], retrieve_docs=path)
+
+
+def test_the_file_is_read_once_while_it_is_unchanged(tmp_path):
+    path = tmp_path / "docs.txt"
+    path.write_text("alpha\n\nbeta")
+    assert read_documents(path) == ["alpha", "beta"] and read_documents(path) is not read_documents(path)
+    config = make_config(plasmid_basic_tools.plugin, tools=["retrieve"], retrieve_docs=path)
+    hits = _cached.cache_info().hits
+    build("tool", "retrieve", plasmid_basic_tools.plugin, config=config)
+    assert _cached.cache_info().hits > hits
+    path.write_text("gamma delta epsilon")  # another size: a changed file even where mtimes are coarse
+    assert read_documents(path) == ["gamma delta epsilon"]
 
 
 def test_the_file_is_checked_only_when_retrieve_is_chosen():

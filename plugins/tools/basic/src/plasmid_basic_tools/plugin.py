@@ -23,17 +23,17 @@ def chosen_tools(config: Config) -> list[str]:
 
 @hookimpl
 def plasmid_configure(config: Config) -> None:
-    """When ``retrieve`` is among ``--tools``, ``--retrieve-docs`` must name a non-empty file,
-    checked before any model or engine is built (the tool parses it when it is built)."""
+    """When ``retrieve`` is among ``--tools``, ``--retrieve-docs`` must name a file of documents
+    that can be used, checked (read and parsed) before any model or engine is built; the tool
+    indexes the same documents without reading the file again."""
     if "retrieve" not in chosen_tools(config):
         return
-    path = RetrieveOptions.of(config).retrieve_docs
-    if path is None:
+    options = RetrieveOptions.of(config)
+    if options.retrieve_docs is None:
         raise UsageError("--tools retrieve needs --retrieve-docs PATH (a .jsonl or .txt file of documents)")
-    if not path.is_file():
-        raise UsageError(f"--retrieve-docs {path}: no such file")
-    if path.stat().st_size == 0:
-        raise UsageError(f"--retrieve-docs {path}: the file has no documents")
+    from plasmid_basic_tools.retrieve import read_documents
+
+    read_documents(options.retrieve_docs, options.retrieve_text_key)
 
 
 @hookimpl

@@ -2,9 +2,10 @@
 
 Documents come from ``--retrieve-docs``: a ``.jsonl`` file (one JSON object a line, its text under
 ``--retrieve-text-key``; blank lines are skipped) or a ``.txt`` file (one document a paragraph:
-paragraphs are separated by one or more blank lines). The index is built once, when the tool is
-built at start-up; a missing, unreadable or empty file, or a malformed line, is a one-line
-:class:`~plasmid.errors.UsageError` naming the file (and line).
+paragraphs are separated by one or more blank lines). With ``--tools retrieve`` the file is read
+and checked at start-up (``plasmid_configure``), before anything is built or written, and the
+index is built once, when the tool is built; a missing, unreadable or empty file, or a malformed
+line, is a one-line :class:`~plasmid.errors.UsageError` naming the file (and line).
 
 Text is tokenized as lower-cased runs of letters and digits (``\\w+``, Unicode-aware). A document's
 score for a query is ``sum over query terms t of idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b *
@@ -16,6 +17,7 @@ returned, best first, ties in file order.
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import json
 import math
@@ -67,6 +69,21 @@ def load_documents(path: Path, text_key: str = "text") -> list[str]:
     if not documents:
         raise UsageError(f"{flag} {path}: the file has no documents")
     return documents
+
+
+@functools.lru_cache(maxsize=4)
+def _cached(path: Path, text_key: str, stamp: tuple[int, int]) -> tuple[str, ...]:
+    return tuple(load_documents(path, text_key))
+
+
+def read_documents(path: Path, text_key: str = "text") -> list[str]:
+    """:func:`load_documents`, read once per process while the file is unchanged (start-up checks
+    the file and the tool then indexes the same documents without reading it again)."""
+    try:
+        info = path.stat()
+    except OSError:
+        return load_documents(path, text_key)  # the one-line error for a missing or unreadable path
+    return list(_cached(path.resolve(), text_key, (info.st_mtime_ns, info.st_size)))
 
 
 def _jsonl_documents(path: Path, text: str, key: str) -> list[str]:
@@ -166,7 +183,7 @@ class Retrieve:
         if options.retrieve_docs is None:
             raise UsageError("--tools retrieve needs --retrieve-docs PATH (a .jsonl or .txt file of documents)")
         self.options = options
-        self.index = BM25Index(load_documents(options.retrieve_docs, options.retrieve_text_key),
+        self.index = BM25Index(read_documents(options.retrieve_docs, options.retrieve_text_key),
                                k1=options.retrieve_bm25_k1, b=options.retrieve_bm25_b)
 
     def arguments(self, arguments: dict[str, Any]) -> tuple[str, int]:
