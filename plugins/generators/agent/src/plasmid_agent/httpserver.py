@@ -76,6 +76,8 @@ async def serve(handler: Handler, host: str = "127.0.0.1", port: int = 0) -> asy
                     return
         except (ConnectionError, asyncio.IncompleteReadError):
             return
+        except asyncio.CancelledError:  # the loop is ending with the connection open (a client kept it alive)
+            return
         finally:
             writer.close()
 

@@ -26,7 +26,7 @@ def plasmid_defaults(config: Config) -> None:
 @hookimpl
 def plasmid_configure(config: Config) -> None:
     """``--generate agent`` needs ``--agent``, which is loaded now (a bad one stops the run before
-    anything is built); ``--reward agent`` needs ``--generate agent``."""
+    anything is built); a given ``--reward agent`` needs ``--generate agent``."""
     agent = AgentOptions.of(config).agent
     generate = config.option.generate
     rewards = [name for name, _ in getattr(config.option, "reward_weights", None) or []]
@@ -37,7 +37,7 @@ def plasmid_configure(config: Config) -> None:
         from plasmid_agent.loader import load_agent
 
         load_agent(agent)
-    if "agent" in rewards and generate != "agent":
+    if "agent" in rewards and generate != "agent" and config.is_given("reward"):
         raise UsageError("--reward agent scores what the agent function returned, so it needs --generate agent "
                          "--agent MODULE:FUNC")
 

@@ -1,0 +1,34 @@
+"""End to end: ``plasmid train --generate agent --agent FILE:FUNC`` on the quickstart's tiny model
+(CPU, no downloads), the README's ten-line agent driving it through the real ``openai`` client."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+AGENT = Path(__file__).parent / "agents.py"
+
+
+@pytest.mark.timeout(240)
+def test_plasmid_train_with_an_openai_agent_exits_0_and_trains_on_the_engines_logprobs(tmp_path):
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run([sys.executable, "-m", "plasmid.cli", "train", "--generate", "agent",
+                           "--agent", f"{AGENT}:answer", "--num-rollouts", "2", "--prompts-per-step", "4",
+                           "--n-samples-per-prompt", "4", "--agent-concurrency", "8", "--eval-interval", "0",
+                           "--save-interval", "0", "--run-dir", str(run_dir)],
+                          capture_output=True, text=True, env=env, timeout=220)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "generate=agent" in proc.stderr and "reward=agent" in proc.stderr
+    assert "Traceback" not in proc.stderr and "CancelledError" not in proc.stderr
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    assert len(metrics) == 2
+    for step in metrics:
+        assert step["train/samples"] == 16.0 and "rollout/reward/agent" in step
+        assert 0.0 <= step["rollout/reward_mean"] <= 1.0
+        assert step["train/train_rollout_logprob_abs_diff"] <= 1e-4, "the gateway's log-probs are the engine's"
