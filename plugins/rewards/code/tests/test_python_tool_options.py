@@ -16,7 +16,7 @@ def test_the_typed_read_gives_the_declared_defaults():
     options = PythonToolOptions.of(make_config(plasmid_code.plugin))
     assert options == PythonToolOptions.defaults()
     assert (options.python_tool_timeout, options.python_tool_memory_mb, options.python_tool_max_output_kb,
-            options.python_tool_concurrency) == (10.0, 512, 64, 2)
+            options.python_tool_concurrency) == (5.0, 512, 64, 2)
 
 
 def test_the_options_become_the_limits_of_one_call():

@@ -33,8 +33,8 @@ class CodeOptions(Options, group="code", description="the 'code' reward: tests r
 
 
 class PythonToolOptions(Options, group="python tool", description="the 'python' tool: model code run in the sandbox"):
-    python_tool_timeout: float = option(10.0, "wall-clock seconds per call of the 'python' tool (as many CPU "
-                                              "seconds, rounded up)", gt=0)
+    python_tool_timeout: float = option(5.0, "wall-clock seconds per call of the 'python' tool (as many CPU "
+                                             "seconds, rounded up); keep it under --tool-timeout", gt=0)
     python_tool_memory_mb: int = option(512, "address-space limit of each process of a 'python' call (MiB)", min=1)
     python_tool_max_output_kb: int = option(64, "output a 'python' call may print (KiB); more stops the program",
                                             min=1)

@@ -8,9 +8,9 @@ its stderr goes to its stdout, so warnings and ``print(..., file=sys.stderr)`` a
 
 The answer to a call:
 
-- the program finished (exit status 0): its output, or ``(no output)``;
+- the program finished (exit status 0): its output (trailing newlines removed), or ``(no output)``;
 - it raised (or exited with a non-zero status): its output, then the tail of its traceback (the
-  runner's own frames removed), so an error is shown even after a long output;
+  runner's own frames removed) or the exit status, so an error is shown even after a long output;
 - it was stopped by the sandbox (time limit, output cap, a signal such as the CPU limit): a
   :class:`~plasmid.protocols.ToolError` saying why, with the start of its output.
 
@@ -102,8 +102,14 @@ def tail(text: str, chars: int) -> str:
     return "...\n" + (cut[newline + 1:] if 0 <= newline < len(cut) - 1 else cut)
 
 
+def _joined(output: str, error: str) -> str:
+    """The output, then the error, each without trailing newlines, one line break between."""
+    output, error = output.rstrip("\n"), error.rstrip("\n")
+    return f"{output}\n{error}" if output else error
+
+
 class PythonTool:
-    """``await python({"code": "print(2 ** 100)"}, sample)`` -> ``"1267650600228229401496703205376\\n"``.
+    """``await python({"code": "print(2 ** 100)"}, sample)`` -> ``"1267650600228229401496703205376"``.
 
     Built once per run; calls share one :class:`Sandbox` (at most ``--python-tool-concurrency``
     runs at once per event loop) and keep no other state. Each run waits in the sandbox's
@@ -163,13 +169,13 @@ class PythonTool:
             raise ToolError(self._stopped(f"the program printed more than {self.limits.output_bytes // 1024} KiB "
                                           f"and was stopped", output))
         if found:
-            return (output + "\n" if output else "") + tail(error, ERROR_TAIL_CHARS)
+            return _joined(output, tail(error, ERROR_TAIL_CHARS))
         if result.returncode is None or result.returncode < 0:
             signal = f" by signal {-result.returncode}" if result.returncode is not None else ""
             raise ToolError(self._stopped(f"the program was killed{signal} (CPU or memory limit?)", output))
         if result.returncode != 0:
-            return f"{output}\n(exit status {result.returncode})" if output else f"(exit status {result.returncode})"
-        return output or "(no output)"
+            return _joined(output, f"(exit status {result.returncode})")
+        return output.rstrip("\n") or "(no output)"
 
     @staticmethod
     def _stopped(reason: str, output: str) -> str:
