@@ -45,3 +45,13 @@ def test_an_agent_file_that_fails_to_import_is_named(tmp_path):
     broken.write_text("raise ImportError('no openai here')\n")
     with pytest.raises(UsageError, match=r"importing .*broken.py failed: ImportError: no openai here"):
         make_config(plasmid_agent.plugin, generate="agent", agent=f"{broken}:agent")
+
+
+def test_a_relative_agent_file_is_made_absolute_for_processes_elsewhere(tmp_path, monkeypatch):
+    """Ray actors run configure again in another working directory: they must find the file."""
+    monkeypatch.chdir(AGENTS.parent)
+    config = make_config(plasmid_agent.plugin, generate="agent", agent="./agents.py:answer")
+    assert config.option.agent == f"{AGENTS}:answer"
+    monkeypatch.chdir(tmp_path)
+    assert AgentOptions.of(make_config(plasmid_agent.plugin, generate="agent",
+                                       agent=config.option.agent)).agent == f"{AGENTS}:answer"

@@ -33,8 +33,20 @@ def load_agent(spec: str) -> Callable[..., Any]:
     return value  # type: ignore[no-any-return]
 
 
+def is_file_target(target: str) -> bool:
+    return target.endswith(".py") or "/" in target
+
+
+def absolute_spec(spec: str) -> str:
+    """``spec`` with a file target made absolute (``./a.py:f`` -> ``/cwd/a.py:f``); a module spec as it is."""
+    target, _, attribute = spec.rpartition(":")
+    if not is_file_target(target):
+        return spec
+    return f"{Path(target).expanduser().resolve()}:{attribute}"
+
+
 def _load_module(spec: str, target: str) -> Any:
-    if target.endswith(".py") or "/" in target:
+    if is_file_target(target):
         path = Path(target).expanduser().resolve()
         if not path.is_file():
             raise UsageError(f"--agent {spec!r}: no file {target}")

@@ -26,7 +26,8 @@ def plasmid_defaults(config: Config) -> None:
 @hookimpl
 def plasmid_configure(config: Config) -> None:
     """``--generate agent`` needs ``--agent``, which is loaded now (a bad one stops the run before
-    anything is built); a given ``--reward agent`` needs ``--generate agent``."""
+    anything is built; a file path is made absolute, for processes with another working directory);
+    a given ``--reward agent`` needs ``--generate agent``."""
     agent = AgentOptions.of(config).agent
     generate = config.option.generate
     rewards = [name for name, _ in getattr(config.option, "reward_weights", None) or []]
@@ -34,9 +35,10 @@ def plasmid_configure(config: Config) -> None:
         if agent is None:
             raise UsageError("--generate agent needs --agent MODULE:FUNC (or ./file.py:FUNC): the agent function "
                              "to run for each prompt")
-        from plasmid_agent.loader import load_agent
+        from plasmid_agent.loader import absolute_spec, load_agent
 
         load_agent(agent)
+        config.option.agent = absolute_spec(agent)  # processes started elsewhere (Ray actors) find the file
     if "agent" in rewards and generate != "agent" and config.is_given("reward"):
         raise UsageError("--reward agent scores what the agent function returned, so it needs --generate agent "
                          "--agent MODULE:FUNC")
