@@ -67,12 +67,18 @@ class GenerationOutput:
     weight_version: int
 
 
+#: ``Sample.metadata`` key naming the part of a mixture a prompt came from (a dataset's name):
+#: set by data sources that mix, it makes the rollout driver log reward and accuracy per part.
+SUBSET_KEY = "subset"
+
+
 @dataclass
 class Sample:
     """One prompt and one response, with everything the trainer needs.
 
     ``tokens`` holds prompt and response ids; the response is its last ``response_length``
     tokens. ``loss_mask`` and ``rollout_logprobs`` are aligned with the response tokens.
+    ``metadata`` is free-form; :data:`SUBSET_KEY` has a meaning there.
     """
 
     prompt: str | list[dict[str, str]] = ""

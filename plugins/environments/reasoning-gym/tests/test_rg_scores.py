@@ -70,7 +70,8 @@ def test_the_label_rebuilds_the_entry_the_prompt_came_from(served):
         entry = reasoning_gym.create_dataset(sample.label["dataset"], **sample.label["config"])[sample.label["index"]]
         prompt = sample.prompt if isinstance(sample.prompt, str) else sample.prompt[-1]["content"]
         assert entry["question"] in prompt
-        assert sample.metadata == {"dataset": sample.label["dataset"], "answer": entry["answer"]}
+        assert sample.metadata == {"dataset": sample.label["dataset"], "subset": sample.label["dataset"],
+                                   "answer": entry["answer"]}
 
 
 def test_the_reward_equals_reasoning_gyms_own_scorer(served):

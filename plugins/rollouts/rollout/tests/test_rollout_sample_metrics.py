@@ -57,3 +57,18 @@ def test_a_name_only_some_samples_carry_is_averaged_over_those():
 def test_a_sample_reset_to_its_prompt_drops_its_metrics():
     group = with_metrics(make_group([1.0]), [per_sample(3, 2, 0, 0.5, 0.0)])
     assert reset_to_prompt(group.samples[0]).metadata == {"source": "x"}
+
+
+def test_samples_of_a_mixture_add_reward_and_accuracy_per_subset():
+    from plasmid_rollout.driver import subset_metrics
+
+    group = make_group([1.0, 0.0, 1.0, 1.0])
+    for sample, (subset, exact) in zip(group.samples, [("add", 1.0), ("add", 0.0), ("sort", 1.0), ("sort", 0.5)],
+                                       strict=True):
+        sample.metadata = {"subset": subset}
+        sample.reward_components = {"exact": exact, "format": 1.0}
+    assert subset_metrics(group.samples, "rollout/reward", "rollout/accuracy") == {
+        "rollout/reward/exact/add": 0.5, "rollout/reward/format/add": 1.0, "rollout/accuracy/add": 0.5,
+        "rollout/reward/exact/sort": 0.75, "rollout/reward/format/sort": 1.0, "rollout/accuracy/sort": 0.5}
+    plain = make_group([1.0, 0.0])
+    assert subset_metrics(plain.samples, "rollout/reward", "rollout/accuracy") == {}

@@ -10,7 +10,7 @@ from plasmid.errors import UsageError
 from plasmid.groups import GroupStream, make_group
 from plasmid.kernel_options import GeneralOptions, RolloutOptions
 from plasmid.options import Options
-from plasmid.types import Group
+from plasmid.types import SUBSET_KEY, Group
 from plasmid_reasoning_gym import gym
 from plasmid_reasoning_gym.mixture import Split
 from plasmid_reasoning_gym.options import ReasoningGymOptions
@@ -24,7 +24,7 @@ class ReasoningGymSource(GroupStream):
     Each sample has ``prompt`` (see :mod:`plasmid_reasoning_gym.prompts`), ``tokens`` (its ids
     under ``--model``'s tokenizer), ``label = {"dataset", "config", "index"}`` (what the
     ``reasoning-gym`` reward needs to rebuild the entry exactly: reasoning-gym entries hold
-    tuples and other values JSON would change) and ``metadata = {"dataset": NAME, "answer":
+    tuples and other values JSON would change) and ``metadata = {"dataset": NAME, "subset": NAME, "answer":
     the entry's answer}``. Training walks the ``train`` split's ``--rg-size`` entries endlessly,
     epoch ``e`` in the order of a shuffle keyed by the split and ``e``; the eval split is the
     ``eval`` split's ``--rg-eval-size`` entries in order. The state is the stream's position, so
@@ -58,7 +58,7 @@ class ReasoningGymSource(GroupStream):
         tokens = self.encoder.encode(prompt, f"reasoning-gym {split.split} entry {k} ({split.locate(k)[0]})")
         label = split.label(k)
         answer = entry.get("answer")
-        return prompt, tokens, label, {"dataset": label["dataset"],
+        return prompt, tokens, label, {"dataset": label["dataset"], SUBSET_KEY: label["dataset"],
                                        "answer": answer if isinstance(answer, str) else None}
 
     def epoch_order(self, epoch: int) -> list[int]:

@@ -19,7 +19,9 @@ Per-sample metrics of a generate function: a generate function may put ``name ->
 ``sample.metadata["rollout_metrics"]`` (:data:`SAMPLE_METRICS_KEY`; the multi-turn one puts
 ``turns_mean``, ``tool_calls_mean``, ``tool_errors_mean``, ``tool_seconds_mean``,
 ``truncated_fraction``); the step's metrics then hold ``rollout/<name>``, the mean over the kept
-samples that carry the name. Samples without it (single-turn) add no metric.
+samples that carry the name. Samples without it (single-turn) add no metric. Samples whose
+``metadata["subset"]`` names the part of a mixture they came from add reward and accuracy per
+part (:func:`subset_metrics`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from plasmid.config import Config
 from plasmid.context import RolloutContext
 from plasmid.kernel_options import GeneralOptions, RolloutOptions, ScheduleOptions
 from plasmid.options import Options
-from plasmid.types import Group, RolloutBatch, Sample, SamplingParams, Status, Verdict
+from plasmid.types import SUBSET_KEY, Group, RolloutBatch, Sample, SamplingParams, Status, Verdict
 from plasmid_rollout.options import RolloutDriverOptions
 
 #: How long aborted generation may take to return before its task is cancelled (seconds).
@@ -67,6 +69,27 @@ def sample_metrics(samples: list[Sample]) -> dict[str, float]:
             for name, value in values.items():
                 columns.setdefault(str(name), []).append(float(value))
     return {f"rollout/{name}": sum(values) / len(values) for name, values in columns.items()}
+
+
+def subset_metrics(samples: list[Sample], reward: str, accuracy: str) -> dict[str, float]:
+    """Per part of a mixture (``metadata[SUBSET_KEY]``, see :data:`plasmid.types.SUBSET_KEY`):
+    ``<reward>/<component>/<subset>`` means of each reward component and ``<accuracy>/<subset>``
+    (primary component >= 1); empty when no sample names a subset."""
+    parts: dict[str, list[Sample]] = {}
+    for sample in samples:
+        subset = sample.metadata.get(SUBSET_KEY)
+        if isinstance(subset, str):
+            parts.setdefault(subset, []).append(sample)
+    metrics: dict[str, float] = {}
+    for subset, members in sorted(parts.items()):
+        primary = next(iter(members[0].reward_components), None)
+        for name in members[0].reward_components:
+            values = [s.reward_components.get(name, 0.0) for s in members]
+            metrics[f"{reward}/{name}/{subset}"] = sum(values) / len(values)
+        if primary is not None:
+            metrics[f"{accuracy}/{subset}"] = sum(s.reward_components.get(primary, 0.0) >= 1.0
+                                                  for s in members) / len(members)
+    return metrics
 
 
 class AsyncRolloutDriver:
@@ -206,6 +229,7 @@ class AsyncRolloutDriver:
             values = [s.reward_components.get(name, 0.0) for s in samples]
             metrics[f"rollout/reward/{name}"] = sum(values) / len(values)
         metrics.update(sample_metrics(samples))
+        metrics.update(subset_metrics(samples, "rollout/reward", "rollout/accuracy"))
         return metrics
 
     # ------------------------------------------------------------------ evaluation
@@ -222,4 +246,5 @@ class AsyncRolloutDriver:
             "eval/reward": sum(s.reward or 0.0 for s in scored) / len(scored),
             "eval/accuracy": sum(s.reward_components.get(primary, 0.0) >= 1.0 for s in scored) / len(scored),
             "eval/response_length_mean": sum(s.response_length for s in scored) / len(scored),
+            **subset_metrics(scored, "eval/reward", "eval/accuracy"),
         }
