@@ -57,11 +57,14 @@ def _rank(rank: int, model_dir: str, store: str, out: str) -> None:
 
 
 @pytest.mark.timeout(600)
-def test_a_nan_loss_on_one_rank_refuses_the_step_on_every_rank(tmp_path):
+def test_a_nan_loss_on_one_rank_refuses_the_step_on_every_rank(tmp_path, monkeypatch):
     from plasmid_torch.tiny import build_tiny_model
 
     model_dir = build_tiny_model(tmp_path / "tiny")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # pytest imports this file as plugins.trainers.torchtrain.tests...: the spawned ranks unpickle
+    # _rank by that name, so they need the repository root on their path (spawn passes sys.path on)
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[4]))
     mp.spawn(_rank, args=(str(model_dir), str(tmp_path / "store"), str(tmp_path)), nprocs=WORLD, join=True)
     ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(WORLD)]
     for result in ranks:
