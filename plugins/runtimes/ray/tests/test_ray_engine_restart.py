@@ -106,3 +106,33 @@ def test_an_engine_dead_when_a_weight_sync_starts_gets_the_new_version(ray_clust
     for index, engine_weights in enumerate(served):
         for name, value in weights.items():
             assert np.array_equal(engine_weights[name], value), f"engine {index}: {name}"
+
+
+def test_an_engine_killed_while_starting_is_started_again(ray_cluster, tmp_path, capfd, monkeypatch):
+    """An engine actor whose process dies before it is ready (killed, out of memory) is started
+    again in its bundle instead of failing the run's start."""
+    from plasmid_ray.engines import EnginePool
+
+    spawn, killed = EnginePool.spawn, []
+
+    def spawn_and_kill_the_first(self, index):
+        actor = spawn(self, index)
+        if index == 1 and not killed:
+            killed.append(actor)
+            ray.kill(actor)                  # the process dies before ready() returns
+        return actor
+
+    monkeypatch.setattr(EnginePool, "spawn", spawn_and_kill_the_first)
+    startup = start(options(tmp_path / "run", "objectstore"))
+    runtime = instantiate(startup.registry.get("runtime", "ray"), startup.config)
+
+    async def scenario():
+        session = await runtime.start(startup)
+        try:
+            return await session.driver.run(session.ctx, 0)
+        finally:
+            await session.shutdown()
+
+    batch = asyncio.run(scenario())
+    assert killed and len(batch.groups) == PROMPTS
+    assert "engine 1 died while starting" in capfd.readouterr().err

@@ -259,16 +259,37 @@ class EnginePool:
         return ray.remote(EngineHost).options(**options).remote(self.config, index, resources.cpus)
 
     async def start(self) -> list[EngineProxy]:
-        """Create every engine actor and wait until each has built its engine."""
-        actors = [self.spawn(index) for index in range(len(self.placement.engine_bundles))]
+        """Create every engine actor and wait until each has built its engine (see :meth:`_start_one`)."""
+        actors: list[Any] = [None] * len(self.placement.engine_bundles)
         try:
-            infos = await asyncio.gather(*(wait_ready(actor, f"engine {index}") for index, actor in enumerate(actors)))
+            infos = await asyncio.gather(*(self._start_one(index, actors) for index in range(len(actors))))
         except BaseException:
-            self.kill(actors)
+            self.kill(actor for actor in actors if actor is not None)
             raise
         self.proxies = [EngineProxy(self, index, actor, info) for index, (actor, info) in
                         enumerate(zip(actors, infos, strict=True))]
         return list(self.proxies)
+
+    async def _start_one(self, index: int, actors: list[Any]) -> dict[str, Any]:
+        """Start engine ``index`` (its actor is kept in ``actors[index]``); its ``ready()`` info.
+
+        An actor whose process died while starting (killed, out of memory: not an exception in
+        its constructor, which would only fail again) is started again in its bundle, at most
+        ``--ray-engine-restarts`` times, like an engine that dies while serving."""
+        import ray
+
+        for attempt in range(self.max_restarts + 1):
+            actors[index] = self.spawn(index)
+            try:
+                return await wait_ready(actors[index], f"engine {index}")
+            except ProviderError as error:
+                died = error.__cause__
+                if (not isinstance(died, ray.exceptions.RayActorError) or died.actor_init_failed
+                        or attempt == self.max_restarts):
+                    raise
+                report(f"engine {index} died while starting ({creation_error(died)}); starting it again in its "
+                       f"bundle (restart {attempt + 1} of at most {self.max_restarts})")
+        raise AssertionError("unreachable")
 
     def current_version(self) -> int:
         """The newest weight version any engine serves (what a restarted engine is synced to)."""

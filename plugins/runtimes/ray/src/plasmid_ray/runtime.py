@@ -32,7 +32,7 @@ from plasmid.kernel_options import ScheduleOptions
 from plasmid.options import Options
 from plasmid.protocols import RolloutDriver, RolloutEngine, SupportsRestarts, Trainer, WeightSync
 from plasmid.registry import Registry
-from plasmid.session import Session, build_rollout_context, instantiate
+from plasmid.session import Session, build_rollout_context, instantiate, prepare
 from plasmid.startup import Startup
 from plasmid.types import Group, RolloutBatch, SamplingParams, SyncReport
 from plasmid_ray.balance import BalancedRolloutContext
@@ -148,6 +148,7 @@ class RayRuntime:
 
     async def _start(self, startup: Startup, config: Config, registry: Registry) -> Session:
         option = config.option  # provider choices
+        prepare(config, registry)  # what the actors load must exist first (a recipe's tiny model); idempotent
         self.placement = place(config, self.connection.gpus)
         report(f"placement ({ScheduleOptions.of(config).placement}): {self.placement.describe()}")
         self.pool = EnginePool(config, self.placement)
