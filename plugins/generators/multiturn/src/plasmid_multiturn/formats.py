@@ -11,9 +11,11 @@ A format is a small provider (``--tool-call-format``, :data:`FORMATS`) with four
   answer, up to where the model speaks again. Its token ids are appended as they are: the history
   is never decoded and encoded again.
 
-Both formats parse calls in the Hermes / Qwen style that most tool-calling chat templates use,
-``<tool_call>{"name": NAME, "arguments": {...}}</tool_call>`` (``arguments`` may also be a JSON
-string of an object, as in OpenAI's API).
+``tagged`` and ``chat-template`` parse calls in the Hermes / Qwen style that most tool-calling chat
+templates use, ``<tool_call>{"name": NAME, "arguments": {...}}</tool_call>`` (``arguments`` may also
+be a JSON string of an object, as in OpenAI's API). ``compact`` is for models too small to spell
+JSON (the quickstart's tiny model on ``--task toolcalc``): ``<call>12*34</call>`` calls the
+``calculator`` tool with that expression.
 """
 
 from __future__ import annotations
@@ -211,5 +213,59 @@ class ChatTemplate:
         return rendered[len(expected):]
 
 
+COMPACT_OPEN, COMPACT_CLOSE = "<call>", "</call>"
+RESULT_OPEN, RESULT_CLOSE = "<result>", "</result>"
+#: The tool a compact call calls, and the argument its text becomes.
+COMPACT_TOOL, COMPACT_ARGUMENT = "calculator", "expression"
+_COMPACT_CALL = re.compile(re.escape(COMPACT_OPEN) + r"(.*?)" + re.escape(COMPACT_CLOSE), re.DOTALL)
+
+
+class Compact:
+    """``--tool-call-format compact``: ``<call>EXPRESSION</call>`` in the model's text calls the
+    ``calculator`` tool with ``{"expression": EXPRESSION}`` (surrounding blanks stripped), and the
+    answer is appended as ``<result>ANSWER</result>``. The prompt's tokens are the data source's.
+
+    Made for tokenizers that cannot spell the tagged JSON call in few tokens (the quickstart's
+    character tokenizer has the four tags as single tokens for ``--task toolcalc``, so ``</call>``
+    ends the turn). An answer is appended only with the characters the tokenizer can encode (a
+    character tokenizer without letters still gets the digits of an error message, never a crash).
+    """
+
+    def prompt_ids(self, tokenizer: Tokenizer, sample: Sample, tools: Mapping[str, Tool],
+                   conversation: Conversation) -> list[int]:
+        return list(sample.prompt_tokens)
+
+    def stop_token_ids(self, tokenizer: Tokenizer) -> tuple[int, ...]:
+        return single_token(tokenizer, COMPACT_CLOSE)
+
+    def find_call(self, text: str) -> FoundCall | None:
+        match = _COMPACT_CALL.search(text)
+        if match is None:
+            return None
+        return FoundCall(match.end(), name=COMPACT_TOOL, arguments={COMPACT_ARGUMENT: match.group(1).strip()})
+
+    def tool_turn(self, tokenizer: Tokenizer, conversation: Conversation, turn_text: str, call: FoundCall,
+                  answer: str, tools: Mapping[str, Tool]) -> str:
+        return f"{RESULT_OPEN}{spellable(tokenizer, answer)}{RESULT_CLOSE}"
+
+
+def spellable(tokenizer: Tokenizer, text: str) -> str:
+    """``text`` without the characters ``tokenizer`` cannot encode (all of it when it encodes whole)."""
+    try:
+        tokenizer.encode(text, add_special_tokens=False)
+        return text
+    except Exception:  # noqa: BLE001 - a tokenizer without some character (no unknown token) raises
+        pass
+    kept = []
+    for char in text:
+        try:
+            tokenizer.encode(char, add_special_tokens=False)
+        except Exception:  # noqa: BLE001 - as above
+            continue
+        kept.append(char)
+    return "".join(kept)
+
+
 #: ``--tool-call-format`` -> the format's class.
-FORMATS: dict[str, type[Tagged] | type[ChatTemplate]] = {"tagged": Tagged, "chat-template": ChatTemplate}
+FORMATS: dict[str, type[Tagged] | type[ChatTemplate] | type[Compact]] = {
+    "tagged": Tagged, "chat-template": ChatTemplate, "compact": Compact}
