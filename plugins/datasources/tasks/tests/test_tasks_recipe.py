@@ -7,13 +7,14 @@ from plasmid_tasks import plugin
 from plasmid_tasks.encoding import char_token_ids
 from plasmid_tasks.source import TaskSource
 from plasmid_tasks.tasks import TASK_NAMES, make_task
+from plasmid_tasks.toolcalc import TOOLCALC_ALPHABET, toolcalc_tokenizer
 
 from plasmid import hookimpl
 from plasmid.errors import UsageError
 from plasmid.kernel_options import GeneralOptions, RolloutOptions
 from plasmid.testing import build, make_config
 from plasmid_torch.hf import load_tokenizer
-from plasmid_torch.tiny import char_tokenizer
+from plasmid_torch.tiny import DIGITS_ALPHABET, char_tokenizer
 from plasmid_torch.trainer_options import TrainerOptions
 
 
@@ -114,9 +115,13 @@ def test_recipe_samples_carry_the_tiny_models_token_ids(tmp_path):
 
 @pytest.mark.parametrize("name", TASK_NAMES)
 def test_direct_char_encoding_equals_the_char_tokenizer(name):
-    tokenizer = char_tokenizer()
+    toolcalc = name == "toolcalc"
+    tokenizer = toolcalc_tokenizer() if toolcalc else char_tokenizer()
+    alphabet = TOOLCALC_ALPHABET if toolcalc else DIGITS_ALPHABET
     task = make_task(name, length=4, digits=3)
     for item in (0, 7, task.domain_size // 2, task.domain_size - 1):
         prompt, label = task.example(item)
-        assert char_token_ids(prompt) == tokenizer(prompt)["input_ids"]
-        assert char_token_ids(label) == tokenizer(label)["input_ids"]
+        assert char_token_ids(prompt, alphabet) == tokenizer(prompt)["input_ids"]
+        assert char_token_ids(label, alphabet) == tokenizer(label)["input_ids"]
+        if not toolcalc:
+            assert char_token_ids(prompt) == tokenizer(prompt)["input_ids"]

@@ -10,18 +10,25 @@ from plasmid_torch.tiny import BOS_ID, DIGITS_ALPHABET, SPECIAL_TOKENS
 CHAR_IDS = {char: len(SPECIAL_TOKENS) + position for position, char in enumerate(DIGITS_ALPHABET)}
 
 
-def char_token_ids(prompt: str) -> list[int]:
-    """``[<bos>] + one id per character``: what ``plasmid_torch.tiny.char_tokenizer()(prompt)`` gives,
-    computed directly (no tokenizer object, no transformers import)."""
-    return [BOS_ID] + [CHAR_IDS[char] for char in prompt]
+def char_token_ids(prompt: str, alphabet: str = DIGITS_ALPHABET) -> list[int]:
+    """``[<bos>] + one id per character``: what ``plasmid_torch.tiny.char_tokenizer(alphabet)(prompt)``
+    gives, computed directly (no tokenizer object, no transformers import)."""
+    ids = CHAR_IDS if alphabet == DIGITS_ALPHABET else _char_ids(alphabet)
+    return [BOS_ID] + [ids[char] for char in prompt]
+
+
+@functools.lru_cache(maxsize=4)
+def _char_ids(alphabet: str) -> dict[str, int]:
+    return {char: len(SPECIAL_TOKENS) + position for position, char in enumerate(alphabet)}
 
 
 class PromptEncoder:
     """Encodes task prompts with the tokenizer of ``model`` (a local Hugging Face model
-    directory), or with :func:`char_token_ids` when ``model`` is ``None``."""
+    directory), or with :func:`char_token_ids` of ``alphabet`` when ``model`` is ``None``."""
 
-    def __init__(self, model: str | None) -> None:
+    def __init__(self, model: str | None, alphabet: str = DIGITS_ALPHABET) -> None:
         self._tokenizer = None
+        self._alphabet = alphabet
         if model is not None:
             from plasmid_torch.hf import load_tokenizer
 
@@ -35,5 +42,5 @@ class PromptEncoder:
     @functools.lru_cache(maxsize=1 << 16)  # noqa: B019 - one encoder per run; the cache lives as long
     def _encode(self, prompt: str) -> tuple[int, ...]:
         if self._tokenizer is None:
-            return tuple(char_token_ids(prompt))
+            return tuple(char_token_ids(prompt, self._alphabet))
         return tuple(self._tokenizer(prompt)["input_ids"])

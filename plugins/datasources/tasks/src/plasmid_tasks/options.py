@@ -11,9 +11,13 @@ from plasmid_tasks.tasks import Task, TaskName, make_task
 class TaskOptions(Options, group="tasks", description="built-in synthetic tasks (--datasource tasks, the quickstart)"):
     task: TaskName = option("mod10", "which task")
     task_length: int = option(3, "digits in a reverse/digitsum prompt", min=1)
-    task_digits: int = option(2, "digits of each addition operand", min=1)
+    task_digits: int = option(2, "digits of each addition or toolcalc operand", min=1,
+                              default_text="2; 3 with --task toolcalc")
     task_eval_size: int = option(200, "prompts held out for evaluation (all tasks but mod10, whose eval split is "
                                       "all 100)", min=1)
+    toolcalc_warmup_steps: int = option(300, "--task toolcalc: supervised steps on demonstrations of the tool "
+                                            "call when the recipe builds the tiny model (0: none; RL alone never "
+                                            "finds the call)", min=0)
     task_arch: Literal["qwen2", "llama"] = option("qwen2", "architecture of the tiny model built when --model is "
                                                            "not given")
 

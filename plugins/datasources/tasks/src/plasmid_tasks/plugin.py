@@ -1,4 +1,5 @@
-"""Hook implementations of plasmid-tasks: options, the quickstart recipe, the ``tasks`` source."""
+"""Hook implementations of plasmid-tasks: options, the quickstart recipe, the ``tasks`` source, and
+the ``final-answer`` reward of ``--task toolcalc``."""
 
 from __future__ import annotations
 
@@ -26,3 +27,8 @@ def plasmid_defaults(config: Config) -> None:
 @hookimpl
 def plasmid_datasources(register: Callable[..., None]) -> None:
     register("tasks", "plasmid_tasks.source:TaskSource", default=True)
+
+
+@hookimpl
+def plasmid_rewards(register: Callable[..., None]) -> None:
+    register("final-answer", "plasmid_tasks.toolcalc:FinalAnswer")

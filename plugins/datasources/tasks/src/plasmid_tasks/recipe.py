@@ -14,6 +14,13 @@ options are checked. It fills only what the user left unset:
   trainers' default (:class:`plasmid_torch.trainer_options.TrainerOptions`).
 - ``--max-new-tokens``: the task's answer length (the answer is exactly that many characters,
   one token each with the char tokenizer; the engine also stops on ``<eos>``).
+
+``--task toolcalc`` (:mod:`plasmid_tasks.toolcalc`) differs: ``--task-digits`` defaults to 3; the
+tiny model has the toolcalc tokenizer and a short supervised warm start (``--toolcalc-warmup-steps``);
+``--lr`` 1e-3 (measured: at 5e-4 the reward with tools rises about half as fast), ``--max-new-tokens``
+the longest model turn (the call) and ``--max-response-tokens`` the whole right conversation
+(call, tool answer, final answer); and, with any model, ``--max-turns 2`` (the call, then the
+answer), ``--tool-call-format compact`` and ``--reward final-answer``.
 """
 
 from __future__ import annotations
@@ -25,23 +32,53 @@ from plasmid.errors import UsageError
 from plasmid.kernel_options import GeneralOptions
 from plasmid_tasks.options import TaskOptions
 from plasmid_tasks.split import TaskSplit
+from plasmid_tasks.tasks import Task
 
 QUICKSTART_LR = 5e-4
+TOOLCALC_LR = 1e-3
+TOOLCALC_DIGITS = 3
 #: The tiny model's shape (its FFN is 4 x hidden = 256, fixed by :func:`plasmid_torch.tiny.tiny_config`).
 TINY_MODEL_SHAPE = {"hidden_size": 64, "num_layers": 2, "num_heads": 4, "max_positions": 64,
                     "tie_word_embeddings": True}
 
 
 def apply_quickstart_recipe(config: Config) -> None:
-    """Validate the task options and fill ``model``, ``lr`` and ``max_new_tokens`` if unset."""
+    """Validate the task options and fill ``model``, ``lr`` and ``max_new_tokens`` if unset (and,
+    for toolcalc, the multi-turn options and the reward; see the module docstring)."""
+    if config.option.task == "toolcalc":
+        config.set_default("task_digits", TOOLCALC_DIGITS)
     tasks, general = TaskOptions.of(config), GeneralOptions.of(config)
     task = tasks.build_task()
     TaskSplit(task, tasks.task_eval_size, general.seed)  # a bad --task-eval-size fails now, not at build
+    if task.name == "toolcalc":
+        _apply_toolcalc_recipe(config, task, tiny=general.model is None)
+        return
     if general.model is None:
         _check_fits_tiny_model(task.key, len(task.example(0)[0]), task.answer_length)
         config.set_default("model", str(tiny_model_dir(config)))
         config.set_default("lr", QUICKSTART_LR)
     config.set_default("max_new_tokens", task.answer_length)
+
+
+def _apply_toolcalc_recipe(config: Config, task: Task, *, tiny: bool) -> None:
+    from plasmid.kernel_options import reward_weights
+    from plasmid_tasks.toolcalc import conversation_positions
+
+    prompt, turn, response = conversation_positions(task.digits)  # type: ignore[attr-defined]
+    if tiny:
+        needed = prompt + response
+        if needed > TINY_MODEL_SHAPE["max_positions"]:
+            raise UsageError(
+                f"task {task.key} needs {needed} positions but the quickstart's tiny model has "
+                f"{TINY_MODEL_SHAPE['max_positions']}; choose a smaller --task-digits or give --model")
+        config.set_default("model", str(tiny_model_dir(config)))
+        config.set_default("lr", TOOLCALC_LR)
+        config.set_default("max_new_tokens", turn)
+        config.set_default("max_response_tokens", response)
+    config.set_default("max_turns", 2)
+    config.set_default("tool_call_format", "compact")
+    if config.set_default("reward", ["final-answer"]):
+        config.option.reward_weights = reward_weights(config)
 
 
 def tiny_model_dir(config: Config) -> Path:
@@ -54,6 +91,15 @@ def prepare_tiny_model(config: Config) -> None:
     (or the user gave ``--model``). Writes only ``<run dir>/model``."""
     model_dir = tiny_model_dir(config)
     if config.is_given("model") or GeneralOptions.of(config).model != str(model_dir) or model_dir.exists():
+        return
+    tasks = TaskOptions.of(config)
+    if tasks.task == "toolcalc":
+        from plasmid_tasks.toolcalc import build_toolcalc_model
+
+        task = tasks.build_task()
+        held_out = frozenset(TaskSplit(task, tasks.task_eval_size, GeneralOptions.of(config).seed).eval_items)
+        build_toolcalc_model(model_dir, seed=GeneralOptions.of(config).seed, arch=tasks.task_arch, task=task,
+                             held_out=held_out, warmup_steps=tasks.toolcalc_warmup_steps, shape=TINY_MODEL_SHAPE)
         return
     from plasmid_torch.tiny import build_tiny_model
 

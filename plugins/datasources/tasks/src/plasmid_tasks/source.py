@@ -14,6 +14,8 @@ from plasmid_tasks.encoding import PromptEncoder
 from plasmid_tasks.options import TaskOptions
 from plasmid_tasks.recipe import prepare_tiny_model
 from plasmid_tasks.split import TaskSplit
+from plasmid_tasks.toolcalc import TOOLCALC_ALPHABET
+from plasmid_torch.tiny import DIGITS_ALPHABET
 
 
 class TaskSource(GroupStream):
@@ -39,7 +41,8 @@ class TaskSource(GroupStream):
         super().__init__(RolloutOptions.of(config).n_samples_per_prompt)
         self.task = tasks.build_task()
         self.split = TaskSplit(self.task, tasks.task_eval_size, general.seed)
-        self.encode = PromptEncoder(general.model)
+        self.encode = PromptEncoder(general.model, TOOLCALC_ALPHABET if self.task.name == "toolcalc" else
+                                    DIGITS_ALPHABET)
 
     # ------------------------------------------------------------------------------- training
     def next_prompt(self) -> tuple[str, list[int], str, dict[str, Any]]:

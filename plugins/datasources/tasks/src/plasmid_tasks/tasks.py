@@ -1,8 +1,9 @@
 """The synthetic tasks: every prompt of a task is an item ``0 <= item < domain_size``.
 
 A task maps an item to its prompt and its label, the exact answer string the ``match`` reward
-compares with the decoded response. All prompts and answers use only the quickstart alphabet
-(digits, ``+``, ``=``, ``>``; :data:`plasmid_torch.tiny.DIGITS_ALPHABET`).
+compares with the decoded response. All prompts and answers but toolcalc's use only the quickstart
+alphabet (digits, ``+``, ``=``, ``>``; :data:`plasmid_torch.tiny.DIGITS_ALPHABET`); toolcalc's
+prompts have ``*`` and its tiny model has a tokenizer of its own (:mod:`plasmid_tasks.toolcalc`).
 
 =========  ==================  ======================================  ===================
 task       prompt              label                                   answer length
@@ -12,11 +13,20 @@ reverse    ``<L digits>>``     the digits reversed                     L (``--ta
 digitsum   ``<L digits>=``     the sum of the digits modulo 10         1
 addition   ``a+b=``            ``a + b`` zero-padded to D + 1 digits,  D + 1 (``--task-digits``)
                                with D-digit zero-padded operands
+toolcalc   ``a*b=``            ``a * b`` in digits, with D-digit       2D
+                               operands whose product has 2D digits
+                               (317 to 999 for D = 3, D is
+                               ``--task-digits``, 3 unless given)
 =========  ==================  ======================================  ===================
+
+toolcalc is meant for ``--generate multiturn --tools calculator``: a model that cannot multiply
+(the quickstart's tiny one) answers right only by calling the calculator and copying its answer
+(see :mod:`plasmid_tasks.toolcalc`).
 """
 
 from __future__ import annotations
 
+import math
 import typing
 from dataclasses import dataclass
 from typing import Literal
@@ -89,8 +99,29 @@ class Addition(Task):
         return f"{a:0{self.digits}d}+{b:0{self.digits}d}=", f"{a + b:0{self.digits + 1}d}"
 
 
+def toolcalc_low(digits: int) -> int:
+    """The smallest toolcalc operand: the least ``low`` with ``low**2 >= 10**(2 digits - 1)``, so
+    every product of two operands in ``[low, 10**digits)`` has exactly ``2 digits`` digits."""
+    return math.isqrt(10 ** (2 * digits - 1) - 1) + 1
+
+
+@dataclass(frozen=True)
+class ToolCalc(Task):
+    """``a*b=`` with ``digits``-digit operands ``toolcalc_low(digits) <= a, b < 10**digits`` (for 3
+    digits 317 to 999) -> ``a*b``, always ``2 digits`` digits; item = ``(a - low) * span + (b - low)``
+    with ``span = 10**digits - low``."""
+
+    digits: int = 3
+
+    def example(self, item: int) -> tuple[str, str]:
+        low = toolcalc_low(self.digits)
+        a, b = divmod(item, 10**self.digits - low)
+        a, b = a + low, b + low
+        return f"{a}*{b}=", str(a * b)
+
+
 #: The ``--task`` choices.
-TaskName = Literal["mod10", "reverse", "digitsum", "addition"]
+TaskName = Literal["mod10", "reverse", "digitsum", "addition", "toolcalc"]
 TASK_NAMES: tuple[str, ...] = typing.get_args(TaskName)
 
 
@@ -108,4 +139,7 @@ def make_task(name: str, length: int = 3, digits: int = 2) -> Task:
     if name == "addition":
         return Addition(name, f"addition(digits={digits})", domain_size=10 ** (2 * digits),
                         answer_length=digits + 1, digits=digits)
+    if name == "toolcalc":
+        return ToolCalc(name, f"toolcalc(digits={digits})", domain_size=(10**digits - toolcalc_low(digits)) ** 2,
+                        answer_length=2 * digits, digits=digits)
     raise UsageError(f"unknown --task {name!r}; choose one of {', '.join(TASK_NAMES)}")
