@@ -6,6 +6,7 @@ from typing import Literal
 
 from plasmid.options import Options, option
 from plasmid_tasks.tasks import Task, TaskName, make_task
+from plasmid_tasks.toolcalc import WARMUP_STEPS
 
 
 class TaskOptions(Options, group="tasks", description="built-in synthetic tasks (--datasource tasks, the quickstart)"):
@@ -15,7 +16,7 @@ class TaskOptions(Options, group="tasks", description="built-in synthetic tasks 
                               default_text="2; 3 with --task toolcalc")
     task_eval_size: int = option(200, "prompts held out for evaluation (all tasks but mod10, whose eval split is "
                                       "all 100)", min=1)
-    toolcalc_warmup_steps: int = option(300, "--task toolcalc: supervised steps on demonstrations of the tool "
+    toolcalc_warmup_steps: int = option(WARMUP_STEPS, "--task toolcalc: supervised steps on demonstrations of the tool "
                                             "call when the recipe builds the tiny model (0: none; RL alone never "
                                             "finds the call)", min=0)
     task_arch: Literal["qwen2", "llama"] = option("qwen2", "architecture of the tiny model built when --model is "

@@ -1,12 +1,12 @@
 """``--task toolcalc``: multiplication that the quickstart's tiny model can do only with the calculator.
 
 The conversation a right answer takes (``--generate multiturn --tools calculator
---tool-call-format compact``, which the recipe defaults to), for ``123*456=``::
+--tool-call-format compact``, which the recipe defaults to), for ``417*356=``::
 
-    prompt (data source)   <bos> 1 2 3 * 4 5 6 =
-    model turn 1           <call> 1 2 3 * 4 5 6 </call>          (</call> ends the turn)
-    tool (loss_mask 0)     <result> 5 6 0 8 8 </result>
-    model turn 2           5 6 0 8 8 <eos>
+    prompt (data source)   <bos> 4 1 7 * 3 5 6 =
+    model turn 1           <call> 4 1 7 * 3 5 6 </call>          (</call> ends the turn)
+    tool (loss_mask 0)     <result> 1 4 8 4 5 2 </result>
+    model turn 2           1 4 8 4 5 2 <eos>
 
 The reward :class:`FinalAnswer` (``--reward final-answer``, the recipe's default for toolcalc) is
 1.0 when the text after the last tool answer equals the label exactly. Without tools the call is
@@ -19,11 +19,15 @@ characters; letters and punctuation so that a tool's error message can be spelle
 tags of the compact format as single tokens. The quickstart's tokenizer is untouched.
 
 A random model never writes a right call by chance (8 specific tokens, then 6 more to copy), so
-RL alone has nothing to reinforce. When the recipe builds the model it gives it a short warm start
-(:func:`warm_start`, ``--toolcalc-warmup-steps``): that many steps of supervised learning on
-demonstrations of the conversation above, from training items only, the loss on the model's
-tokens only. It is kept short on purpose: it teaches the format, but most answers are still wrong
-(the copies are inexact); RL makes them right.
+RL alone has nothing to reinforce (measured: after a warm start that taught the call but left
+every final answer wrong, reward 0.000 over 60 RL steps). When the recipe builds the model it gives it a short
+warm start (:func:`warm_start`, ``--toolcalc-warmup-steps``, 300 by default, about 15 CPU-seconds):
+supervised steps on demonstrations from training items only, the loss on the model's tokens only,
+half of which call the calculator and half of which answer at once (:data:`WARMUP_CALL_FRACTION`).
+So the model starts out calling on about half of the prompts, with inexact copies, and RL learns
+that calling pays (with the calculator) and to copy exactly. Measured (seed 0, 16 prompts x 8
+samples): reward 0.46 at step 0, 0.8-0.88 from step 6 on, tool calls 0.52 -> 0.98 per sample;
+without tools 0.000 throughout. Other seeds start from 0.16-0.63 (the warm start's copies differ).
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ TOOL_ANSWER_ENDS = (RESULT_CLOSE, "</tool_response>")
 #: The toolcalc tokenizer's characters: the quickstart alphabet, ``*``, then the rest of printable ASCII.
 TOOLCALC_ALPHABET = DIGITS_ALPHABET + "*" + "".join(
     char for char in string.printable[:95] if char not in DIGITS_ALPHABET + "*")
-#: Warm-start steps when ``--toolcalc-warmup-steps`` is not given, and their learning rate and batch.
+#: ``--toolcalc-warmup-steps``'s default, and the warm start's learning rate and batch.
 WARMUP_STEPS, WARMUP_LR, WARMUP_BATCH = 300, 3e-3, 32
 #: The share of warm-start demonstrations that call the calculator (the others answer at once).
 WARMUP_CALL_FRACTION = 0.5
@@ -110,8 +114,9 @@ def build_toolcalc_model(directory: Path, *, seed: int, arch: str, task: Any, he
 def warm_start(model: Any, tokenizer: Any, task: Any, held_out: frozenset[int], *, steps: int, seed: int,
                lr: float = WARMUP_LR, batch_size: int = WARMUP_BATCH,
                call_fraction: float = WARMUP_CALL_FRACTION) -> list[float]:
-    """``steps`` AdamW steps of next-token cross-entropy on :func:`demonstration` conversations
-    of random training items (``held_out`` excluded), on the model's tokens only. Deterministic
+    """``steps`` AdamW steps (constant ``lr``) of next-token cross-entropy on
+    :func:`demonstration` conversations of random training items (``held_out`` excluded; a share
+    ``call_fraction`` of them call the calculator), on the model's tokens only. Deterministic
     for a ``seed``. :returns: the loss of each step."""
     import torch
 
