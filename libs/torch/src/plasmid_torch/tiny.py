@@ -117,6 +117,14 @@ def build_tiny_model(directory: str | os.PathLike[str], *, alphabet: str = DIGIT
     config = tiny_config(len(tokenizer), arch=arch, **config_kwargs)
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config)
+    return save_model_dir(model, tokenizer, target)
+
+
+def save_model_dir(model: Any, tokenizer: Any, directory: str | Path) -> Path:
+    """Write ``model`` and ``tokenizer`` as the Hugging Face directory ``directory``, whole or not
+    at all: into a staging directory beside it, renamed into place (``FileExistsError`` if
+    ``directory`` exists; never overwritten)."""
+    target = Path(directory)
     staging = target.with_name(target.name + ".tmp")
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)

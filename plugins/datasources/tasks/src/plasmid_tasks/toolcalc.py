@@ -92,7 +92,7 @@ def build_toolcalc_model(directory: Path, *, seed: int, arch: str, task: Any, he
     import torch
     import transformers
 
-    from plasmid_torch.tiny import tiny_config
+    from plasmid_torch.tiny import save_model_dir, tiny_config
 
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
@@ -101,14 +101,7 @@ def build_toolcalc_model(directory: Path, *, seed: int, arch: str, task: Any, he
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config)
     warm_start(model, tokenizer, task, held_out, steps=warmup_steps, seed=seed)
-    staging = directory.with_name(directory.name + ".tmp")
-    model.save_pretrained(staging)
-    tokenizer.save_pretrained(staging)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    if directory.exists():
-        raise FileExistsError(f"{directory} exists; not overwriting a model directory")
-    staging.rename(directory)
-    return directory
+    return save_model_dir(model, tokenizer, directory)
 
 
 def warm_start(model: Any, tokenizer: Any, task: Any, held_out: frozenset[int], *, steps: int, seed: int,
