@@ -227,8 +227,9 @@ class Compact:
 
     Made for tokenizers that cannot spell the tagged JSON call in few tokens (the quickstart's
     character tokenizer has the four tags as single tokens for ``--task toolcalc``, so ``</call>``
-    ends the turn). An answer is appended only with the characters the tokenizer can encode (a
-    character tokenizer without letters still gets the digits of an error message, never a crash).
+    ends the turn). (The generate loop keeps only the characters of an answer the tokenizer can
+    encode, for every format: a character tokenizer without letters still gets the digits of an
+    error message, never a crash.)
     """
 
     def prompt_ids(self, tokenizer: Tokenizer, sample: Sample, tools: Mapping[str, Tool],
@@ -246,11 +247,12 @@ class Compact:
 
     def tool_turn(self, tokenizer: Tokenizer, conversation: Conversation, turn_text: str, call: FoundCall,
                   answer: str, tools: Mapping[str, Tool]) -> str:
-        return f"{RESULT_OPEN}{spellable(tokenizer, answer)}{RESULT_CLOSE}"
+        return f"{RESULT_OPEN}{answer}{RESULT_CLOSE}"
 
 
 def spellable(tokenizer: Tokenizer, text: str) -> str:
-    """``text`` without the characters ``tokenizer`` cannot encode (all of it when it encodes whole)."""
+    """``text`` without the characters ``tokenizer`` cannot encode (all of it when it encodes whole);
+    the generate loop applies it to every tool answer before a format wraps it."""
     try:
         tokenizer.encode(text, add_special_tokens=False)
         return text

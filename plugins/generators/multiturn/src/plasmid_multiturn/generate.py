@@ -53,7 +53,7 @@ from plasmid.kernel_options import ScheduleOptions
 from plasmid.options import Options
 from plasmid.protocols import RolloutView, Tokenizer, ToolError
 from plasmid.types import Sample, SamplingParams, Status
-from plasmid_multiturn.formats import FORMATS, Conversation, FoundCall, TemplateMismatch, ToolCallFormat
+from plasmid_multiturn.formats import FORMATS, Conversation, FoundCall, TemplateMismatch, ToolCallFormat, spellable
 from plasmid_multiturn.options import MultiTurnOptions
 
 #: Keys of ``sample.metadata`` this generate function writes.
@@ -149,6 +149,7 @@ class MultiTurn:
             conversation.tool_errors += int(failed)
             conversation.tool_seconds += seconds
             turn_text = tokenizer.decode(response[conversation.turn_start:], skip_special_tokens=False)
+            answer = spellable(tokenizer, answer)  # every format: a tool's text never crashes the rollout
             try:
                 text = fmt.tool_turn(tokenizer, conversation, turn_text, call, answer, ctx.tools)
             except TemplateMismatch as mismatch:
