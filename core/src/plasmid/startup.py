@@ -110,7 +110,10 @@ def check_run(config: Config, registry: Registry) -> None:
     - a ``--model`` the user gave is an existing directory (a recipe's model is created later);
     - the chosen loss can learn from ``--n-samples-per-prompt`` samples per prompt: a loss class
       declares ``min_samples_per_prompt`` (default 1) when it needs more, as group-normalised
-      advantages do (a group of one has advantage 0, so nothing would be learnt).
+      advantages do (a group of one has advantage 0, so nothing would be learnt);
+    - ``--tools`` is given only with a generate function that calls them: its factory declares
+      ``takes_tools = True`` (see :class:`~plasmid.protocols.GenerateFn`); with any other the
+      tools would be built and never called.
     """
     model = GeneralOptions.of(config).model
     if model and config.is_given("model") and not Path(model).is_dir():
@@ -129,11 +132,33 @@ def check_run(config: Config, registry: Registry) -> None:
                 f"--n-samples-per-prompt, or choose a loss that learns from {n}: "
                 f"{', '.join(usable) or 'none installed'}"
             )
+    tools = list(getattr(config.option, "tools", None) or [])
+    generate = config.option.generate
+    if tools and generate and not takes_tools(registry, generate):
+        callers = sorted(name for name in registry.providers["generate"] if _takes_tools_or_false(registry, name))
+        raise UsageError(
+            f"--tools {','.join(tools)}: --generate {generate} does not call tools, so they would never be used; "
+            f"choose a generate function that does (--generate {' or '.join(callers) or '... (none installed)'}) "
+            f"or drop --tools"
+        )
 
 
 def min_samples_per_prompt(registry: Registry, loss: str) -> int:
     """The loss's ``min_samples_per_prompt`` (1 when it declares none); loads its factory."""
     return int(getattr(registry.get("loss", loss).load(), "min_samples_per_prompt", 1))
+
+
+def takes_tools(registry: Registry, generate: str) -> bool:
+    """Whether generate function ``generate`` calls the run's ``--tools`` (its factory declares
+    ``takes_tools = True``); loads its factory."""
+    return getattr(registry.get("generate", generate).load(), "takes_tools", False) is True
+
+
+def _takes_tools_or_false(registry: Registry, generate: str) -> bool:
+    try:
+        return takes_tools(registry, generate)
+    except PluginError:
+        return False
 
 
 def _min_samples_or_none(registry: Registry, loss: str) -> int | None:

@@ -41,3 +41,28 @@ def test_the_generate_function_reads_its_options_once_when_built(name, cls):
     assert generate.options.budget(16) == 99 and generate.options.tool_timeout == 2.5
     assert generate.mask_offpolicy is True
     assert MultiTurnOptions in MultiTurn.option_classes
+
+
+# ---------------------------------------------------------------------------------- --tools needs a caller
+def test_tools_with_a_generate_function_that_never_calls_them_stops_the_run_before_anything_is_written(
+        tmp_path, capsys):
+    """The default single-turn generate ignores tools: ``--tools`` with it is one line, exit 2, no run directory."""
+    from plasmid.cli import main
+
+    run_dir = tmp_path / "run"
+    code = main(["train", "--task", "toolcalc", "--tools", "calculator", "--run-dir", str(run_dir)])
+    err = capsys.readouterr().err
+    assert code == 2 and not run_dir.exists()
+    assert err.count("\n") == 1 and err.startswith("plasmid: error: --tools calculator: --generate single-turn does "
+                                                   "not call tools"), err
+    assert "--generate multiturn" in err
+
+
+def test_tools_with_the_multiturn_generate_function_passes_the_start_up_check(tmp_path):
+    from plasmid.startup import check_run, start, takes_tools
+
+    startup = start(["--task", "toolcalc", "--generate", "multiturn", "--tools", "calculator",
+                     "--run-dir", str(tmp_path / "run")])
+    check_run(startup.config, startup.registry)
+    assert takes_tools(startup.registry, "multiturn") and not takes_tools(startup.registry, "single-turn")
+    assert not (tmp_path / "run").exists()

@@ -80,6 +80,8 @@ def find_call_in_tokens(fmt: ToolCallFormat, tokenizer: Tokenizer, ids: list[int
 class MultiTurn:
     """Provider ``multiturn`` of ``plasmid_generate_fns``; see the module docstring."""
 
+    #: It calls the run's ``--tools`` (start-up refuses ``--tools`` with a generate function that does not).
+    takes_tools: ClassVar[bool] = True
     option_classes: ClassVar[tuple[type[Options], ...]] = (MultiTurnOptions, ScheduleOptions)
 
     def __init__(self, config: Config) -> None:
