@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -27,6 +28,7 @@ class RolloutContext:
     filters: list[tuple[str, Filter]] = field(default_factory=list)
     sampling: SamplingParams = field(default_factory=SamplingParams)
     tools: Mapping[str, Tool] = field(default_factory=dict)
+    aborting: asyncio.Event = field(default_factory=asyncio.Event)
 
     def engine_for(self, sample: Sample) -> RolloutEngine:
         """The engine that serves ``sample``: round-robin by group, so a group shares one

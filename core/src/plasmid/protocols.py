@@ -21,6 +21,7 @@ protocol, which :class:`plasmid.context.RolloutContext` implements.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -170,6 +171,10 @@ class RolloutView(Protocol):
     :ivar sampling: the training rollout's sampling parameters.
     :ivar tools: the ``--tools`` of the run, built once, by the name the model calls them
         (:attr:`Tool.name`), in the order given; empty without ``--tools``.
+    :ivar aborting: set by the rollout driver when it aborts the step's in-flight work; the
+        driver runs each step and each evaluation with a view of its own whose event is new and
+        unset (so one step's abort never reaches another, or an evaluation). Generate functions
+        read it (see :class:`GenerateFn`), never set it.
     """
 
     config: Config
@@ -181,6 +186,7 @@ class RolloutView(Protocol):
     filters: list[tuple[str, Filter]]
     sampling: SamplingParams
     tools: Mapping[str, Tool]
+    aborting: asyncio.Event
 
     def engine_for(self, sample: Sample) -> RolloutEngine: ...
 
@@ -193,6 +199,21 @@ class GenerateFn(Protocol):
     It must set ``tokens`` (prompt + response), ``response``, ``response_length``,
     ``loss_mask`` (0 on tokens the policy did not produce, e.g. tool output),
     ``rollout_logprobs``, ``status`` and ``weight_version``.
+
+    Capabilities, declared as attributes of the factory (a class attribute):
+
+    - ``takes_tools = True``: it calls the run's ``--tools`` (``ctx.tools``). Start-up refuses
+      ``--tools`` with a generate function that does not declare it (the tools would never run).
+
+    Aborts: when the rollout driver aborts a step's in-flight work it first sets
+    ``ctx.aborting`` (see :class:`RolloutView`), then aborts the engines (their outputs come back
+    ``Status.ABORTED``), then, after a grace period, cancels what is still running. A generate
+    function that awaits anything besides the engine (a tool, an environment) races that wait
+    against ``ctx.aborting`` and, once it is set, starts no new engine request and returns the
+    sample as it stands: ``status`` ``ABORTED``, the tokens, ``loss_mask`` and
+    ``rollout_logprobs`` so far, and whatever it needs to continue in ``metadata`` (with
+    ``--partial-rollout`` the driver gives it back later to be continued; otherwise it is reset to
+    its prompt). One that ignores the event is cancelled and its sample reset to its prompt.
     """
 
     async def __call__(self, ctx: RolloutView, sample: Sample, params: SamplingParams) -> Sample | list[Sample]: ...

@@ -372,3 +372,67 @@ def test_a_finished_sample_is_returned_unchanged():
 def test_it_is_registered_as_a_generate_function():
     assert isinstance(build("generate", "multiturn", plasmid_multiturn.plugin,
                             config=make_config(plasmid_multiturn.plugin)), MultiTurn)
+
+
+@pytest.mark.timeout(60)
+def test_an_abort_during_a_tool_call_returns_the_partial_conversation_which_resumes_at_the_call():
+    """``ctx.aborting`` set while a tool runs: the call is cancelled at once and the sample comes back
+    ``ABORTED`` with the tokens, masks and log-probs so far and its turn state; resumed, it runs the call."""
+    first = ids(call("add", a=1, b=2))
+    engine = ScriptedEngine([Reply(first, logprobs(len(first), 1))])
+
+    class SlowAdd(Add):
+        """Hangs while ``slow`` (counting its calls and cancellations), then adds."""
+
+        slow, calls, cancelled = True, 0, 0
+
+        async def __call__(self, arguments, sample):
+            SlowAdd.calls += 1
+            try:
+                while SlowAdd.slow:
+                    await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                SlowAdd.cancelled += 1
+                raise
+            return await super().__call__(arguments, sample)
+
+    ctx, _ = make_context(engine, [SlowAdd()], tool_timeout=60)
+    prompt_ids = list(prompt_sample().tokens)
+
+    async def abort_mid_call():
+        task = asyncio.ensure_future(ctx.generate(ctx, prompt_sample(), PARAMS))
+        while not SlowAdd.calls:
+            await asyncio.sleep(0.01)
+        ctx.aborting.set()
+        return await asyncio.wait_for(task, 5)
+
+    sample = asyncio.run(abort_mid_call())
+    assert SlowAdd.cancelled == 1 and len(engine.calls) == 1
+    assert sample.status == Status.ABORTED
+    assert sample.tokens == prompt_ids + first and sample.response_length == len(first)
+    assert sample.loss_mask == [1] * len(first) and sample.rollout_logprobs == logprobs(len(first), 1)
+    state = sample.metadata["multiturn"]
+    assert (state["turns"], state["tool_calls"], state["turn_start"]) == (1, 0, 0)
+
+    # a later step (a new, unset event) continues the conversation: the call runs, then the answer
+    rest = ids("3") + [EOS]
+    ctx.engines, ctx.aborting = [ScriptedEngine([Reply(rest, logprobs(len(rest), 100))])], asyncio.Event()
+    SlowAdd.slow = False
+    sample = run_one(ctx, sample)
+    told = ids(answer("3"))
+    assert sample.status == Status.COMPLETED and SlowAdd.calls == 2
+    assert ctx.engines[0].calls[0].prompt_ids == prompt_ids + first + told
+    assert sample.tokens == prompt_ids + first + told + rest
+    assert sample.loss_mask == [1] * len(first) + [0] * len(told) + [1] * len(rest)
+    assert sample.rollout_logprobs == logprobs(len(first), 1) + [0.0] * len(told) + logprobs(len(rest), 100)
+    assert sample.metadata["rollout_metrics"]["turns_mean"] == 2.0
+    assert sample.metadata["rollout_metrics"]["tool_calls_mean"] == 1.0
+
+
+def test_once_the_step_is_aborting_no_new_turn_is_started():
+    first = ids(call("add", a=1, b=2))
+    engine = ScriptedEngine([Reply(first), Reply(ids("3") + [EOS])])
+    ctx, _ = make_context(engine, [Add()])
+    ctx.aborting.set()
+    sample = run_one(ctx, prompt_sample())
+    assert engine.calls == [] and sample.status == Status.ABORTED and sample.response_length == 0

@@ -36,8 +36,11 @@ the conversation's state (:class:`plasmid_multiturn.formats.Conversation`).
 
 Partial rollouts: a sample the driver aborted mid-turn (``ABORTED`` with a response) is continued
 from its tokens and its saved state; with ``--mask-offpolicy-in-partial-rollout`` the tokens
-generated before get ``loss_mask`` 0. An abort during a tool call is the driver cancelling the
-rollout (its samples go back as prompts).
+generated before get ``loss_mask`` 0. Aborts follow :class:`~plasmid.protocols.GenerateFn`'s
+contract: once ``ctx.aborting`` is set, no new turn is started, and a tool call that is running
+is cancelled at once; the sample is returned ``ABORTED`` as it stands (the turn ends at its call,
+the call not counted), and when resumed the call is run again and the conversation goes on. A
+rollout cancelled outright (the driver's grace period ran out) cancels a running call too.
 """
 
 from __future__ import annotations
@@ -45,8 +48,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
+from collections.abc import Coroutine
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from plasmid.config import Config
 from plasmid.kernel_options import ScheduleOptions
@@ -55,6 +59,8 @@ from plasmid.protocols import RolloutView, Tokenizer, ToolError
 from plasmid.types import Sample, SamplingParams, Status
 from plasmid_multiturn.formats import FORMATS, Conversation, FoundCall, TemplateMismatch, ToolCallFormat, spellable
 from plasmid_multiturn.options import MultiTurnOptions
+
+T = TypeVar("T")
 
 #: Keys of ``sample.metadata`` this generate function writes.
 STATE_KEY, METRICS_KEY = "multiturn", "rollout_metrics"
@@ -116,6 +122,9 @@ class MultiTurn:
                 conversation.turns += 1
                 conversation.turn_start = len(response)
             so_far = response[conversation.turn_start:]
+            if ctx.aborting.is_set():  # the step is being aborted: no new engine request, no tool call
+                status = Status.ABORTED
+                break
             # a resumed turn may already hold its call (aborted right after it): then run the tool
             found = find_call_in_tokens(fmt, tokenizer, so_far) if in_turn else None
             in_turn = False
@@ -146,7 +155,11 @@ class MultiTurn:
                 status = Status.TRUNCATED
                 break
             call = found[1]
-            answer, failed, seconds = await self.run_tool(ctx, call, sample)
+            ran = await until_aborted(ctx, self.run_tool(ctx, call, sample))
+            if ran is None:  # aborted mid-call: the turn ends at its call, which runs again when resumed
+                status = Status.ABORTED
+                break
+            answer, failed, seconds = ran
             conversation.tool_calls += 1
             conversation.tool_errors += int(failed)
             conversation.tool_seconds += seconds
@@ -214,6 +227,21 @@ class MultiTurn:
             return f"{answer[:limit]} [cut: the answer had {len(answer)} characters, the limit is {limit}]", True, \
                 seconds
         return answer, False, seconds
+
+
+async def until_aborted(ctx: RolloutView, work: Coroutine[Any, Any, T]) -> T | None:
+    """``work``'s result, or ``None`` when ``ctx.aborting`` is set first (``work`` is then
+    cancelled and awaited). A result that is ready when the abort comes is kept."""
+    task = asyncio.ensure_future(work)
+    aborted = asyncio.ensure_future(ctx.aborting.wait())
+    try:
+        await asyncio.wait((task, aborted), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        aborted.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    return task.result() if not task.cancelled() else None
 
 
 def one_line(text: str) -> str:

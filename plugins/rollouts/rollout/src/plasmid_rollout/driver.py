@@ -8,9 +8,10 @@ One step, for a target of ``P = --prompts-per-step`` groups:
    awaited (concurrently with the generation of other groups), then the filters judge it;
 2. whenever the groups still running cannot fill the batch, start more (over-sampled the same
    way), up to ``--rollout-max-launch-factor`` times the initial number in one step;
-3. once ``P`` groups are kept, abort what is still running and return those groups to the data
-   source: reset to their prompts, or with ``--partial-rollout`` keeping the tokens generated so
-   far, which the generate function continues in a later step.
+3. once ``P`` groups are kept, abort what is still running (``ctx.aborting`` set, the engines'
+   requests aborted) and return those groups to the data source: reset to their prompts, or
+   with ``--partial-rollout`` keeping the tokens generated so far (a multi-turn sample mid-tool-
+   call included), which the generate function continues in a later step.
 
 Each sample's sampling seed is derived from ``--seed`` and its index, so a step is reproducible
 whatever the batching or the number of engines.
@@ -115,6 +116,7 @@ class AsyncRolloutDriver:
         wave = math.ceil(target * self.over_sampling)
         budget = wave * self.max_launch_factor
         began = time.perf_counter()
+        ctx = replace(ctx, aborting=asyncio.Event())  # this step's own: set when its unfinished work is aborted
         running: dict[asyncio.Task, Group] = {}
         kept: list[Group] = []
         dropped: Counter = Counter()
@@ -176,13 +178,16 @@ class AsyncRolloutDriver:
     async def _abort(self, ctx: RolloutContext, running: dict[asyncio.Task, Group]) -> int:
         """Abort in-flight generation and give the unfinished groups back to the data source.
 
-        Engines finish their requests as aborted; a task still busy after ``ABORT_GRACE_SECONDS``
-        (a slow generate function) is cancelled. With ``--partial-rollout`` the samples of a
-        group whose generation returned keep their tokens (they are continued later); otherwise
-        every sample goes back as a bare prompt.
+        ``ctx.aborting`` is set first (a generate function waiting on a tool returns its sample
+        as it stands, see :class:`plasmid.protocols.GenerateFn`), then engines finish their
+        requests as aborted; a task still busy after ``ABORT_GRACE_SECONDS`` (a generate function
+        that ignores the event) is cancelled. With ``--partial-rollout`` the samples of a group
+        whose generation returned keep their tokens (they are continued later); otherwise every
+        sample goes back as a bare prompt.
         """
         if not running:
             return 0
+        ctx.aborting.set()
         for engine in ctx.engines:
             await engine.abort_all()
         finished, stragglers = await asyncio.wait(running, timeout=ABORT_GRACE_SECONDS)
@@ -236,6 +241,7 @@ class AsyncRolloutDriver:
     async def evaluate(self, ctx: RolloutContext, groups: list[Group], params: SamplingParams) -> dict[str, float]:
         """One response per eval group with ``params``; ``eval/accuracy`` is the fraction of
         samples whose primary (first) reward is at least 1."""
+        ctx = replace(ctx, aborting=asyncio.Event())  # never set: a step's abort (async schedule) spares the eval
         fresh = [Group([reset_to_prompt(s) for s in g.samples], g.index) for g in groups]
         finished = await asyncio.gather(*(self._generate_group(ctx, g, params) for g in fresh))
         scored = [s for g in finished for s in g.samples]
