@@ -1,7 +1,7 @@
 """The RL math that loss plugins share (imports torch): advantages (group-relative,
 leave-one-out, discounted returns, GAE, whitening, reward shaping), policy losses (PPO-clip,
-GSPO's sequence ratio, CISPO), rollout/train mismatch correction (TIS, IcePop), the critic's
-value loss, KL estimators, and loss aggregation.
+GSPO's sequence ratio, CISPO), rollout/train mismatch correction (TIS, IcePop/MIS, at token or
+sequence level), the critic's value loss, KL estimators, and loss aggregation.
 
 Not imported by ``import plasmid``; loss plugins import it. One definition keeps variants of
 one family (GRPO, Dr. GRPO, DAPO, GSPO, CISPO, RLOO, PPO, REINFORCE++) comparable: they differ
@@ -39,6 +39,9 @@ LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-no
 #: How :func:`rollout_correction` treats a token whose train/rollout ratio leaves the band:
 #: ``truncate`` clamps its weight into the band (TIS), ``mask`` drops it (IcePop).
 ROLLOUT_CORRECTIONS = ("truncate", "mask")
+#: Whose ratio :func:`rollout_correction` weighs a token by (``--tis-mode``): its own, the whole
+#: sequence's product, or the sequence's per-token geometric mean.
+ROLLOUT_CORRECTION_LEVELS = ("token", "sequence", "geometric")
 
 
 # -------------------------------------------------------------------------------------------------
@@ -342,27 +345,52 @@ class RolloutCorrection(NamedTuple):
 
 
 def rollout_correction(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, *, low: float, high: float,
-                       mode: str = "truncate") -> RolloutCorrection:
-    """Truncated importance sampling (TIS, Yao et al. 2025) or its masking variant (IcePop).
+                       mode: str = "truncate", level: str = "token",
+                       mask: torch.Tensor | None = None) -> RolloutCorrection:
+    """Truncated importance sampling (TIS, Yao et al. 2025) or masked importance sampling (MIS;
+    IcePop at token level), at token or sequence level (slime's and verl's rollout correction).
 
-    With ``w = exp(old_logprobs - rollout_logprobs)`` (trainer over engine probability of each
-    sampled token):
+    With ``d = old_logprobs - rollout_logprobs`` (trainer over engine log-probability of each
+    sampled token), the importance ratio ``w`` of a token is, by ``level``:
 
-    - ``truncate``: weight ``clamp(w, low, high)``;
-    - ``mask``: weight ``w`` inside ``[low, high]`` and 0 outside (the token is dropped).
+    - ``token``: ``exp(d)`` of the token itself;
+    - ``sequence``: ``exp(sum of d over the sample's trained tokens)``, the ratio of the whole
+      response's probabilities, the same for each of its tokens;
+    - ``geometric``: ``exp(mean of d over the sample's trained tokens)``, the per-token geometric
+      mean of the sequence ratio (length-independent), the same for each of its tokens.
+
+    Each log-ratio is clamped to ``[-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT]`` before ``exp``. Then, by ``mode``:
+
+    - ``truncate``: weight ``clamp(w, low, high)`` (TIS);
+    - ``mask``: weight ``w`` inside ``[low, high]`` and 0 outside (MIS: the token, or at sequence
+      level the whole sample, is dropped).
 
     :param old_logprobs: ``[B, T]`` the trainer's log-probs of the policy that sampled.
     :param rollout_logprobs: ``[B, T]`` the engine's log-probs of the same tokens.
     :param low: lower edge of the band (``--tis-clip-low``); :param high: upper (``--tis-clip``).
     :param mode: one of :data:`ROLLOUT_CORRECTIONS`.
+    :param level: one of :data:`ROLLOUT_CORRECTION_LEVELS` (``--tis-mode``).
+    :param mask: ``[B, T]`` trained tokens; needed by the sequence levels (masked tokens never
+        enter a sequence's ratio).
     """
     if mode not in ROLLOUT_CORRECTIONS:
         raise ValueError(f"unknown rollout correction {mode!r}; choose one of {ROLLOUT_CORRECTIONS}")
+    if level not in ROLLOUT_CORRECTION_LEVELS:
+        raise ValueError(f"unknown rollout correction level {level!r} (--tis-mode); choose one of "
+                         f"{ROLLOUT_CORRECTION_LEVELS}")
     if not 0 <= low < high:
         raise ValueError(f"the importance-weight band needs 0 <= low < high, got [{low}, {high}] "
                          f"(--tis-clip-low, --tis-clip)")
-    log_ratio = (old_logprobs.detach().float() - rollout_logprobs.float()).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
-    ratio = log_ratio.exp()
+    log_ratio = old_logprobs.detach().float() - rollout_logprobs.float()
+    if level != "token":
+        if mask is None:
+            raise ValueError(f"the {level} rollout correction needs the response mask")
+        trained = mask > 0
+        summed = torch.where(trained, log_ratio, torch.zeros_like(log_ratio)).sum(-1)
+        if level == "geometric":
+            summed = summed / trained.sum(-1).clamp(min=1)
+        log_ratio = summed.unsqueeze(-1).expand_as(log_ratio)
+    ratio = log_ratio.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT).exp()
     outside = (ratio < low) | (ratio > high)
     if mode == "truncate":
         weights = ratio.clamp(low, high)
@@ -503,6 +531,7 @@ __all__ = [
     "KL_ESTIMATORS",
     "LOSS_AGGREGATIONS",
     "ROLLOUT_CORRECTIONS",
+    "ROLLOUT_CORRECTION_LEVELS",
     "WHITEN_EPS",
     "ClippedPolicyLoss",
     "ClippedValueLoss",

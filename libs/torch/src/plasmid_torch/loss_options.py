@@ -64,6 +64,11 @@ class PolicyGradientOptions(Options, group="algorithm",
                           "--tis-clip], drop tokens outside")
     tis_clip: float | None = option(None, "upper edge of the band", default_text="2 for --tis, 5 for --icepop")
     tis_clip_low: float | None = option(None, "lower edge of the band", default_text="0 for --tis, 0.5 for --icepop")
+    # The choices are plasmid_torch.algorithms.ROLLOUT_CORRECTION_LEVELS (a test keeps the two equal).
+    tis_mode: Literal["token", "sequence", "geometric"] = option(
+        "token", "whose importance ratio --tis / --icepop weigh a token by: its own (token), its sequence's "
+        "(sequence: the product of the sample's token ratios; with --icepop the whole sample is masked), or "
+        "the geometric mean of its sequence's (geometric)")
 
     def check(self) -> None:
         if self.kl_coef and self.kl_loss_coef:
@@ -71,6 +76,9 @@ class PolicyGradientOptions(Options, group="algorithm",
                              "not both")
         if self.tis and self.icepop:
             raise UsageError("--tis truncates the importance weights and --icepop masks them: choose one")
+        if self.tis_mode != "token" and not (self.tis or self.icepop):
+            raise UsageError(f"--tis-mode {self.tis_mode} sets the level of a rollout correction: add --tis "
+                             f"(truncate the weights) or --icepop (mask them)")
         low, high = self.tis_band
         if not 0 <= low < high:
             raise UsageError(f"the importance-weight band needs 0 <= --tis-clip-low < --tis-clip, got [{low}, {high}]")

@@ -10,8 +10,8 @@ Options read, once, in ``__init__``: :class:`plasmid_torch.loss_options.PolicyGr
 (``--eps-clip``, ``--eps-clip-high``, ``--eps-clip-c``, ``--kl-coef`` (KL to the reference as a
 reward penalty), ``--kl-loss-coef`` (as a loss term), ``--kl-estimator``, ``--entropy-coef``,
 ``--loss-agg``, ``--advantage-whiten``, ``--overlong-buffer-len``, ``--overlong-penalty-factor``,
-``--tis`` / ``--icepop`` with ``--tis-clip-low`` and ``--tis-clip``), which every loss plugin
-declares; and the kernel's ``--max-new-tokens`` (:class:`plasmid.kernel_options.RolloutOptions`),
+``--tis`` / ``--icepop`` with ``--tis-clip-low``, ``--tis-clip`` and ``--tis-mode``), which every
+loss plugin declares; and the kernel's ``--max-new-tokens`` (:class:`plasmid.kernel_options.RolloutOptions`),
 the constant length of ``seq-mean-token-sum-norm`` and of the overlong shaping.
 """
 
@@ -26,7 +26,7 @@ from plasmid.errors import UsageError
 from plasmid.kernel_options import RolloutOptions
 from plasmid.options import Options
 from plasmid.types import LossBatch
-from plasmid_torch import algorithms
+from plasmid_torch import algorithms, mismatch
 from plasmid_torch.loss_options import PolicyGradientOptions
 
 
@@ -47,11 +47,14 @@ class PolicyGradientLoss:
     - ``kl``: the ``--kl-estimator`` estimate of KL(current || reference), token mean, when the
       reference's log-probs are available; ``kl_loss`` its aggregated loss term;
     - ``entropy``: token mean of the policy's entropy, when given;
-    - when the engine's log-probs are available (whether or not they are corrected for):
-      ``mismatch_abs_diff`` (token mean of ``|old - rollout|``), ``mismatch_kl`` (k3 estimate
-      of KL(engine || trainer)), ``mismatch_ratio_mean`` (token mean of ``exp(old - rollout)``);
-    - with ``--tis`` or ``--icepop``: ``tis_weight_mean`` and ``tis_outside_frac`` (tokens
-      truncated, or dropped by IcePop).
+    - ``ppo_kl``: :func:`plasmid_torch.mismatch.policy_kl` (the same k3 estimate as
+      ``approx_kl``; the recipe logs the first update's as ``train/ppo_kl``). The train/rollout
+      mismatch (``train/mismatch_kl``, ...) is the recipe's, once per step for every loss
+      (:meth:`plasmid_torch.train_step.TrainStep.mismatch_metrics`);
+    - with ``--tis`` or ``--icepop`` (at the level of ``--tis-mode``): ``tis_weight_mean``,
+      ``tis_outside_frac`` (tokens whose ratio left the band), and the same fraction under the
+      name of what the correction did to them: ``tis_truncated_frac`` (``--tis``) or
+      ``tis_masked_frac`` (``--icepop``: their loss dropped).
     """
 
     #: The options classes this loss reads (``plasmid plugins show`` lists their flags); a
@@ -90,6 +93,8 @@ class PolicyGradientLoss:
         self.rollout_correction: str | None = options.rollout_correction
         #: ``(low, high)`` of the importance-weight band (``--tis-clip-low``, ``--tis-clip``)
         self.tis_band: tuple[float, float] = options.tis_band
+        #: ``--tis-mode``: the level of the correction's ratio (token, sequence, geometric)
+        self.tis_level: str = options.tis_mode
         if self.overlong_buffer_length > self.max_response_length:
             raise UsageError(f"--overlong-buffer-len {self.overlong_buffer_length} is longer than --max-new-tokens "
                              f"{self.max_response_length} ({type(self).__name__}): choose a buffer of at most the "
@@ -155,24 +160,26 @@ class PolicyGradientLoss:
         terms = self.token_policy_loss(batch, logprobs)
         metrics: dict[str, float] = {}
         per_token = terms.loss
-        if batch.rollout_logprobs is not None:
-            metrics.update(self.mismatch_metrics(batch))
         if self.rollout_correction is not None:
             rollout = batch.rollout_logprobs
             if rollout is None:
                 raise ValueError("--tis/--icepop need the engine's log-probs but LossBatch.rollout_logprobs is None: "
                                  "use an engine that reports them, or drop the flag")
             correction = algorithms.rollout_correction(batch.old_logprobs, rollout, low=self.tis_band[0],
-                                                       high=self.tis_band[1], mode=self.rollout_correction)
+                                                       high=self.tis_band[1], mode=self.rollout_correction,
+                                                       level=self.tis_level, mask=batch.response_mask)
             per_token = per_token * correction.weights
             metrics["tis_weight_mean"] = float(self.token_mean(correction.weights, batch))
             metrics["tis_outside_frac"] = float(self.token_mean(correction.outside, batch))
+            metrics["tis_masked_frac" if self.rollout_correction == "mask" else "tis_truncated_frac"] = \
+                metrics["tis_outside_frac"]
         pg_loss = self.aggregate(per_token, batch)
         loss = pg_loss
         metrics["pg_loss"] = float(pg_loss.detach())
         metrics["clip_frac"] = float(self.token_mean(terms.clipped, batch))
         metrics["approx_kl"] = float(self.token_mean(
             algorithms.kl_estimate(batch.old_logprobs, logprobs.detach(), "k3"), batch))
+        metrics["ppo_kl"] = mismatch.policy_kl(batch, logprobs)
         if self.dual_clip_c is not None:
             metrics["dual_clip_frac"] = float(self.token_mean(terms.dual_clipped, batch))
         if batch.ref_logprobs is not None:
@@ -196,16 +203,6 @@ class PolicyGradientLoss:
         """Per-token PPO-clip terms of the current log-probs against the old ones."""
         return algorithms.ppo_clip_loss(logprobs, batch.old_logprobs, batch.advantages, eps_clip=self.eps_clip,
                                         eps_clip_high=self.eps_clip_high, dual_clip_c=self.dual_clip_c)
-
-    def mismatch_metrics(self, batch: LossBatch) -> dict[str, float]:
-        """How far the trainer's old log-probs are from the engine's (token means)."""
-        old, rollout = batch.old_logprobs, batch.rollout_logprobs
-        log_ratio = (old - rollout).clamp(-algorithms.LOG_RATIO_LIMIT, algorithms.LOG_RATIO_LIMIT)
-        return {
-            "mismatch_abs_diff": float(self.token_mean((old - rollout).abs(), batch)),
-            "mismatch_kl": float(self.token_mean(algorithms.kl_estimate(rollout, old, "k3"), batch)),
-            "mismatch_ratio_mean": float(self.token_mean(log_ratio.exp(), batch)),
-        }
 
     def aggregate(self, values: torch.Tensor, batch: LossBatch) -> torch.Tensor:
         """``[B, T] -> []`` with ``--loss-agg``, normalised by the step's totals."""

@@ -24,8 +24,10 @@ update) around one shared recipe. One call of :meth:`TrainStep.run` on a
    given the batch with ``total_tokens`` / ``total_samples`` of that chunk;
 8. metrics: the updates' (:func:`plasmid_torch.training.update_metrics`), with a critic
    :func:`~plasmid_torch.training.critic_batch_metrics` and ``train/policy_updated``, the batch's
-   (:func:`~plasmid_torch.training.batch_metrics`), ``train/updates`` (policy updates made) and
-   ``train/seconds``; the step and policy-update counters (:attr:`TrainStep.steps`,
+   (:func:`~plasmid_torch.training.batch_metrics`), the train/rollout mismatch
+   (:meth:`TrainStep.mismatch_metrics`: ``train/mismatch_kl``, ``train/logprob_abs_diff_mean``,
+   ``train/token_prob_ratio_max``, ... and the first update's ``train/ppo_kl``), ``train/updates``
+   (policy updates made) and ``train/seconds``; the step and policy-update counters (:attr:`TrainStep.steps`,
    :attr:`TrainStep.updates`) advance, and a checkpoint saves them.
 
 A bad step is refused whole (:mod:`plasmid_torch.step_guard`): before the first update the recipe
@@ -54,6 +56,7 @@ import torch
 
 from plasmid.protocols import BAD_STEP_PREFIX, Loss
 from plasmid.types import LossBatch, RolloutBatch, Sample
+from plasmid_torch.mismatch import step_mismatch_metrics
 from plasmid_torch.step_guard import StepSnapshot, refused
 from plasmid_torch.trainer_options import TrainerOptions
 from plasmid_torch.training import (
@@ -197,6 +200,7 @@ class TrainStep:
             metrics["train/policy_updated"] = float(train_policy)
         metrics.update(batch_metrics(samples, loss_batch.advantages.cpu(), loss_batch.response_mask.cpu(),
                                      trainer_old))
+        metrics.update(self.mismatch_metrics(loss_batch, trainer_old, per_update if train_policy else []))
         metrics["train/updates"] = float(len(per_update) if train_policy else 0)
         metrics["train/seconds"] = time.perf_counter() - started
         return metrics
@@ -241,6 +245,24 @@ class TrainStep:
             total_samples=len(samples),
         )
         return batch, trainer_old
+
+    @staticmethod
+    def mismatch_metrics(loss_batch: LossBatch, trainer_old: torch.Tensor | None,
+                         per_update: Sequence[dict[str, float]]) -> dict[str, float]:
+        """The step's train/rollout mismatch metrics (:mod:`plasmid_torch.mismatch`), whatever the
+        loss: when the trainer computed old log-probs and the engine reported its own, those of
+        :func:`~plasmid_torch.mismatch.step_mismatch_metrics` on the whole batch; and
+        ``train/ppo_kl`` of the step's first policy update when the loss reports ``ppo_kl``
+        (:func:`~plasmid_torch.mismatch.policy_kl`: its forward passes all precede its optimizer
+        step, so it is the first micro-batch's figure, 0 on-policy)."""
+        metrics: dict[str, float] = {}
+        if trainer_old is not None and loss_batch.rollout_logprobs is not None:
+            found = step_mismatch_metrics(trainer_old, loss_batch.rollout_logprobs.cpu(),
+                                          loss_batch.response_mask.cpu())
+            metrics.update({f"train/{name}": value for name, value in found.items()})
+        if per_update and "ppo_kl" in per_update[0]:
+            metrics["train/ppo_kl"] = per_update[0]["ppo_kl"]
+        return metrics
 
     def counters(self) -> dict[str, int]:
         """``{"steps", "updates"}``, for a checkpoint."""
