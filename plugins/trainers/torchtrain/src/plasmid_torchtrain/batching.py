@@ -8,6 +8,7 @@ is its ``t``-th response token.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ import torch
 
 from plasmid.types import Sample
 from plasmid_torch import ops
+from plasmid_torch.device import Placement
 from plasmid_torch.training import check_samples, pad_rows, response_mask
 
 
@@ -67,26 +69,38 @@ def pad_samples(samples: Sequence[Sample], pad_id: int) -> PaddedBatch:
     return PaddedBatch(input_ids, attention_mask, prompt_lengths, response_lengths, mask, in_response)
 
 
-def response_logprobs(model: Any, batch: PaddedBatch, temperature: float, *,
-                      with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+def response_logprobs(model: Any, batch: PaddedBatch, temperature: float, *, with_entropy: bool = False,
+                      place: Placement | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``model``'s log-probs (and entropy) of each response token at ``temperature``.
 
     Runs under the caller's grad mode. Only the logits that predict response tokens are
-    normalised (``plasmid_torch.ops``, as the engines do).
+    normalised (``plasmid_torch.ops``, in float32, as the engines do). With ``place`` (the
+    trainer's :class:`plasmid_torch.device.Placement`) the ids go to its device and the forward
+    pass runs under its autocast; the results come back to the CPU (differentiably), where the
+    losses' batch tensors are. Without it: the CPU, no autocast.
 
-    :returns: ``([B, T] float32 log-probs, [B, T] float32 entropy or None)``, zero beyond
-        each response.
+    :returns: ``([B, T] float32 log-probs, [B, T] float32 entropy or None)`` on the CPU, zero
+        beyond each response.
     """
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits   # [B, L, V]
-    length, width = batch.input_ids.shape[1], batch.in_response.shape[1]
+    input_ids, attention_mask = batch.input_ids, batch.attention_mask
+    in_response, prompt_lengths = batch.in_response, batch.prompt_lengths
+    autocast: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    if place is not None:
+        input_ids, attention_mask = place.to_device(input_ids), place.to_device(attention_mask)
+        in_response, prompt_lengths = place.to_device(in_response), place.to_device(prompt_lengths)
+        autocast = place.autocast()
+    with autocast:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits               # [B, L, V]
+    length, width = input_ids.shape[1], in_response.shape[1]
     # the logit at position p predicts the token at p + 1: response token t sits at prompt + t
-    predicting = (batch.prompt_lengths.unsqueeze(1) - 1 + torch.arange(width)).clamp(max=length - 2)
+    predicting = (prompt_lengths.unsqueeze(1) - 1 + torch.arange(width, device=input_ids.device)).clamp(
+        max=length - 2)
     picked = logits.gather(1, predicting.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))      # [B, T, V]
-    targets = batch.input_ids.gather(1, predicting + 1)                                      # [B, T]
+    targets = input_ids.gather(1, predicting + 1)                                            # [B, T]
     logprobs = ops.logprobs_from_logits(picked, targets, temperature)
-    zero = torch.zeros((), dtype=logprobs.dtype)
-    logprobs = torch.where(batch.in_response, logprobs, zero)
+    zero = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
+    logprobs = torch.where(in_response, logprobs, zero)
     entropy = None
     if with_entropy:
-        entropy = torch.where(batch.in_response, ops.entropy_from_logits(picked, temperature), zero)
-    return logprobs, entropy
+        entropy = torch.where(in_response, ops.entropy_from_logits(picked, temperature), zero).cpu()
+    return logprobs.cpu(), entropy

@@ -32,12 +32,18 @@ TOKENIZER_PATTERNS = ("tokenizer*", "special_tokens_map.json", "added_tokens.jso
 
 
 def rng_state() -> dict[str, Any]:
-    """The process's torch, Python ``random`` and numpy generator states."""
-    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    """The process's torch, Python ``random`` and numpy generator states (and CUDA's, where torch
+    sees a GPU)."""
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from plasmid_torch.device import Placement
 from plasmid_torch.hf import load_causal_lm
 from plasmid_torchtrain.batching import PaddedBatch
 
@@ -35,23 +36,33 @@ class ValueModel(torch.nn.Module):
         return self.value_head(hidden.float()).squeeze(-1)
 
 
-def load_value_model(model_dir: str | Path) -> ValueModel:
-    """A critic for the causal LM in ``model_dir`` (float32, eval mode: no dropout)."""
-    language_model = load_causal_lm(str(model_dir), "float32")
+def load_value_model(model_dir: str | Path, place: Placement | None = None) -> ValueModel:
+    """A critic for the causal LM in ``model_dir`` (eval mode: no dropout): float32 on the CPU, or
+    where ``place`` says (the backbone in its parameter dtype; the value head stays float32)."""
+    language_model = (place.load_causal_lm(str(model_dir)) if place is not None
+                      else load_causal_lm(str(model_dir), "float32"))
     config = language_model.config
     hidden_size = getattr(config, "hidden_size", None) or config.get_text_config().hidden_size
     critic = ValueModel(language_model.base_model, int(hidden_size))
+    if place is not None and place.device.type != "cpu":
+        critic.value_head.to(place.device)
     return critic.eval().requires_grad_(True)
 
 
-def response_values(critic: ValueModel, batch: PaddedBatch) -> torch.Tensor:
-    """The critic's value of the state before each response token: ``[B, T]`` float32, 0 beyond
-    each response. Runs under the caller's grad mode.
+def response_values(critic: ValueModel, batch: PaddedBatch, place: Placement | None = None) -> torch.Tensor:
+    """The critic's value of the state before each response token: ``[B, T]`` float32 on the CPU,
+    0 beyond each response. Runs under the caller's grad mode; with ``place`` the forward pass runs
+    on its device under its autocast (as :func:`plasmid_torchtrain.batching.response_logprobs`).
 
     Response token ``t`` is predicted at position ``prompt_length - 1 + t`` (as in
     :func:`plasmid_torchtrain.batching.response_logprobs`); its value is read there.
     """
-    values = critic(batch.input_ids, batch.attention_mask)                                 # [B, L]
+    if place is None:
+        values = critic(batch.input_ids, batch.attention_mask)                             # [B, L]
+    else:
+        with place.autocast():
+            values = critic(place.to_device(batch.input_ids), place.to_device(batch.attention_mask))
+        values = values.float().cpu()
     length, width = batch.input_ids.shape[1], batch.in_response.shape[1]
     positions = (batch.prompt_lengths.unsqueeze(1) - 1 + torch.arange(width)).clamp(max=length - 1)
     picked = values.gather(1, positions)

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from plasmid import hookimpl
 from plasmid.config import OptionParser
+from plasmid_torch.device_options import DeviceOptions
 from plasmid_torch.trainer_options import TrainerOptions
+from plasmid_torchtrain.options import TorchtrainOptions
 
 
 @hookimpl
 def plasmid_addoption(parser: OptionParser) -> None:
     parser.add_options(TrainerOptions)
+    parser.add_options(DeviceOptions)
+    parser.add_options(TorchtrainOptions)
 
 
 @hookimpl

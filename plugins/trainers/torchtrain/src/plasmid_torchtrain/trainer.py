@@ -1,4 +1,4 @@
-"""The torch trainer: a Hugging Face causal LM trained in float32 on CPU with the run's loss.
+"""The torch trainer: a Hugging Face causal LM trained with the run's loss, on the CPU or a GPU.
 
 Options read, once, in ``__init__``: ``--model`` (the policy, and the frozen reference when the
 loss needs one; :class:`plasmid.kernel_options.GeneralOptions`), ``--temperature`` (log-probs are
@@ -8,7 +8,15 @@ taken at the sampling temperature, as the engine reports them) and ``--num-rollo
 (:class:`plasmid_torch.trainer_options.TrainerOptions`: ``--lr``, ``--lr-schedule``,
 ``--lr-warmup-steps``, ``--min-lr``, ``--weight-decay``, ``--adam-beta1/2``, ``--clip-grad``,
 ``--global-batch-size``, ``--micro-batch-size``, ``--max-update-ratio``; with a loss that
-``needs_critic``, also ``--critic-lr`` and ``--critic-warmup-steps``, :mod:`.critic`).
+``needs_critic``, also ``--critic-lr`` and ``--critic-warmup-steps``, :mod:`.critic`), the
+"device" group (:class:`plasmid_torch.device_options.DeviceOptions`: ``--device``, ``--precision``,
+``--attn-implementation``, shared with torchgen; AdamW is fused on CUDA) and its own
+(:class:`plasmid_torchtrain.options.TorchtrainOptions`: ``--gradient-checkpointing``,
+``--optimizer-offload``).
+
+Batches are padded on the CPU; each forward pass moves its micro-batch's ids to the device and
+brings the ``[B, T]`` log-probs back, so the losses and the step recipe compute on CPU tensors
+whatever the device (:func:`plasmid_torchtrain.batching.response_logprobs`).
 
 A bad step (a non-finite loss or gradient norm, weights that blow up) is refused whole and leaves
 weights, AdamW states, LR schedules and counters as they were (:mod:`plasmid_torch.step_guard`;
@@ -38,13 +46,15 @@ from plasmid.options import Options
 from plasmid.protocols import Loss
 from plasmid.types import LossBatch, RolloutBatch, Sample
 from plasmid_torch.compute import run_compute
-from plasmid_torch.hf import load_causal_lm
+from plasmid_torch.device import enable_gradient_checkpointing, offload_optimizer_state, placement
+from plasmid_torch.device_options import DeviceOptions
 from plasmid_torch.optimizer_update import optimizer_update
 from plasmid_torch.step_guard import TorchSnapshot
 from plasmid_torch.train_step import CriticParts, StepCounters, TrainerParts, TrainStep
 from plasmid_torch.trainer_options import TrainerOptions
 from plasmid_torch.training import check_trainer_setup, index_chunks
 from plasmid_torchtrain import batching, checkpoint, critic, distributed, schedule, weights
+from plasmid_torchtrain.options import TorchtrainOptions
 
 
 class TorchTrainer(StepCounters):
@@ -61,7 +71,8 @@ class TorchTrainer(StepCounters):
     For the first ``--critic-warmup-steps`` steps only the critic is trained.
     """
 
-    option_classes: ClassVar[tuple[type[Options], ...]] = (TrainerOptions, GeneralOptions, RolloutOptions)
+    option_classes: ClassVar[tuple[type[Options], ...]] = (TrainerOptions, GeneralOptions, RolloutOptions,
+                                                                 DeviceOptions, TorchtrainOptions)
 
     def __init__(self, config: Config, loss: Loss) -> None:
         general = GeneralOptions.of(config)
@@ -75,8 +86,15 @@ class TorchTrainer(StepCounters):
         self.temperature: float = rollout.temperature
         #: this process's data-parallel rank (:mod:`.distributed`; one rank unless a runtime started more)
         self.dp = distributed.DataParallel.current()
-        self.model = load_causal_lm(str(self.model_dir), "float32")
+        #: the torchtrain-only options (memory savers)
+        self.own_options = own = TorchtrainOptions.of(config)
+        #: device and precision (``--device``, ``--precision``, ``--attn-implementation``)
+        self.place = placement(DeviceOptions.of(config), "torchtrain")
+        own.check_device(self.place.device.type)
+        self.model = self.place.load_causal_lm(str(self.model_dir))
         self.model.requires_grad_(True)
+        if own.gradient_checkpointing:
+            enable_gradient_checkpointing(self.model)
         self.ref_model = None
         if loss.needs_ref:
             self.ref_model = copy.deepcopy(self.model).requires_grad_(False)
@@ -88,7 +106,9 @@ class TorchTrainer(StepCounters):
         self.critic: critic.ValueModel | None = None
         critic_parts = None
         if loss.needs_critic:
-            self.critic = critic.load_value_model(self.model_dir)
+            self.critic = critic.load_value_model(self.model_dir, self.place)
+            if own.gradient_checkpointing:
+                enable_gradient_checkpointing(self.critic.backbone)
             self.critic_optimizer = self._adamw(self.critic, options.critic_learning_rate)
             self.critic_scheduler = torch.optim.lr_scheduler.LambdaLR(self.critic_optimizer, lr_multiplier)
             critic_parts = CriticParts(values=self._step_values, update=self._critic_update)
@@ -100,8 +120,11 @@ class TorchTrainer(StepCounters):
 
     def _adamw(self, model: torch.nn.Module, lr: float) -> torch.optim.AdamW:
         options = self.options
-        return torch.optim.AdamW(model.parameters(), lr=lr, betas=(options.adam_beta1, options.adam_beta2),
-                                 weight_decay=options.weight_decay)
+        optimizer = self.place.adamw(model.parameters(), lr=lr, betas=(options.adam_beta1, options.adam_beta2),
+                                     weight_decay=options.weight_decay)
+        if self.own_options.optimizer_offload:
+            offload_optimizer_state(optimizer)
+        return optimizer
 
     # ---------------------------------------------------------------------------------------------
     # Trainer protocol
@@ -139,7 +162,8 @@ class TorchTrainer(StepCounters):
         await run_compute(self.load_checkpoint, path)
 
     async def offload(self) -> None:
-        """Nothing to do: the model lives in CPU memory, which engines do not compete for."""
+        """Nothing to do: on the CPU the model lives in host memory, which engines do not compete
+        for; on a GPU it stays resident (a colocated engine shares the GPU with it)."""
 
     async def onload(self) -> None:
         """Nothing to do (see :meth:`offload`)."""
@@ -221,7 +245,7 @@ class TorchTrainer(StepCounters):
         def micro_losses() -> Iterator[tuple[torch.Tensor, dict[str, float]]]:
             for micro in self.dp.micro_batches(chunk_rows.size, self.options.micro_batch_size):
                 logprobs, entropy = batching.response_logprobs(self.model, chunk_rows.rows(micro), self.temperature,
-                                                               with_entropy=True)
+                                                               with_entropy=True, place=self.place)
                 value, metrics = self.loss.policy_loss(chunk_batch.select(micro), logprobs, entropy)
                 yield value, {"loss": float(value.detach()), **metrics}
 
@@ -244,7 +268,7 @@ class TorchTrainer(StepCounters):
 
         def micro_losses() -> Iterator[tuple[torch.Tensor, dict[str, float]]]:
             for micro in self.dp.micro_batches(chunk_rows.size, self.options.micro_batch_size):
-                values = critic.response_values(self.critic, chunk_rows.rows(micro))
+                values = critic.response_values(self.critic, chunk_rows.rows(micro), self.place)
                 yield self.loss.value_loss(chunk_batch.select(micro), values)
 
         return optimizer_update(self.critic_optimizer, self.critic_scheduler, self.critic.parameters(),
@@ -259,7 +283,7 @@ class TorchTrainer(StepCounters):
         parts = [torch.zeros((0, padded.response_mask.shape[1]))]
         with torch.no_grad():
             for rows in self._row_chunks(padded.size, sharded):
-                values, _ = batching.response_logprobs(model, padded.rows(rows), temperature)
+                values, _ = batching.response_logprobs(model, padded.rows(rows), temperature, place=self.place)
                 parts.append(values)
         return self.dp.gather_rows(torch.cat(parts), padded.size) if sharded else torch.cat(parts)
 
@@ -268,7 +292,7 @@ class TorchTrainer(StepCounters):
         parts = [torch.zeros((0, padded.response_mask.shape[1]))]
         with torch.no_grad():
             for rows in self._row_chunks(padded.size, sharded):
-                parts.append(critic.response_values(self.critic, padded.rows(rows)))
+                parts.append(critic.response_values(self.critic, padded.rows(rows), self.place))
         return self.dp.gather_rows(torch.cat(parts), padded.size) if sharded else torch.cat(parts)
 
     def _row_chunks(self, size: int, sharded: bool) -> Iterator[torch.Tensor]:
