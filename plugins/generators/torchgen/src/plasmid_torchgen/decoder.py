@@ -2,6 +2,12 @@
 
 Everything here runs on the engine's single worker thread (see :mod:`.engine`), under
 ``torch.inference_mode``; nothing here knows about asyncio beyond carrying requests.
+
+On a GPU (``--device``): the model and the KV cache live there (the cache in the compute dtype:
+bfloat16 with ``--precision bf16`` or ``bf16-autocast``); each forward pass moves its ids, mask
+and positions there and brings back only the ``[rows, vocab]`` logits of the last column, which
+are sampled on the CPU with the rows' CPU generators (so a seeded row draws the same tokens on
+every device). CUDA graphs for decoding are not used.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from typing import Any
 
 import torch
 
+from plasmid_torch.device import Placement
 from plasmid_torch.ops import logprobs_from_logits
 from plasmid_torchgen import kv_cache
 from plasmid_torchgen.batch import DecodeBatch, Request
@@ -25,10 +32,12 @@ class Decoder:
     :param model: a causal LM in eval mode (its ``forward`` takes ``input_ids``, a 2-D
         ``attention_mask``, ``position_ids`` and a KV cache).
     :param shared_generator: noise of sampled rows without a seed.
+    :param place: the device and autocast of forward passes (default: the CPU, float32).
     """
 
-    def __init__(self, model: Any, shared_generator: torch.Generator) -> None:
+    def __init__(self, model: Any, shared_generator: torch.Generator, place: Placement | None = None) -> None:
         self.model = model
+        self.place = place if place is not None else Placement(torch.device("cpu"))
         self.shared_generator = shared_generator
         #: the counts of the step in progress (returned by :meth:`step`).
         self.stats = EngineStats()
@@ -95,18 +104,23 @@ class Decoder:
     def score(self, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
         """Log-probs of ``token_ids[prompt_length:]`` from one forward pass without a cache."""
         with torch.inference_mode():
-            input_ids = torch.tensor([token_ids])
-            logits = self.model(input_ids=input_ids, use_cache=False).logits[0, prompt_length - 1:-1]
+            input_ids = self.place.to_device(torch.tensor([token_ids]))
+            with self.place.autocast():
+                logits = self.model(input_ids=input_ids, use_cache=False).logits[0, prompt_length - 1:-1]
             return logprobs_from_logits(logits, input_ids[0, prompt_length:], temperature).tolist()
 
     def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor,
                  cache: kv_cache.DynamicCache) -> torch.Tensor:
         """``[rows, vocab]`` logits of the last input column; appends the inputs to ``cache``."""
-        output = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
-                            use_cache=True, **{self._cache_argument: cache}, **self._last_logits_only)
+        place = self.place
+        with place.autocast():
+            output = self.model(input_ids=place.to_device(input_ids), attention_mask=place.to_device(attention_mask),
+                                position_ids=place.to_device(positions), use_cache=True,
+                                **{self._cache_argument: cache}, **self._last_logits_only)
         self.stats.forward_rows += len(input_ids)
         self.stats.max_batch_size = max(self.stats.max_batch_size, len(input_ids))
-        return output.logits[:, -1]
+        logits = output.logits[:, -1]
+        return logits if logits.device.type == "cpu" else logits.float().cpu()
 
     def _sample(self, batch: DecodeBatch, logits: torch.Tensor) -> tuple[DecodeBatch | None, list[Request]]:
         tokens, logprobs = sample_tokens(logits, batch.sampling, self.shared_generator)

@@ -35,7 +35,8 @@ from plasmid.kernel_options import GeneralOptions
 from plasmid.options import Options
 from plasmid.types import GenerationOutput, SamplingParams, Status
 from plasmid_torch.compute import compute_executor
-from plasmid_torch.hf import load_causal_lm
+from plasmid_torch.device import placement
+from plasmid_torch.device_options import DeviceOptions
 from plasmid_torchgen.batch import DecodeBatch, Request
 from plasmid_torchgen.decoder import Decoder
 from plasmid_torchgen.options import TorchgenOptions
@@ -46,13 +47,16 @@ NamedTensor = tuple[str, Any]
 
 
 class TorchEngine:
-    """Samples from a local Hugging Face causal LM, in float32 on the CPU.
+    """Samples from a local Hugging Face causal LM, on the CPU or a GPU.
 
     Built by the kernel as ``TorchEngine(config)``; reads ``--model`` (the model directory),
-    ``--seed`` (the generator of requests without a seed) and ``--torchgen-max-batch-size``.
+    ``--seed`` (the generator of requests without a seed), ``--torchgen-max-batch-size`` and the
+    "device" group it shares with torchtrain (:class:`plasmid_torch.device_options.DeviceOptions`:
+    ``--device``, ``--precision``: bf16 serves bfloat16 weights, bf16-autocast float32 weights under
+    bfloat16 autocast; ``--attn-implementation``). See :mod:`.decoder` for what runs where.
     """
 
-    option_classes: ClassVar[tuple[type[Options], ...]] = (TorchgenOptions, GeneralOptions)
+    option_classes: ClassVar[tuple[type[Options], ...]] = (TorchgenOptions, GeneralOptions, DeviceOptions)
 
     def __init__(self, config: Config) -> None:
         general = GeneralOptions.of(config)
@@ -61,13 +65,15 @@ class TorchEngine:
             raise UsageError("engine 'torchgen' (plugin plasmid-torchgen) needs --model DIR: a local Hugging Face "
                              "causal-LM directory (the quickstart datasource sets one)")
         self.model_path = str(model_path)
-        self.model = load_causal_lm(self.model_path, dtype="float32")
+        #: device and precision of the served model (``--device``, ``--precision``)
+        self.place = placement(DeviceOptions.of(config), "engine 'torchgen' (plugin plasmid-torchgen)")
+        self.model = self.place.load_causal_lm(self.model_path)
         self.model.requires_grad_(False)
         self.vocab_size: int = self.model.get_input_embeddings().num_embeddings
         self.max_batch_size = TorchgenOptions.of(config).torchgen_max_batch_size
         self._stats = EngineStats()
         shared_generator = torch.Generator().manual_seed(general.seed)
-        self._decoder = Decoder(self.model, shared_generator)
+        self._decoder = Decoder(self.model, shared_generator, self.place)
         self._weights = WeightTable(self.model, self.model_path)
         self._weight_version = 0
         #: the process's compute thread, shared with a trainer in the same process (plasmid_torch.compute)
@@ -175,8 +181,9 @@ class TorchEngine:
         requests that computed it, so no cached prefix outlives a weight update."""
 
     async def release_memory(self) -> None:
-        """Nothing to release: the engine runs on the CPU, in the host memory the trainer also
-        uses; moving the weights elsewhere and back would only add copies."""
+        """Nothing to release: on the CPU the engine uses the host memory the trainer also uses
+        (moving the weights elsewhere and back would only add copies); on a GPU its weights stay
+        resident (the KV cache lives only as long as its requests)."""
 
     async def resume_memory(self) -> None:
         """Nothing to resume (see :meth:`release_memory`)."""

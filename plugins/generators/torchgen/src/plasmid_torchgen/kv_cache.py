@@ -31,7 +31,8 @@ def supports_surgery(cache: DynamicCache) -> bool:
 
 def select_rows(cache: DynamicCache, rows: torch.Tensor) -> None:
     """Keep only ``rows`` (``[kept]`` int64 indices, in the new order), in place."""
-    cache.batch_select_indices(rows)
+    layers = [layer for layer in cache.layers if getattr(layer, "keys", None) is not None]
+    cache.batch_select_indices(rows.to(layers[0].keys.device) if layers else rows)
 
 
 def drop_leading_columns(cache: DynamicCache, count: int) -> None:

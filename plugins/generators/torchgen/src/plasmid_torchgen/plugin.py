@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from plasmid import hookimpl
 from plasmid.config import OptionParser
+from plasmid_torch.device_options import DeviceOptions
 from plasmid_torchgen.options import TorchgenOptions
 
 
 @hookimpl
 def plasmid_addoption(parser: OptionParser) -> None:
     parser.add_options(TorchgenOptions)
+    parser.add_options(DeviceOptions)
 
 
 @hookimpl

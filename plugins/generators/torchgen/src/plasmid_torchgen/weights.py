@@ -45,8 +45,9 @@ class WeightTable:
         return sum(value.numel() * value.element_size() for _target, _name, value in updates)
 
     def read(self, names: Sequence[str]) -> dict[str, np.ndarray]:
-        """Copies of the named tensors as numpy arrays (served dtype)."""
-        return {name: self._target(name).detach().cpu().numpy().copy() for name in names}
+        """Copies of the named tensors as numpy arrays: the served dtype, except bfloat16 (which
+        numpy lacks) read as float32 (exact)."""
+        return {name: _numpy_copy(self._target(name)) for name in names}
 
     def _target(self, name: str) -> torch.Tensor:
         try:
@@ -56,6 +57,13 @@ class WeightTable:
             raise ValueError(f"torchgen: no tensor named '{name}' in the served model ({self.where})"
                              f"{did_you_mean(name, self.tensors)}; names are Hugging Face state_dict names "
                              f"such as '{example}'") from None
+
+
+def _numpy_copy(tensor: torch.Tensor) -> np.ndarray:
+    tensor = tensor.detach()
+    if tensor.dtype == torch.bfloat16:
+        tensor = tensor.float()
+    return tensor.cpu().numpy().copy()
 
 
 def _as_tensor(value: Any) -> torch.Tensor:
