@@ -251,6 +251,37 @@ def plasmid_runtimes(register: Callable[..., None]) -> None:
 
 
 @hookspec
+def plasmid_run_start(config: Config, run_dir: str) -> None:
+    """Observe the start of a run (trackers open their files or runs here).
+
+    Called once by ``plasmid train`` (and ``plasmid replay``), in the driver process, after the
+    run directory's header is written (``config.json``, ``plugins.lock.json``) and every
+    provider is built, before the first step; not called when start-up fails. Every
+    :func:`plasmid_run_start` is followed by one :func:`plasmid_run_end`. An implementation that
+    raises stops the run before its first step (the error names the plugin).
+
+    :param config: the run's final configuration (``config.option``, ``config.to_dict()``).
+    :param run_dir: the run directory (as a string); a tracker may write under it.
+    """
+
+
+@hookspec
+def plasmid_run_end(run_dir: str, metrics: dict[str, float], error: str | None) -> None:
+    """Observe the end of a run that :func:`plasmid_run_start` announced (trackers flush and close).
+
+    Called once, in the driver process, after the loop returned or raised and before the
+    engines and the runtime shut down, also when the run failed or was interrupted.
+    ``metrics.jsonl`` is complete by then. A failing implementation is reported on one line and
+    the others are still called; it never hides the run's own error.
+
+    :param run_dir: the run directory (as a string).
+    :param metrics: the last step's metrics (empty when no step finished).
+    :param error: ``None`` when the run ended normally (all steps, the data used up, a stop
+        signal), else a one-line description of the error that ended it.
+    """
+
+
+@hookspec
 def plasmid_metrics(step: int, metrics: dict[str, float]) -> None:
     """Observe the metrics of one step (loggers, trackers).
 

@@ -12,6 +12,10 @@ The order is what makes a failed start-up leave nothing behind:
    :func:`plasmid.session.prepare` (the recipe's tiny model; the inputs that needed it are built
    right after), the runtime's session (engines, trainer), then the header
    (``config.json``, ``plugins.lock.json``).
+5. The observers' :func:`~plasmid.hookspecs.plasmid_run_start`, the loop, then (whatever the
+   loop did) :func:`~plasmid.hookspecs.plasmid_run_end` and the session's shutdown.
+
+``--save-rollouts DIR`` saves every step's batch (:mod:`plasmid.replay`).
 """
 
 from __future__ import annotations
@@ -19,10 +23,15 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any, TextIO
 
 from plasmid import loop
+from plasmid.config import Config
+from plasmid.errors import PluginError
 from plasmid.families import FAMILIES
 from plasmid.kernel_options import EvalOptions, GeneralOptions, RolloutOptions
+from plasmid.plugins import PluginManager
+from plasmid.replay import add_save_option, saving
 from plasmid.rundir import StartupWrites, check_run_dir, write_header
 from plasmid.runlog import RunLog
 from plasmid.session import Session, build_inputs, instantiate, prepare
@@ -66,15 +75,62 @@ async def start_session(startup: Startup) -> Session:
     return session
 
 
+def _observers(manager: PluginManager, hook: str) -> list[tuple[str, Any]]:
+    return [(impl.plugin_name, impl) for impl in getattr(manager.pm.hook, hook).get_hookimpls()]
+
+
+def notify_run_start(manager: PluginManager, config: Config) -> None:
+    """Call every :func:`~plasmid.hookspecs.plasmid_run_start`; the first that raises is a
+    :class:`PluginError` naming its plugin (the run then stops before its first step)."""
+    for plugin, impl in reversed(_observers(manager, "plasmid_run_start")):
+        values = {"config": config, "run_dir": str(config.run_dir)}
+        try:
+            impl.function(**{name: values[name] for name in impl.argnames})
+        except Exception as exc:
+            raise PluginError(f"plugin '{plugin}' failed in plasmid_run_start: {type(exc).__name__}: {exc}") from exc
+
+
+def notify_run_end(manager: PluginManager, config: Config, metrics: dict[str, float], error: str | None,
+                   stream: TextIO | None = None) -> None:
+    """Call every :func:`~plasmid.hookspecs.plasmid_run_end`, each even when another raised; a
+    failure is one warning line naming the plugin, never an error of the run."""
+    values = {"run_dir": str(config.run_dir), "metrics": metrics, "error": error}
+    for plugin, impl in reversed(_observers(manager, "plasmid_run_end")):
+        try:
+            impl.function(**{name: values[name] for name in impl.argnames})
+        except Exception as exc:  # noqa: BLE001 - an observer never hides the run's own outcome
+            (stream or sys.stderr).write(f"plasmid: warning: plugin '{plugin}' failed in plasmid_run_end: "
+                                         f"{type(exc).__name__}: {exc}\n")
+
+
+async def observed_train(session: Session, log: RunLog) -> dict[str, float]:
+    """:func:`plasmid.loop.train` between the run-start and run-end observer hooks: a failing
+    run-start observer stops the run before its first step; run-end is called in every case,
+    with the error that ended the run, if any."""
+    manager, config = session.startup.manager, session.config
+    metrics: dict[str, float] = {}
+    error: str | None = None
+    try:
+        notify_run_start(manager, config)
+        metrics = await loop.train(session, log)
+    except BaseException as exc:
+        error = (str(exc).splitlines() or [""])[0] or type(exc).__name__
+        raise
+    finally:
+        notify_run_end(manager, config, metrics or log.last_metrics(), error)
+    return metrics
+
+
 async def run_training(argv: list[str]) -> dict[str, float]:
-    startup = start(argv)
+    startup = start(argv, add_options=add_save_option)
     config = startup.config
     print(describe_plugins(startup), file=sys.stderr)
     session = await start_session(startup)
+    session.driver = saving(session.driver, config)
     log = RunLog(config.run_dir, RolloutOptions.of(config).num_rollouts,
                  plot_every=max(1, EvalOptions.of(config).eval_interval or 10))
     try:
-        metrics = await loop.train(session, log)
+        metrics = await observed_train(session, log)
     finally:
         log.close()
         await session.shutdown()

@@ -1,7 +1,15 @@
-"""What a run writes and shows: ``metrics.jsonl``, the reward-curve PNG, progress on the terminal."""
+"""What a run writes and shows: ``metrics.jsonl``, the reward-curve PNG, progress on the terminal.
+
+Progress: on a terminal, one ``tqdm`` bar (steps done, elapsed, ETA, rate, and the
+:data:`PROGRESS_FIELDS` of the last step), redrawn in place on the stream (stderr); when the
+stream is no terminal (a log file, a pipe, CI), no bar: one plain line every 10 steps and after
+each evaluation. Without ``tqdm`` installed the terminal gets a plain bar of its own. The
+progress never changes what is written to ``metrics.jsonl``.
+"""
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import math
@@ -38,6 +46,7 @@ class RunLog:
         self.plotted_at: float | None = None
         self.history: list[dict[str, Any]] = []
         self.started = time.perf_counter()
+        self.bar: Any = None  # the tqdm bar, made at the first step shown on a terminal
 
     def resume_from(self, first_step: int) -> None:
         """Keep the entries before ``first_step`` (a resumed run continues after them); the
@@ -63,7 +72,10 @@ class RunLog:
         parts = [f"{label} {entry[key]:.3f}" for label, key in PROGRESS_FIELDS.items()
                  if isinstance(entry.get(key), float)]
         elapsed = time.perf_counter() - self.started
-        if self.tty:
+        if self.tty and self._tqdm_bar(step) is not None:
+            self.bar.set_postfix_str("  ".join(parts), refresh=False)
+            self.bar.update(step + 1 - self.bar.n)
+        elif self.tty:
             done = (step + 1) / self.total_steps
             bar = "#" * int(30 * done) + "-" * (30 - int(30 * done))
             self.stream.write(f"\r[{bar}] {step + 1}/{self.total_steps} {elapsed:5.0f}s  " + "  ".join(parts) + "  ")
@@ -72,9 +84,29 @@ class RunLog:
             self.stream.write(f"step {step:5d} t={elapsed:7.1f}s " + " ".join(parts) + "\n")
             self.stream.flush()
 
+    def _tqdm_bar(self, step: int) -> Any:
+        """The tqdm bar (made on first use, starting at ``step``), or ``None`` without tqdm."""
+        if self.bar is None:
+            try:
+                tqdm = importlib.import_module("tqdm").tqdm
+            except ImportError:
+                return None
+            self.bar = tqdm(total=self.total_steps, initial=step, file=self.stream, unit="step",
+                            dynamic_ncols=True, mininterval=0.5, leave=True)
+        return self.bar
+
+    def last_metrics(self) -> dict[str, float]:
+        """The last step's entry without its ``step`` (empty before the first)."""
+        if not self.history:
+            return {}
+        return {k: v for k, v in self.history[-1].items() if k != "step"}
+
     def close(self) -> None:
         self.plot()
-        if self.tty:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        elif self.tty:
             self.stream.write("\n")
 
     def plot(self) -> Path | None:
