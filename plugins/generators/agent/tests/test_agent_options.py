@@ -18,6 +18,7 @@ def test_the_typed_read_gives_the_declared_defaults():
     options = AgentOptions.of(make_config(plasmid_agent.plugin))
     assert options == AgentOptions.defaults()
     assert options.agent is None and options.agent_concurrency == 64 and options.agent_model == "plasmid"
+    assert options.agent_errors == "raise"
 
 
 def test_generate_agent_defaults_the_reward_to_the_agents():
@@ -32,6 +33,8 @@ def test_generate_agent_defaults_the_reward_to_the_agents():
     ({"generate": "agent", "agent": "no_such_module_xyz:f"}, "no module 'no_such_module_xyz'"),
     ({"generate": "agent", "agent": f"{AGENTS}:nothing"}, "has no attribute 'nothing'"),
     ({"generate": "agent", "agent_concurrency": 0, "agent": f"{AGENTS}:answer"}, "--agent-concurrency"),
+    ({"generate": "agent", "agent_errors": "ignore", "agent": f"{AGENTS}:answer"},
+     "--agent-errors 'ignore': choose one of raise, zero"),
     ({"reward": ["agent"]}, "--reward agent scores what the agent function returned, so it needs --generate agent"),
 ])
 def test_bad_agent_settings_are_one_line_usage_errors(options, message):

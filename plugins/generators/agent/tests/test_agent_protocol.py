@@ -270,3 +270,159 @@ def test_a_sync_agent_runs_in_a_thread_with_the_sync_client(tmp_path, tool_token
 
     out = run_agent(tmp_path, agent, tool_tokenizer, engine)
     assert out.metadata["agent_reward"] == 1.0
+
+
+# ---------------------------------------------------------------------------------- --agent-errors zero
+@pytest.mark.parametrize(("agent_body", "reason"), [
+    ("raise RuntimeError('boom')", "raised RuntimeError: boom"),
+    ("return 'high'", "returned str 'high'"),
+    ("return 1.0", "made no model call through the gateway"),
+])
+def test_agent_errors_zero_gives_a_failed_agent_reward_zero_and_counts_it(tmp_path, tool_tokenizer, agent_body,
+                                                                        reason, capsys):
+    namespace = {}
+    exec(f"async def agent(session):\n    {agent_body}", namespace)
+    prompt_ids = tool_tokenizer("what is 2*3")["input_ids"]
+    out = run_agent(tmp_path, namespace["agent"], tool_tokenizer, ScriptedEngine(tool_tokenizer, []),
+                    agent_errors="zero")
+    assert out.metadata["agent_reward"] == 0.0 and reason in out.metadata["agent_error"]
+    assert out.metadata["rollout_metrics"]["agent/errors_fraction"] == 1.0
+    assert out.metadata["rollout_metrics"]["agent/calls_mean"] == 0.0
+    # nothing to train on: the prompt and one EOS that no loss sees
+    assert out.tokens == [*prompt_ids, tool_tokenizer.eos_token_id] and out.prompt_tokens == prompt_ids
+    assert out.response_length == 1 and out.loss_mask == [0] and out.rollout_logprobs == [0.0]
+    assert out.status == Status.COMPLETED and out.weight_version == ScriptedEngine.weight_version
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and reason in err and "--agent-errors zero" in err
+
+
+def test_agent_errors_zero_keeps_the_calls_a_failed_agent_made_with_reward_zero(tmp_path, tool_tokenizer):
+    engine = ScriptedEngine(tool_tokenizer, ["6<eos>"])
+
+    async def agent(session):
+        await client_of(session).chat.completions.create(model=session.model, messages=session.messages)
+        raise RuntimeError("parser crashed")
+
+    out = run_agent(tmp_path, agent, tool_tokenizer, engine, agent_errors="zero")
+    six = tool_tokenizer.encode("6<eos>", add_special_tokens=False)
+    assert out.response_tokens == six and out.loss_mask == [1] * len(six)
+    assert out.metadata["agent_reward"] == 0.0 and "parser crashed" in out.metadata["agent_error"]
+    assert out.metadata["rollout_metrics"]["agent/errors_fraction"] == 1.0
+
+
+def test_every_session_reports_its_calls_tokens_samples_branches_and_seconds(tmp_path, tool_tokenizer):
+    """Two calls that continue each other, then one that branches from the first: 2 samples, 1 branch."""
+    engine = ScriptedEngine(tool_tokenizer, ["a<eos>", "b<eos>", "c<eos>"])
+
+    async def agent(session):
+        client = client_of(session)
+        first = await client.chat.completions.create(model=session.model, messages=session.messages)
+        reply = {"role": "assistant", "content": first.choices[0].message.content}
+        await client.chat.completions.create(model=session.model, messages=[
+            *session.messages, reply, {"role": "user", "content": "more"}])
+        await client.chat.completions.create(model=session.model, messages=[
+            *session.messages, reply, {"role": "user", "content": "other"}])
+        await asyncio.sleep(0.05)
+        return 1.0
+
+    outs = run_agent(tmp_path, agent, tool_tokenizer, engine)
+    assert len(outs) == 2
+    prompts = [ids for ids, _ in engine.seen]
+    metrics = outs[0].metadata["rollout_metrics"]
+    assert metrics == outs[1].metadata["rollout_metrics"]
+    assert metrics["agent/calls_mean"] == 3.0 and metrics["agent/samples_mean"] == 2.0
+    assert metrics["agent/branches_mean"] == 1.0 and metrics["agent/errors_fraction"] == 0.0
+    assert metrics["agent/prompt_tokens_mean"] == float(sum(len(p) for p in prompts))
+    assert metrics["agent/completion_tokens_mean"] == float(3 * len(tool_tokenizer.encode("a<eos>",
+                                                                                         add_special_tokens=False)))
+    assert 0.05 <= metrics["agent/seconds_mean"] < 30
+
+
+# ---------------------------------------------------------------------------------- top_logprobs
+def test_top_logprobs_are_checked_and_come_back_empty_beside_the_exact_sampled_logprobs(tmp_path, tool_tokenizer):
+    """The engine protocol gives only the sampled token's log-prob: that one is exact, the top-k lists empty."""
+    engine = ScriptedEngine(tool_tokenizer, ["ab<eos>", "c", "d"])
+    seen = {}
+
+    async def agent(session):
+        client = client_of(session)
+        reply = await client.chat.completions.create(model=session.model, messages=session.messages, logprobs=True,
+                                                     top_logprobs=3)
+        seen["chat"] = reply.choices[0].logprobs.content
+        done = await client.completions.create(model=session.model, prompt="x", logprobs=5)
+        seen["completion"] = done.choices[0].logprobs
+        refusals = []
+        for bad in ({"logprobs": True, "top_logprobs": 21}, {"top_logprobs": 2}, {"logprobs": "yes"}):
+            with pytest.raises(openai.BadRequestError) as raised:
+                await client.chat.completions.create(model=session.model, messages=session.messages, **bad)
+            refusals.append(raised.value.message)
+        with pytest.raises(openai.BadRequestError) as raised:
+            await client.completions.create(model=session.model, prompt="x", logprobs=6)
+        refusals.append(raised.value.message)
+        seen["refusals"] = refusals
+        await client.completions.create(model=session.model, prompt="x", logprobs=0)
+        return 1.0
+
+    run_agent(tmp_path, agent, tool_tokenizer, engine)
+    assert [(e.token, e.logprob, e.top_logprobs) for e in seen["chat"]] == [
+        ("a", -0.01, []), ("b", -0.02, []), ("<eos>", pytest.approx(-0.03), [])]
+    assert seen["completion"].token_logprobs == [-0.02] and seen["completion"].top_logprobs == [{}]
+    assert ["from 0 to 20, got 21" in seen["refusals"][0], "needs 'logprobs': true" in seen["refusals"][1],
+            "must be true or false" in seen["refusals"][2], "from 0 to 5, got 6" in seen["refusals"][3]] == [True] * 4
+    assert len(engine.seen) == 3, "a refused request never reaches the engine"
+
+
+@pytest.mark.timeout(120)
+def test_with_agent_errors_zero_a_step_of_the_rollout_driver_goes_on_past_failing_agents(tmp_path, tool_tokenizer):
+    """Half the agents fail: the step still returns every group, the failed sessions' samples with
+    reward 0, and ``rollout/agent/errors_fraction`` counts them."""
+    import plasmid_rollout.plugin
+    from plasmid_agent.reward import AgentReward
+
+    from plasmid.context import RolloutContext
+    from plasmid.rewards import RewardComponent, RewardSet
+    from plasmid.session import instantiate
+    from plasmid.testing import make_registry
+    from plasmid.testing.scripted import Reply
+    from plasmid.testing.scripted import ScriptedEngine as Replies
+    from plasmid.types import Group
+
+    six = tool_tokenizer.encode("6<eos>", add_special_tokens=False)
+    plugins = (plasmid_agent.plugin, plasmid_rollout.plugin)
+    config = make_config(*plugins, run_dir=tmp_path / "run", generate="agent", agent=f"{AGENTS}:answer",
+                         agent_errors="zero", prompts_per_step=4, n_samples_per_prompt=1)
+    generate = instantiate(make_registry(*plugins).get("generate", "agent"), config)
+
+    async def agent(session):
+        reply = await client_of(session).chat.completions.create(model=session.model, messages=session.messages)
+        if session.index % 2:
+            raise RuntimeError(f"agent {session.index} crashed")
+        return float(reply.choices[0].message.content == session.label)
+
+    generate.func = agent
+
+    class Source:
+        def get_groups(self, n):
+            return [Group([Sample(prompt="what is 2*3", tokens=tool_tokenizer("what is 2*3")["input_ids"], label="6",
+                                  index=i, group_index=i)], i) for i in range(n)]
+
+        def add_groups(self, groups):
+            raise AssertionError("nothing is aborted")
+
+    ctx = RolloutContext(config=config, engines=[Replies(lambda ids, params: Reply(six))], data_source=Source(),
+                         tokenizer=tool_tokenizer, generate=generate,
+                         rewards=RewardSet([RewardComponent("agent", 1.0, AgentReward(config))]),
+                         sampling=SamplingParams(max_new_tokens=20, stop_token_ids=(tool_tokenizer.eos_token_id,)))
+    driver = instantiate(make_registry(*plugins).get("rollout", "rollout"), config)
+
+    async def step():
+        try:
+            return await driver.run(ctx, 0)
+        finally:
+            await generate.shutdown()
+
+    batch = asyncio.run(step())
+    assert [s.reward for s in batch.samples] == [1.0, 0.0, 1.0, 0.0]
+    assert ["crashed" in s.metadata.get("agent_error", "") for s in batch.samples] == [False, True, False, True]
+    assert batch.metrics["rollout/agent/errors_fraction"] == 0.5 and batch.metrics["rollout/agent/calls_mean"] == 1.0
+    assert batch.metrics["rollout/reward_mean"] == 0.5

@@ -32,3 +32,8 @@ def test_plasmid_train_with_an_openai_agent_exits_0_and_trains_on_the_engines_lo
         assert step["train/samples"] == 16.0 and "rollout/reward/agent" in step
         assert 0.0 <= step["rollout/reward_mean"] <= 1.0
         assert step["train/train_rollout_logprob_abs_diff"] <= 1e-4, "the gateway's log-probs are the engine's"
+        # the README's agent makes one call per session, one sample, no branch, no error
+        assert (step["rollout/agent/calls_mean"], step["rollout/agent/samples_mean"],
+                step["rollout/agent/branches_mean"], step["rollout/agent/errors_fraction"]) == (1.0, 1.0, 0.0, 0.0)
+        assert step["rollout/agent/prompt_tokens_mean"] > 0 and step["rollout/agent/completion_tokens_mean"] >= 1
+        assert step["rollout/agent/seconds_mean"] > 0

@@ -18,7 +18,10 @@ Sampling: the run's ``--temperature``, ``--top-p``, ``--top-k`` and stop tokens 
 call (the request's are ignored: the trainer scores log-probs at the run's temperature);
 ``max_tokens`` / ``max_completion_tokens`` is honoured up to ``--max-new-tokens``. ``n`` must be
 1; ``stop`` strings are refused (the engine stops on token ids). ``logprobs`` are the engine's
-(``top_logprobs`` entries are empty: engines report only the sampled token's).
+log-prob of each sampled token, exactly. ``top_logprobs`` (chat: 0-20, with ``logprobs: true``;
+completions: ``logprobs`` 0-5) is checked as OpenAI does, but its lists are always empty: the
+engine protocol (:meth:`plasmid.protocols.RolloutEngine.generate`) returns only the sampled
+token's log-prob, no top-k alternatives, and the gateway does not make up ones it was not given.
 """
 
 from __future__ import annotations
@@ -159,6 +162,7 @@ class Gateway:
         tools = body.get("tools") or None
         text = self.render([normalize_message(m) for m in messages], tools)
         prompt_ids = self.prompt_ids(rollout, text, chat=True)
+        requested_logprobs(body, chat=True)  # a bad request is refused before the engine runs
         call, output = await self.generate(rollout, body, prompt_ids, text)
         content = self.tokenizer.decode(call.completion_ids, skip_special_tokens=True)
         tool_calls: list[dict[str, Any]] = []
@@ -166,7 +170,7 @@ class Gateway:
             content, tool_calls = parse_tool_calls(content)
         finish = "tool_calls" if tool_calls else finish_reason(output.status)
         logprobs = None
-        if body.get("logprobs"):
+        if requested_logprobs(body, chat=True):
             logprobs = {"content": [self.logprob_entry(t, lp) for t, lp in zip(call.completion_ids, call.logprobs,
                                                                                  strict=True)], "refusal": None}
         ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
@@ -223,11 +227,11 @@ class Gateway:
             raise RequestError("'prompt' must be one string or one non-empty list of token ids")
         if body.get("echo"):
             raise RequestError("'echo' is not supported by the plasmid gateway")
+        want = requested_logprobs(body, chat=False)
         call, output = await self.generate(rollout, body, prompt_ids, text)
         completion = self.tokenizer.decode(call.completion_ids, skip_special_tokens=True)
-        want = body.get("logprobs")
         logprobs = None
-        if want is not None and want is not False:
+        if want:
             tokens = [self.tokenizer.decode([t], skip_special_tokens=False) for t in call.completion_ids]
             offsets, position = [], len(text)
             for token in tokens:
@@ -396,6 +400,34 @@ def normalize_message(message: Any) -> dict[str, Any]:
         if message.get(name) is not None:
             result[name] = message[name]
     return result
+
+
+def requested_logprobs(body: dict[str, Any], *, chat: bool) -> bool:
+    """Whether the request asks for log-probs, its ``top_logprobs`` checked as OpenAI checks it
+    (chat: ``logprobs`` a boolean, ``top_logprobs`` an integer 0-20 that needs ``logprobs: true``;
+    completions: ``logprobs`` an integer 0-5); a bad value is a :class:`RequestError`. The top-k
+    lists the gateway returns are empty (see the module docstring)."""
+
+    def integer(name: str, value: Any, high: int) -> int:
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= high:
+            raise RequestError(f"'{name}' must be an integer from 0 to {high}, got {value!r}")
+        return value
+
+    if not chat:
+        value = body.get("logprobs")
+        if value is None or value is False:
+            return False
+        integer("logprobs", value, 5)
+        return True
+    wanted = body.get("logprobs")
+    if wanted is not None and not isinstance(wanted, bool):
+        raise RequestError(f"'logprobs' must be true or false, got {wanted!r}")
+    top = body.get("top_logprobs")
+    if top is not None:
+        integer("top_logprobs", top, 20)
+        if not wanted:
+            raise RequestError("'top_logprobs' needs 'logprobs': true")
+    return bool(wanted)
 
 
 def finish_reason(status: Status) -> str:

@@ -8,6 +8,9 @@ import copy
 import inspect
 import math
 import numbers
+import sys
+import time
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -19,13 +22,38 @@ from plasmid.types import Sample, SamplingParams, Status
 from plasmid_agent.gateway import Gateway, Rollout
 from plasmid_agent.loader import load_agent
 from plasmid_agent.options import AgentOptions
-from plasmid_agent.recorder import build_samples
+from plasmid_agent.recorder import Call, build_samples
 from plasmid_agent.session import AgentSession
 
 #: Where a finished sample carries the agent's reward (read by the ``agent`` reward).
 REWARD_KEY = "agent_reward"
 #: How many model calls the agent made for the sample (metadata).
 CALLS_KEY = "agent_calls"
+#: Why the agent failed, on the samples of a failed agent under ``--agent-errors zero`` (metadata).
+ERROR_KEY = "agent_error"
+#: Per-sample metric values, averaged by the rollout driver into ``rollout/<name>`` (see :func:`session_metrics`).
+METRICS_KEY = "rollout_metrics"
+
+
+def session_metrics(calls: Sequence[Call], samples: int, seconds: float, failed: bool) -> dict[str, float]:
+    """The metric values each sample of one agent session carries (``metadata["rollout_metrics"]``),
+    which the rollout driver averages over the step's kept samples into ``rollout/<name>``:
+
+    - ``agent/calls_mean``: model calls the session made through the gateway;
+    - ``agent/prompt_tokens_mean``, ``agent/completion_tokens_mean``: prompt and completion token
+      ids of those calls, summed over the session (what the engine read and wrote; a prompt that
+      extends an earlier call's counts whole, as OpenAI's ``usage`` does);
+    - ``agent/samples_mean``: samples the session made; ``agent/branches_mean``: those beyond the
+      first (branching calls, edited histories);
+    - ``agent/seconds_mean``: wall-clock seconds the agent function ran;
+    - ``agent/errors_fraction``: 1.0 for a session whose agent failed (``--agent-errors zero``).
+
+    A session's values are on each of its samples, so a session that made ``k`` samples weighs ``k``."""
+    return {"agent/calls_mean": float(len(calls)),
+            "agent/prompt_tokens_mean": float(sum(len(call.prompt_ids) for call in calls)),
+            "agent/completion_tokens_mean": float(sum(len(call.completion_ids) for call in calls)),
+            "agent/samples_mean": float(samples), "agent/branches_mean": float(max(samples - 1, 0)),
+            "agent/seconds_mean": float(seconds), "agent/errors_fraction": float(failed)}
 
 
 def prompt_messages(prompt: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -57,10 +85,18 @@ class AgentGenerate:
 
     Returns the samples :func:`plasmid_agent.recorder.build_samples` makes of the agent's calls
     (one, or more when the agent branched; all in the prompt's group), each with the agent's
-    reward in ``metadata["agent_reward"]``. A sample whose calls were aborted (the driver ended
-    the step) comes back as its prompt with status ``ABORTED``, to be run again from the start.
-    An agent that raises, times out, returns no valid reward or makes no model call stops the run
-    with a :class:`ProviderError` naming ``--agent`` and the sample (and what the gateway refused).
+    reward in ``metadata["agent_reward"]`` and the session's metrics in
+    ``metadata["rollout_metrics"]`` (:func:`session_metrics`). A sample whose calls were aborted
+    (the driver ended the step) comes back as its prompt with status ``ABORTED``, to be run again
+    from the start.
+
+    An agent that raises, times out, returns no valid reward or makes no model call that produced
+    a token is a *failed* agent. With ``--agent-errors raise`` (the default) it stops the run with
+    a :class:`ProviderError` naming ``--agent`` and the sample (and what the gateway refused).
+    With ``--agent-errors zero`` the run goes on: the samples of the calls it made get reward 0,
+    ``metadata["agent_error"]`` (the one-line reason) and ``agent/errors_fraction`` 1.0; when it
+    made no usable call, its one sample is the prompt followed by the EOS token with ``loss_mask``
+    0 (nothing is trained on it, the group keeps its size); the first failure is printed once.
 
     The gateway starts on the first call, on the rollout's event loop (again on a new loop).
     """
@@ -77,6 +113,8 @@ class AgentGenerate:
         self.concurrency = options.agent_concurrency
         self.timeout = options.agent_timeout
         self.model = options.agent_model
+        self.errors = options.agent_errors
+        self.reported = False
         self.gateway: Gateway | None = None
         self._semaphore: asyncio.Semaphore | None = None
         self._starting: asyncio.Lock | None = None
@@ -107,29 +145,65 @@ class AgentGenerate:
             return sample
         gateway = await self._gateway_for(ctx)
         assert self._semaphore is not None
+        failure: ProviderError | None = None
+        value: Any = None
         async with self._semaphore:
             rollout = gateway.open(ctx.engine_for(sample), params)
+            began = time.perf_counter()
             try:
                 value = await self._run(gateway, rollout, sample)
+            except ProviderError as exc:
+                failure = exc
             finally:
                 gateway.close(rollout)
+            seconds = time.perf_counter() - began
         if rollout.aborted:
             return self._aborted(sample)
         where = f"agent {self.spec} (--agent) on sample {sample.index}"
-        try:
-            reward = checked_reward(value, where)
-        except (TypeError, ValueError) as exc:
-            raise ProviderError(str(exc), provider="agent", plugin="plasmid-agent") from None
+        reward: float | dict[str, float] = 0.0
+        if failure is None:
+            try:
+                reward = checked_reward(value, where)
+            except (TypeError, ValueError) as exc:
+                failure = ProviderError(str(exc), provider="agent", plugin="plasmid-agent")
         samples = build_samples(sample, rollout.calls,
                                 lambda ids: ctx.tokenizer.decode(ids, skip_special_tokens=True))
-        if not samples:
-            raise ProviderError(f"{where} made no model call through the gateway that produced a token, so there "
-                                f"is nothing to train on; call session.base_url with session.api_key"
-                                + self._refused(rollout), provider="agent", plugin="plasmid-agent")
+        if not samples and failure is None:
+            failure = ProviderError(f"{where} made no model call through the gateway that produced a token, so "
+                                    f"there is nothing to train on; call session.base_url with session.api_key"
+                                    + self._refused(rollout), provider="agent", plugin="plasmid-agent")
+        if failure is not None:
+            if self.errors == "raise":
+                raise failure
+            reward = 0.0
+            self._report(failure)
+            if not samples:
+                samples = [self._nothing_to_train(sample, ctx.tokenizer, ctx.engine_for(sample).weight_version)]
+        metrics = session_metrics(rollout.calls, len(samples), seconds, failure is not None)
         for out in samples:
-            out.metadata[REWARD_KEY] = reward
+            out.metadata[REWARD_KEY] = copy.deepcopy(reward)
             out.metadata[CALLS_KEY] = len(rollout.calls)
+            out.metadata[METRICS_KEY] = dict(metrics)
+            if failure is not None:
+                out.metadata[ERROR_KEY] = str(failure)
         return samples if len(samples) > 1 else samples[0]
+
+    def _report(self, failure: ProviderError) -> None:
+        """Print the first failure of the run (``--agent-errors zero``), once."""
+        if not self.reported:
+            self.reported = True
+            print(f"plasmid: {failure} (--agent-errors zero: its samples get reward 0, counted in "
+                  f"rollout/agent/errors_fraction; later failures are not printed)", file=sys.stderr)
+
+    @staticmethod
+    def _nothing_to_train(sample: Sample, tokenizer: Any, weight_version: int) -> Sample:
+        """The one sample of a failed agent that made no usable call: the prompt, then EOS with
+        ``loss_mask`` 0 (the trainer needs one response token; none is trained on)."""
+        eos = tokenizer.eos_token_id
+        end = int(eos) if eos is not None else int(sample.prompt_tokens[-1])
+        return replace(sample, tokens=[*sample.prompt_tokens, end], response="", response_length=1, loss_mask=[0],
+                       rollout_logprobs=[0.0], status=Status.COMPLETED, weight_version=weight_version, reward=None,
+                       reward_components={}, metadata=dict(sample.metadata))
 
     async def _run(self, gateway: Gateway, rollout: Rollout, sample: Sample) -> Any:
         session = AgentSession(base_url=gateway.base_url(rollout.key), api_key=rollout.key, model=self.model,
@@ -167,4 +241,5 @@ class AgentGenerate:
     def _aborted(sample: Sample) -> Sample:
         return replace(sample, tokens=sample.prompt_tokens, response="", response_length=0, loss_mask=None,
                        rollout_logprobs=None, status=Status.ABORTED,
-                       metadata={k: v for k, v in sample.metadata.items() if k not in (REWARD_KEY, CALLS_KEY)})
+                       metadata={k: v for k, v in sample.metadata.items()
+                                 if k not in (REWARD_KEY, CALLS_KEY, ERROR_KEY, METRICS_KEY)})

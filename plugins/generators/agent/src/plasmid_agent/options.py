@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from plasmid.errors import UsageError
 from plasmid.options import Options, option
 
@@ -13,6 +15,10 @@ class AgentOptions(Options, group="agent", description="the agent gateway (--gen
     agent_concurrency: int = option(64, "at most this many agents run at once", min=1)
     agent_timeout: float = option(600.0, "seconds one agent may run before its rollout fails", gt=0)
     agent_model: str = option("plasmid", "the model name the gateway serves (session.model)")
+    agent_errors: Literal["raise", "zero"] = option(
+        "raise", "an agent that raises, times out, returns no valid reward or makes no model call: 'raise' stops "
+                 "the run with the error; 'zero' gives its samples reward 0, counts it in "
+                 "rollout/agent/errors_fraction and goes on (the first failure is printed once)")
 
     def check(self) -> None:
         if self.agent is not None and ":" not in self.agent:
