@@ -1,0 +1,44 @@
+"""The ``verifiers`` reward: the environment's rubric, as verifiers computes it."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from plasmid.config import Config
+from plasmid.options import Options
+from plasmid.types import Sample
+from plasmid_verifiers import vf
+from plasmid_verifiers.rollout import TOTAL_KEY
+
+#: Where ``--generate agent`` puts what the agent function returned (plasmid-agent's contract).
+AGENT_REWARD_KEY = "agent_reward"
+
+
+class VerifiersReward:
+    """Reward ``verifiers``: the rubric's weighted score (verifiers' ``state["reward"]``).
+
+    A sample made by the environment's rollout (``--generate agent`` with
+    :func:`plasmid_verifiers.rollout.run`) carries the score of its whole rollout state in
+    ``metadata["agent_reward"]["reward"]``, which is returned. Any other sample (another generate
+    function, ``plasmid score``) is scored as a one-turn conversation: its response as the one
+    assistant message of the completion, with the dataset row of its label
+    (``{"env", "env_args", "row"}``, as the ``verifiers`` data source makes it). A label that is
+    not such a row is a ``ValueError`` saying so.
+    """
+
+    option_classes: ClassVar[tuple[type[Options], ...]] = ()
+
+    def __init__(self, config: Config) -> None:
+        vf.check_version()
+
+    async def __call__(self, sample: Sample) -> float:
+        recorded = sample.metadata.get(AGENT_REWARD_KEY)
+        if isinstance(recorded, dict) and TOTAL_KEY in recorded:
+            return float(recorded[TOTAL_KEY])
+        label: Any = sample.label
+        if not isinstance(label, dict) or "row" not in label or "env" not in label:
+            raise ValueError(f"sample {sample.index}'s label is not a verifiers dataset row ({{'env', 'env_args', "
+                             f"'row'}}): reward 'verifiers' scores the prompts of --datasource verifiers")
+        env = vf.load_env(label["env"], vf.canonical_args(label.get("env_args") or {}))
+        total, _ = await vf.score_completion(env, label["row"], [{"role": "assistant", "content": sample.response}])
+        return total

@@ -1,0 +1,132 @@
+"""The one place that talks to the verifiers package: its version, loading environments, scoring.
+
+:func:`check_version` is the start-up check (the plugin's ``plasmid_configure`` runs it when the
+data source or the reward is chosen; the providers run it when built): a missing or unsupported
+verifiers is one :class:`~plasmid.errors.UsageError` line with the pip command. verifiers changes
+its API between minor versions, so only the tested range is accepted. The classic (v0) API is
+used: ``verifiers.load_environment``, ``Environment.get_dataset``, ``Environment.rollout``,
+``Environment.init_state`` and ``Rubric.score_rollout``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import json
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from plasmid.errors import UsageError
+
+#: The verifiers releases this adapter is tested with (keep in step with pyproject.toml).
+SUPPORTED = SpecifierSet(">=0.3.1,<0.3.2")
+DISTRIBUTION = "verifiers"
+INSTALL = f"pip install '{DISTRIBUTION}{SUPPORTED}'"
+#: A client for :meth:`Environment.init_state` when no model is called (scoring a given response).
+UNUSED_URL = "http://127.0.0.1:9/v1"
+
+
+def installed_version() -> str | None:
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def check_version() -> str:
+    """The installed version when it is supported; else a one-line :class:`UsageError`."""
+    version = installed_version()
+    if version is None:
+        raise UsageError(f"plasmid-verifiers needs {DISTRIBUTION}, which is not installed; {INSTALL}")
+    try:
+        supported = Version(version) in SUPPORTED
+    except InvalidVersion:
+        supported = False
+    if not supported:
+        raise UsageError(f"{DISTRIBUTION} {version} is installed but plasmid-verifiers supports "
+                         f"{DISTRIBUTION}{SUPPORTED}; {INSTALL}")
+    return version
+
+
+def parse_env_args(text: str) -> dict[str, Any]:
+    """``--vf-env-args``: a JSON object, else a one-line :class:`UsageError`."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--vf-env-args {text!r}: not JSON ({exc.msg} at character {exc.pos})") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"--vf-env-args {text!r}: give a JSON object of load_environment's keyword arguments")
+    return value
+
+
+def canonical_args(args: dict[str, Any]) -> str:
+    return json.dumps(args, sort_keys=True)
+
+
+@functools.lru_cache(maxsize=16)
+def load_env(name: str, args_json: str = "{}") -> Any:
+    """The environment ``verifiers.load_environment(name, **args)`` (one per name and arguments per
+    process); anything that goes wrong is one :class:`UsageError` naming ``--vf-env``."""
+    check_version()
+    args = parse_env_args(args_json)
+    import verifiers
+
+    try:
+        return verifiers.load_environment(name, **args)
+    except Exception as exc:  # noqa: BLE001 - the environment's own failure, told in one line
+        cause = exc.__cause__ or exc
+        detail = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
+        raise UsageError(f"--vf-env {name}: verifiers could not load it ({type(cause).__name__}: {detail}); is "
+                         f"its package installed (pip install it), and --vf-env-args right?") from None
+
+
+def plain(value: Any) -> Any:
+    """``value`` as JSON data (dataset rows hold only such values; anything else becomes its text)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def dataset_rows(env: Any, split: str, seed: int | None = None) -> list[dict[str, Any]]:
+    """The rows of the environment's ``train`` or ``eval`` dataset as plain dicts (``eval``: none
+    when the environment has no eval dataset; verifiers would fall back to the training one)."""
+    if split == "eval":
+        if env.eval_dataset is None and env.eval_dataset_source is None:
+            return []
+        dataset = env.get_eval_dataset()
+    else:
+        dataset = env.get_dataset(seed=seed)
+    return [plain(dict(row)) for row in dataset]
+
+
+def tool_schemas(env: Any) -> list[dict[str, Any]]:
+    """The environment's tools as OpenAI function specs (what a chat template's ``tools=`` takes)."""
+    return [{"type": "function", "function": {"name": tool.name, "description": tool.description,
+                                              "parameters": tool.parameters}} for tool in env.tool_defs or []]
+
+
+def reward_names(env: Any) -> list[str]:
+    """The names of the rubric's functions (the keys of :func:`score_completion`'s metrics)."""
+    return list(env.rubric._get_reward_func_names())
+
+
+async def score_state(env: Any, state: Any) -> tuple[float, dict[str, float]]:
+    """``(reward, metrics)`` of a finished rollout state: verifiers' ``rubric.score_rollout``
+    (the weighted sum of the rubric's functions, and each function's score)."""
+    await env.rubric.score_rollout(state)
+    return float(state["reward"]), {str(k): float(v) for k, v in (state["metrics"] or {}).items()}
+
+
+async def score_completion(env: Any, row: dict[str, Any],
+                           completion: list[dict[str, Any]]) -> tuple[float, dict[str, float]]:
+    """``(reward, metrics)`` of ``completion`` (chat messages) as the answer to dataset row ``row``:
+    the state verifiers itself builds for the row (``init_state``), with that completion and no
+    trajectory, scored by the rubric."""
+    from openai import AsyncOpenAI
+    from verifiers.clients import OpenAIChatCompletionsClient
+    from verifiers.utils.message_utils import normalize_messages
+
+    client = OpenAIChatCompletionsClient(AsyncOpenAI(base_url=UNUSED_URL, api_key="unused", max_retries=0))
+    state = await env.init_state(row, client, "plasmid")
+    state["completion"] = normalize_messages(completion, field_name="completion")
+    return await score_state(env, state)
