@@ -1,5 +1,6 @@
 """``--generate multiturn`` on a scripted engine: the exact token layout, masks and log-probs of a
-conversation, tool failures told to the model, the turn and token limits, partial rollouts."""
+conversation, tool failures told to the model, the turn and token limits, partial rollouts and
+aborts, and the ``mistral`` format's several calls per turn."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 
 import plasmid_multiturn.plugin
 import pytest
+from plasmid_multiturn.formats import Mistral
 from plasmid_multiturn.generate import MultiTurn
 
 from plasmid.context import RolloutContext
@@ -436,3 +438,67 @@ def test_once_the_step_is_aborting_no_new_turn_is_started():
     ctx.aborting.set()
     sample = run_one(ctx, prompt_sample())
     assert engine.calls == [] and sample.status == Status.ABORTED and sample.response_length == 0
+
+
+# ---------------------------------------------------------------------------------- --tool-call-format mistral
+def mistral_calls(*entries) -> str:
+    return "[TOOL_CALLS]" + json.dumps([{"name": name, "arguments": arguments} for name, arguments in entries])
+
+
+def mistral_results(*answers) -> str:
+    return "".join("[TOOL_RESULTS]" + json.dumps({"content": answer}) + "[/TOOL_RESULTS]" for answer in answers)
+
+
+def test_several_calls_in_one_turn_are_run_in_order_and_answered_in_order():
+    first = ids("let me add " + mistral_calls(("add", {"a": 2, "b": 3}), ("add", {"a": 10, "b": 20})))
+    after = ids(" more text") + [EOS]  # after the complete list: cut
+    second = ids("5 and 30") + [EOS]
+    engine = ScriptedEngine([Reply(first + after, logprobs(len(first + after), 1)),
+                             Reply(second, logprobs(len(second), 100))])
+    ctx, generate = make_context(engine, [Add()], tool_call_format="mistral")
+    assert isinstance(generate.format, Mistral)
+    prompt_ids = list(prompt_sample().tokens)
+    sample = run_one(ctx, prompt_sample())
+
+    told = ids(mistral_results("5", "30"))
+    assert sample.tokens == prompt_ids + first + told + second
+    assert sample.loss_mask == [1] * len(first) + [0] * len(told) + [1] * len(second)
+    assert sample.rollout_logprobs == logprobs(len(first), 1) + [0.0] * len(told) + logprobs(len(second), 100)
+    assert [c.prompt_ids for c in engine.calls] == [prompt_ids, prompt_ids + first + told]
+    assert sample.status == Status.COMPLETED
+    metrics = sample.metadata["rollout_metrics"]
+    assert (metrics["turns_mean"], metrics["tool_calls_mean"], metrics["tool_errors_mean"]) == (2.0, 2.0, 0.0)
+
+
+def test_a_bad_entry_is_answered_with_an_error_and_the_others_still_run():
+    probe = Scripted("probe", "ok")
+    first = ids(mistral_calls(("nope", {}), ("probe", {}))[:-1] + ', {"arguments": {}}]')
+    engine = ScriptedEngine([Reply(first), Reply(ids("done") + [EOS])])
+    ctx, _ = make_context(engine, [probe], tool_call_format="mistral")
+    sample = run_one(ctx, prompt_sample())
+    told = engine.calls[1].prompt_ids[len(prompt_sample().tokens) + len(first):]
+    text = "".join(chr(t - 3) for t in told)
+    assert text.count("[TOOL_RESULTS]") == 3 and probe.calls == 1
+    assert "there is no tool 'nope'" in text and '"content": "ok"' in text and "a tool call is a JSON object" in text
+    assert sample.metadata["rollout_metrics"]["tool_calls_mean"] == 3.0
+    assert sample.metadata["rollout_metrics"]["tool_errors_mean"] == 2.0
+
+
+@pytest.mark.parametrize(("text", "found"), [
+    ("no call here", None),
+    ('[TOOL_CALLS][{"name": "add", "arguments": {"a": 1', None),         # not complete yet
+    ('[TOOL_CALLS] {"name": "add", "arguments": "{\\"a\\": 1}"} tail', ("add", {"a": 1}, 0)),  # one object
+    ('x[TOOL_CALLS][{"name": "a", "arguments": {}}, {"name": "b", "arguments": {}}]', ("a", {}, 1)),
+])
+def test_a_call_is_complete_where_its_json_ends(text, found):
+    call = Mistral().find_call(text)
+    if found is None:
+        assert call is None
+        return
+    assert (call.name, call.arguments, len(call.siblings)) == found and not call.error
+    assert text[:call.end].endswith(("}", "]"))
+
+
+def test_an_empty_call_list_is_told_to_the_model():
+    call = Mistral().find_call("[TOOL_CALLS][]")
+    assert call.error and call.end == len("[TOOL_CALLS][]")

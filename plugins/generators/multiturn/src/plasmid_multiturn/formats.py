@@ -6,16 +6,20 @@ A format is a small provider (``--tool-call-format``, :data:`FORMATS`) with four
 - :meth:`ToolCallFormat.stop_token_ids`: extra stop tokens that end a model turn at a call (the
   closing tag, when the tokenizer has it as one token; otherwise the turn runs on and the loop
   cuts it after the call);
-- :meth:`ToolCallFormat.find_call`: the first complete call in a turn's text, parsed;
-- :meth:`ToolCallFormat.tool_turn`: the text appended after the model's call, with the tool's
-  answer, up to where the model speaks again. Its token ids are appended as they are: the history
-  is never decoded and encoded again.
+- :meth:`ToolCallFormat.find_call`: the first complete call in a turn's text, parsed (with the
+  further calls of the same turn, :attr:`FoundCall.siblings`, for a format that makes several at
+  once);
+- :meth:`ToolCallFormat.tool_turn`: the text appended after the model's call(s), with the tools'
+  answers in order, up to where the model speaks again. Its token ids are appended as they are:
+  the history is never decoded and encoded again.
 
 ``tagged`` and ``chat-template`` parse calls in the Hermes / Qwen style that most tool-calling chat
 templates use, ``<tool_call>{"name": NAME, "arguments": {...}}</tool_call>`` (``arguments`` may also
 be a JSON string of an object, as in OpenAI's API). ``compact`` is for models too small to spell
 JSON (the quickstart's tiny model on ``--task toolcalc``): ``<call>12*34</call>`` calls the
-``calculator`` tool with that expression.
+``calculator`` tool with that expression. ``mistral`` is Mistral's syntax, several calls in one
+turn: ``[TOOL_CALLS][{"name": NAME, "arguments": {...}}, ...]``, each answer appended in order as
+``[TOOL_RESULTS]{"content": ANSWER}[/TOOL_RESULTS]``.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from plasmid.errors import UsageError
@@ -43,12 +47,20 @@ class FoundCall:
     :ivar name: the called tool's name ('' when the call could not be parsed).
     :ivar arguments: its decoded arguments.
     :ivar error: why the call could not be parsed ('' when it could); told to the model.
+    :ivar siblings: the further calls the model made in the same turn (formats with several calls
+        per turn), run after this one, in order; their ``end`` is this call's.
     """
 
     end: int
     name: str = ""
     arguments: dict[str, Any] = field(default_factory=dict)
     error: str = ""
+    siblings: tuple[FoundCall, ...] = ()
+
+    @property
+    def all(self) -> list[FoundCall]:
+        """This call and its siblings, in the order they are run."""
+        return [self, *self.siblings]
 
 
 @dataclass
@@ -100,8 +112,11 @@ class ToolCallFormat(Protocol):
 
     def find_call(self, text: str) -> FoundCall | None: ...
 
-    def tool_turn(self, tokenizer: Tokenizer, conversation: Conversation, turn_text: str, call: FoundCall,
-                  answer: str, tools: Mapping[str, Tool]) -> str: ...
+    def tool_turn(self, tokenizer: Tokenizer, conversation: Conversation, turn_text: str, calls: list[FoundCall],
+                  answers: list[str], tools: Mapping[str, Tool]) -> str:
+        """The text appended after the turn's ``calls`` (``found.all``), ``answers[i]`` the answer to
+        ``calls[i]``."""
+        ...
 
 
 def parse_call(text: str) -> FoundCall | None:
@@ -114,8 +129,14 @@ def parse_call(text: str) -> FoundCall | None:
         payload = json.loads(body)
     except json.JSONDecodeError as exc:
         return FoundCall(match.end(), error=f"the tool call is not valid JSON ({exc.msg} at character {exc.pos})")
+    return call_of(payload, match.end())
+
+
+def call_of(payload: Any, end: int) -> FoundCall:
+    """A decoded JSON call ``{"name": NAME, "arguments": {...}}`` (``arguments`` may be a JSON string
+    of an object) as a :class:`FoundCall` ending at ``end``; one with ``error`` when malformed."""
     if not isinstance(payload, dict) or not isinstance(payload.get("name"), str) or not payload["name"]:
-        return FoundCall(match.end(), error='a tool call is a JSON object {"name": "...", "arguments": {...}}')
+        return FoundCall(end, error='a tool call is a JSON object {"name": "...", "arguments": {...}}')
     arguments: Any = payload.get("arguments", {})
     if isinstance(arguments, str):
         try:
@@ -123,8 +144,8 @@ def parse_call(text: str) -> FoundCall | None:
         except json.JSONDecodeError:
             arguments = None
     if not isinstance(arguments, dict):
-        return FoundCall(match.end(), name=payload["name"], error="the tool call's arguments must be a JSON object")
-    return FoundCall(match.end(), name=payload["name"], arguments=arguments)
+        return FoundCall(end, name=payload["name"], error="the tool call's arguments must be a JSON object")
+    return FoundCall(end, name=payload["name"], arguments=arguments)
 
 
 def single_token(tokenizer: Tokenizer, text: str) -> tuple[int, ...]:
@@ -151,9 +172,9 @@ class Tagged:
     def find_call(self, text: str) -> FoundCall | None:
         return parse_call(text)
 
-    def tool_turn(self, tokenizer: Tokenizer, conversation: Conversation, turn_text: str, call: FoundCall,
-                  answer: str, tools: Mapping[str, Tool]) -> str:
-        return f"{RESPONSE_OPEN}{answer}{RESPONSE_CLOSE}"
+    def tool_turn(self, tokenizer: Tokenizer, conversation: Conversation, turn_text: str, calls: list[FoundCall],
+                  answers: list[str], tools: Mapping[str, Tool]) -> str:
+        return "".join(f"{RESPONSE_OPEN}{answer}{RESPONSE_CLOSE}" for answer in answers)
 
 
 def tool_schemas(tools: Mapping[str, Tool]) -> list[dict[str, Any]]:
@@ -197,10 +218,11 @@ class ChatTemplate:
     def find_call(self, text: str) -> FoundCall | None:
         return parse_call(text)
 
-    def tool_turn(self, tokenizer: Tokenizer, conversation: Conversation, turn_text: str, call: FoundCall,
-                  answer: str, tools: Mapping[str, Tool]) -> str:
+    def tool_turn(self, tokenizer: Tokenizer, conversation: Conversation, turn_text: str, calls: list[FoundCall],
+                  answers: list[str], tools: Mapping[str, Tool]) -> str:
         messages = [*conversation.messages, {"role": "assistant", "content": turn_text},
-                    {"role": "tool", "name": call.name, "content": answer}]
+                    *({"role": "tool", "name": call.name, "content": answer}
+                      for call, answer in zip(calls, answers, strict=True))]
         rendered = self._render(tokenizer, messages, tool_schemas(tools))
         expected = conversation.text + turn_text
         if not rendered.startswith(expected):
@@ -245,9 +267,57 @@ class Compact:
             return None
         return FoundCall(match.end(), name=COMPACT_TOOL, arguments={COMPACT_ARGUMENT: match.group(1).strip()})
 
-    def tool_turn(self, tokenizer: Tokenizer, conversation: Conversation, turn_text: str, call: FoundCall,
-                  answer: str, tools: Mapping[str, Tool]) -> str:
-        return f"{RESULT_OPEN}{answer}{RESULT_CLOSE}"
+    def tool_turn(self, tokenizer: Tokenizer, conversation: Conversation, turn_text: str, calls: list[FoundCall],
+                  answers: list[str], tools: Mapping[str, Tool]) -> str:
+        return "".join(f"{RESULT_OPEN}{answer}{RESULT_CLOSE}" for answer in answers)
+
+
+MISTRAL_CALLS, MISTRAL_RESULTS_OPEN, MISTRAL_RESULTS_CLOSE = "[TOOL_CALLS]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]"
+_JSON = json.JSONDecoder()
+
+
+class Mistral:
+    """``--tool-call-format mistral``: Mistral's syntax, several calls in one turn.
+
+    The model writes ``[TOOL_CALLS]`` and a JSON list of calls, ``[{"name": NAME, "arguments":
+    {...}}, ...]`` (one object alone is one call; ``arguments`` may be a JSON string, and other keys
+    such as ``id`` are ignored); the call is complete, and the turn cut, where that JSON value
+    ends. Every call of the list is run, in order (a malformed entry is answered with an error and
+    the others still run), and each answer is appended, in the same order, as
+    ``[TOOL_RESULTS]{"content": ANSWER}[/TOOL_RESULTS]`` (the answer JSON-encoded). A
+    ``[TOOL_CALLS]`` whose JSON never completes before the turn ends is no call: the turn is the
+    model's answer. The prompt's tokens are the data source's; no stop token is added (the loop
+    cuts the turn after the list).
+    """
+
+    def prompt_ids(self, tokenizer: Tokenizer, sample: Sample, tools: Mapping[str, Tool],
+                   conversation: Conversation) -> list[int]:
+        return list(sample.prompt_tokens)
+
+    def stop_token_ids(self, tokenizer: Tokenizer) -> tuple[int, ...]:
+        return ()
+
+    def find_call(self, text: str) -> FoundCall | None:
+        start = text.find(MISTRAL_CALLS)
+        if start < 0:
+            return None
+        body = start + len(MISTRAL_CALLS)
+        while body < len(text) and text[body].isspace():
+            body += 1
+        try:
+            payload, end = _JSON.raw_decode(text, body)
+        except json.JSONDecodeError:
+            return None  # not complete (yet)
+        entries = payload if isinstance(payload, list) else [payload]
+        if not entries:
+            return FoundCall(end, error="[TOOL_CALLS] holds an empty list; give at least one call")
+        calls = [call_of(entry, end) for entry in entries]
+        return replace(calls[0], siblings=tuple(calls[1:]))
+
+    def tool_turn(self, tokenizer: Tokenizer, conversation: Conversation, turn_text: str, calls: list[FoundCall],
+                  answers: list[str], tools: Mapping[str, Tool]) -> str:
+        return "".join(f"{MISTRAL_RESULTS_OPEN}{json.dumps({'content': answer})}{MISTRAL_RESULTS_CLOSE}"
+                       for answer in answers)
 
 
 def spellable(tokenizer: Tokenizer, text: str) -> str:
@@ -269,5 +339,5 @@ def spellable(tokenizer: Tokenizer, text: str) -> str:
 
 
 #: ``--tool-call-format`` -> the format's class.
-FORMATS: dict[str, type[Tagged] | type[ChatTemplate] | type[Compact]] = {
-    "tagged": Tagged, "chat-template": ChatTemplate, "compact": Compact}
+FORMATS: dict[str, type[Tagged] | type[ChatTemplate] | type[Compact] | type[Mistral]] = {
+    "tagged": Tagged, "chat-template": ChatTemplate, "compact": Compact, "mistral": Mistral}

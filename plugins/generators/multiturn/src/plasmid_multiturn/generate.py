@@ -13,7 +13,10 @@ Nothing is decoded and encoded again: each turn's prompt to the engine is the pr
 the tokens appended since (a prefix-extension), and only the appended text is ever encoded. A
 turn ends at EOS (or another stop token), at ``--max-new-tokens``, or at the end of its first
 complete tool call: **tokens the engine generated after a complete call in the same turn are cut**
-(they are not in the sample, and not trained on), so the model's turn ends at the call.
+(they are not in the sample, and not trained on), so the model's turn ends at the call. A format
+with several calls per turn (``mistral``: one ``[TOOL_CALLS]`` list) makes them one "call" that
+ends with the list: every call in it is run, one after the other, in order, and all the answers
+are appended together (each counts as a tool call in the metrics).
 
 The conversation ends when a turn has no tool call (status: the engine's, ``COMPLETED`` or
 ``TRUNCATED``), when the model calls a tool in turn ``--max-turns`` (the call is not run;
@@ -154,19 +157,20 @@ class MultiTurn:
             if conversation.turns >= self.options.max_turns or len(response) >= budget:
                 status = Status.TRUNCATED
                 break
-            call = found[1]
-            ran = await until_aborted(ctx, self.run_tool(ctx, call, sample))
-            if ran is None:  # aborted mid-call: the turn ends at its call, which runs again when resumed
+            calls = found[1].all  # one call, or several in one turn (in order)
+            ran = await until_aborted(ctx, self.run_tools(ctx, calls, sample))
+            if ran is None:  # aborted mid-call: the turn ends at its call(s), which run again when resumed
                 status = Status.ABORTED
                 break
-            answer, failed, seconds = ran
-            conversation.tool_calls += 1
-            conversation.tool_errors += int(failed)
-            conversation.tool_seconds += seconds
+            answers = []
+            for answer, failed, seconds in ran:
+                conversation.tool_calls += 1
+                conversation.tool_errors += int(failed)
+                conversation.tool_seconds += seconds
+                answers.append(spellable(tokenizer, answer))  # every format: a tool's text never crashes it
             turn_text = tokenizer.decode(response[conversation.turn_start:], skip_special_tokens=False)
-            answer = spellable(tokenizer, answer)  # every format: a tool's text never crashes the rollout
             try:
-                text = fmt.tool_turn(tokenizer, conversation, turn_text, call, answer, ctx.tools)
+                text = fmt.tool_turn(tokenizer, conversation, turn_text, calls, answers, ctx.tools)
             except TemplateMismatch as mismatch:
                 conversation.mismatch = str(mismatch)
                 status = Status.COMPLETED
@@ -199,6 +203,12 @@ class MultiTurn:
         if self.options.tool_call_format == "chat-template":
             values["template_mismatch_fraction"] = float(bool(conversation.mismatch))
         return values
+
+    async def run_tools(self, ctx: RolloutView, calls: list[FoundCall],
+                        sample: Sample) -> list[tuple[str, bool, float]]:
+        """:meth:`run_tool` of each of a turn's ``calls``, one after the other, in order (a later
+        call may depend on what an earlier one did, as the model wrote them in that order)."""
+        return [await self.run_tool(ctx, call, sample) for call in calls]
 
     async def run_tool(self, ctx: RolloutView, call: FoundCall, sample: Sample) -> tuple[str, bool, float]:
         """``(answer, failed, seconds)`` of one call: the tool's text, or a one-line ``error: ...``

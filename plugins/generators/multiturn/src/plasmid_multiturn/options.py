@@ -18,11 +18,13 @@ class MultiTurnOptions(Options, group="multiturn", description="multi-turn rollo
                                        "as timed out (and counted as a tool error)", gt=0)
     tool_max_output_chars: int = option(2000, "a tool answer longer than this many characters is cut to it (the "
                                               "model is told; counted as a tool error)", min=1)
-    tool_call_format: Literal["tagged", "chat-template", "compact"] = option(
+    tool_call_format: Literal["tagged", "chat-template", "compact", "mistral"] = option(
         "tagged", "how calls and answers appear: 'tagged' <tool_call>{json}</tool_call> and "
                   "<tool_response>...</tool_response> text; 'chat-template' the tokenizer's chat template with "
                   "tools, rendered turn by turn; 'compact' <call>EXPRESSION</call> calls the calculator, its answer "
-                  "appended as <result>...</result> (for tiny models, --task toolcalc)")
+                  "appended as <result>...</result> (for tiny models, --task toolcalc); 'mistral' "
+                  "[TOOL_CALLS][{json}, ...], several calls per turn, each answer appended as "
+                  "[TOOL_RESULTS]{\"content\": ...}[/TOOL_RESULTS]")
 
     def budget(self, max_new_tokens: int) -> int:
         """The response token budget: ``--max-response-tokens``, else ``--max-turns`` x ``max_new_tokens``."""
