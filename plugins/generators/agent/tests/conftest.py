@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -56,9 +57,10 @@ class ScriptedEngine:
         return 0
 
 
-def make_ctx(tokenizer: Any, engine: Any) -> Any:
+def make_ctx(tokenizer: Any, engine: Any, aborting: asyncio.Event | None = None) -> Any:
     """What the agent generate function reads of the rollout context."""
-    return SimpleNamespace(tokenizer=tokenizer, engine_for=lambda sample: engine)
+    return SimpleNamespace(tokenizer=tokenizer, engine_for=lambda sample: engine,
+                           aborting=aborting if aborting is not None else asyncio.Event())
 
 
 #: The char alphabet of the tool-call tests (letters, digits and JSON punctuation).

@@ -426,3 +426,49 @@ def test_with_agent_errors_zero_a_step_of_the_rollout_driver_goes_on_past_failin
     assert ["crashed" in s.metadata.get("agent_error", "") for s in batch.samples] == [False, True, False, True]
     assert batch.metrics["rollout/agent/errors_fraction"] == 0.5 and batch.metrics["rollout/agent/calls_mean"] == 1.0
     assert batch.metrics["rollout/reward_mean"] == 0.5
+
+
+@pytest.mark.timeout(60)
+def test_the_steps_abort_cancels_an_agent_busy_with_its_own_work_and_refuses_its_calls(tmp_path, tool_tokenizer):
+    """The driver sets ``ctx.aborting`` while the agent runs a slow tool of its own: the agent is
+    cancelled at once and its sample comes back as its prompt, ``ABORTED``; a call after the abort
+    is refused."""
+    engine = ScriptedEngine(tool_tokenizer, ["a<eos>", "b<eos>"])
+    seen = {"busy": False, "cancelled": False}
+
+    async def agent(session):
+        await client_of(session).chat.completions.create(model=session.model, messages=session.messages)
+        seen["busy"] = True
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            seen["cancelled"] = True
+            raise
+        return 1.0
+
+    config = make_config(plasmid_agent.plugin, run_dir=tmp_path / "run", generate="agent", agent=f"{AGENTS}:answer")
+    generate: AgentGenerate = build("generate", "agent", plasmid_agent.plugin, config=config)
+    generate.func = agent
+    prompt_ids = tool_tokenizer("what is 2*3")["input_ids"]
+
+    async def main():
+        aborting = asyncio.Event()
+        sample = Sample(prompt="what is 2*3", tokens=list(prompt_ids), label="6", index=1)
+        task = asyncio.ensure_future(generate(make_ctx(tool_tokenizer, engine, aborting), sample, PARAMS))
+        while not seen["busy"]:
+            await asyncio.sleep(0.01)
+        aborting.set()
+        try:
+            out = await asyncio.wait_for(task, 10)
+            rollout = generate.gateway.open(engine, PARAMS, aborting=aborting)
+            refused = generate.gateway.generate(rollout, {}, list(prompt_ids), "")
+            with pytest.raises(Exception, match="plasmid aborted this rollout"):
+                await refused
+            return out
+        finally:
+            await generate.shutdown()
+
+    out = asyncio.run(main())
+    assert seen["cancelled"] and len(engine.seen) == 1
+    assert out.status == Status.ABORTED and out.tokens == prompt_ids and out.response_length == 0
+    assert "agent_reward" not in out.metadata and "rollout_metrics" not in out.metadata

@@ -58,7 +58,9 @@ class Rollout:
     """One agent rollout: the engine and sampling parameters its calls use, and its recorded calls
     (in the order they finished).
 
-    :ivar aborted: a call came back aborted (the driver is ending the step); later calls are refused.
+    :ivar aborted: a call came back aborted, or the step's ``aborting`` event was set (the driver
+        is ending the step); later calls are refused.
+    :ivar aborting: the step's abort event (:attr:`plasmid.protocols.RolloutView.aborting`), or None.
     :ivar errors: what the gateway refused or failed, for the message when the agent then fails.
     """
 
@@ -69,6 +71,7 @@ class Rollout:
     aborted: bool = False
     errors: list[str] = field(default_factory=list)
     started: int = 0
+    aborting: asyncio.Event | None = None
 
     def next_seed(self) -> int | None:
         """A distinct, reproducible seed per call (the rollout's seed, then offsets)."""
@@ -106,9 +109,9 @@ class Gateway:
     def base_url(self, key: str) -> str:
         return f"http://127.0.0.1:{self.port}/s/{key}/v1"
 
-    def open(self, engine: RolloutEngine, params: SamplingParams) -> Rollout:
-        """A new rollout with a fresh session key."""
-        rollout = Rollout(key="plasmid-" + secrets.token_hex(16), engine=engine, params=params)
+    def open(self, engine: RolloutEngine, params: SamplingParams, aborting: asyncio.Event | None = None) -> Rollout:
+        """A new rollout with a fresh session key; its calls are refused once ``aborting`` is set."""
+        rollout = Rollout(key="plasmid-" + secrets.token_hex(16), engine=engine, params=params, aborting=aborting)
         self.rollouts[rollout.key] = rollout
         return rollout
 
@@ -315,6 +318,8 @@ class Gateway:
     async def generate(self, rollout: Rollout, body: dict[str, Any], prompt_ids: list[int],
                        text: str) -> tuple[Call, GenerationOutput]:
         """Run one engine call for ``rollout`` and record it."""
+        if rollout.aborting is not None and rollout.aborting.is_set():
+            rollout.aborted = True
         if rollout.aborted:
             raise RequestError("plasmid aborted this rollout (the step is complete); stop the agent")
         if body.get("n", 1) not in (1, None):

@@ -86,9 +86,11 @@ class AgentGenerate:
     Returns the samples :func:`plasmid_agent.recorder.build_samples` makes of the agent's calls
     (one, or more when the agent branched; all in the prompt's group), each with the agent's
     reward in ``metadata["agent_reward"]`` and the session's metrics in
-    ``metadata["rollout_metrics"]`` (:func:`session_metrics`). A sample whose calls were aborted
-    (the driver ended the step) comes back as its prompt with status ``ABORTED``, to be run again
-    from the start.
+    ``metadata["rollout_metrics"]`` (:func:`session_metrics`). When the driver aborts the step
+    (``ctx.aborting``, see :class:`plasmid.protocols.GenerateFn`) the agent is cancelled at once,
+    and the gateway refuses its later calls, as it does once an engine call comes back aborted;
+    the sample comes back as its prompt with status ``ABORTED``, to be run again from the start
+    (an agent's own state cannot be resumed mid-conversation).
 
     An agent that raises, times out, returns no valid reward or makes no model call that produced
     a token is a *failed* agent. With ``--agent-errors raise`` (the default) it stops the run with
@@ -148,7 +150,7 @@ class AgentGenerate:
         failure: ProviderError | None = None
         value: Any = None
         async with self._semaphore:
-            rollout = gateway.open(ctx.engine_for(sample), params)
+            rollout = gateway.open(ctx.engine_for(sample), params, aborting=ctx.aborting)
             began = time.perf_counter()
             try:
                 value = await self._run(gateway, rollout, sample)
@@ -216,10 +218,10 @@ class AgentGenerate:
                 pending = self.func(session)
             else:
                 pending = asyncio.to_thread(self.func, session)
-            value = await asyncio.wait_for(pending, self.timeout)
-            if inspect.isawaitable(value):
-                value = await asyncio.wait_for(value, self.timeout)
-            return value
+            value = await self._unless_aborted(rollout, asyncio.wait_for(pending, self.timeout))
+            if inspect.isawaitable(value) and not rollout.aborted:
+                value = await self._unless_aborted(rollout, asyncio.wait_for(value, self.timeout))
+            return None if rollout.aborted else value
         except asyncio.CancelledError:
             raise
         except TimeoutError:
@@ -232,6 +234,27 @@ class AgentGenerate:
                 return None
             raise ProviderError(f"{where} raised {type(exc).__name__}: {exc}" + self._refused(rollout),
                                 provider="agent", plugin="plasmid-agent") from exc
+
+    @staticmethod
+    async def _unless_aborted(rollout: Rollout, work: Any) -> Any:
+        """``work``'s result; when the step's abort (``rollout.aborting``) comes first, the agent is
+        cancelled (a plain ``def`` agent's thread cannot be: it runs on, its calls refused), the
+        rollout marked aborted and ``None`` returned."""
+        task = asyncio.ensure_future(work)
+        if rollout.aborting is None:
+            return await task
+        stop = asyncio.ensure_future(rollout.aborting.wait())
+        try:
+            await asyncio.wait((task, stop), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        if task.cancelled():
+            rollout.aborted = True
+            return None
+        return task.result()
 
     @staticmethod
     def _refused(rollout: Rollout) -> str:
