@@ -8,14 +8,18 @@ update) around one shared recipe. One call of :meth:`TrainStep.run` on a
 
 1. an empty batch reports ``train/samples``, ``train/tokens``, ``train/updates`` (all 0) and
    ``train/seconds``, and counts no step;
-2. the samples are checked (:func:`plasmid_torch.training.check_samples`; every reward finite);
+2. a loss with a ``training_samples(samples)`` method (plasmid-sft's) replaces the samples by
+   what it returns (the tokens it trains on); the samples are checked
+   (:func:`plasmid_torch.training.check_samples`; every reward finite);
 3. ``inputs = parts.prepare(samples)``: the samples in the trainer's own form (padded tensors, ...),
    handed to every other part;
 4. the :class:`plasmid.types.LossBatch` of the whole batch, on ``parts.device``: rewards, groups,
    ``response_mask`` (each sample's ``loss_mask``), the rollout's log-probs when every sample has
    them; ``old_logprobs``: the policy's, computed now, when the loss ``needs_old_logprobs`` or a
    sample has no rollout log-probs, else the rollout's; ``ref_logprobs`` when there is a
-   reference model; ``values`` (the critic's, before any update) when there is a critic;
+   reference model, else, when the loss has a ``reference_logprobs_key`` (plasmid-opd's
+   teacher), each sample's ``metadata[key]`` (:func:`sample_logprobs`); ``values`` (the critic's,
+   before any update) when there is a critic;
 5. ``loss.advantages`` on the whole batch fills ``advantages`` and ``returns``;
 6. the warm-up rule: the policy is trained unless there is a critic and fewer than
    ``--critic-warmup-steps`` steps were trained (a loss without a critic ignores the option);
@@ -153,9 +157,12 @@ class TrainStep:
         if not samples:
             return {"train/samples": 0.0, "train/tokens": 0.0, "train/updates": 0.0,
                     "train/seconds": time.perf_counter() - started}
+        parts = self.parts
+        training_samples = getattr(parts.loss, "training_samples", None)
+        if callable(training_samples):
+            samples = training_samples(samples)
         check_samples(samples)
         check_rewards(samples)
-        parts = self.parts
         inputs = parts.prepare(samples)
         loss_batch, trainer_old = self.loss_batch(samples, inputs)
         loss_batch.advantages, loss_batch.returns = parts.loss.advantages(loss_batch)
@@ -231,6 +238,8 @@ class TrainStep:
         ref = None
         if parts.reference is not None:
             ref = parts.logprobs(parts.reference, inputs, self.temperature)
+        elif key := getattr(parts.loss, "reference_logprobs_key", None):
+            ref = pad_rows(sample_logprobs(samples, str(key)), width)
         values = parts.critic.values(inputs) if parts.critic is not None else None
         on = functools.partial(_to, device=parts.device)
         batch = LossBatch(
@@ -298,8 +307,24 @@ def check_rewards(samples: Sequence[Sample]) -> None:
                              f"{sample.reward!r}: every sample must be scored with a finite reward before training")
 
 
+def sample_logprobs(samples: Sequence[Sample], key: str) -> list[list[float]]:
+    """Every sample's ``metadata[key]``, per-token log-probs of its response tokens (a loss's
+    ``reference_logprobs_key``); ``ValueError`` naming the first sample without them or whose
+    count is not its ``response_length``."""
+    rows = []
+    for position, sample in enumerate(samples):
+        values = sample.metadata.get(key)
+        if values is None or len(values) != sample.response_length:
+            found = "none" if values is None else f"{len(values)} entries"
+            raise ValueError(f"sample {position} (index {sample.index}, group {sample.group_index}): the loss reads "
+                             f"reference log-probs from metadata[{key!r}] but it has {found} for "
+                             f"{sample.response_length} response tokens (the generate function must attach them)")
+        rows.append([float(value) for value in values])
+    return rows
+
+
 def _to(tensor: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
     return None if tensor is None else tensor.to(device)
 
 
-__all__ = ["CriticParts", "TrainStep", "TrainerParts", "Update", "check_rewards"]
+__all__ = ["CriticParts", "TrainStep", "TrainerParts", "Update", "check_rewards", "sample_logprobs"]

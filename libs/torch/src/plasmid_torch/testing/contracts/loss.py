@@ -49,7 +49,8 @@ def make_loss_batch(loss: Any, *, groups: int = 3, group_size: int = 4, response
 
     Rewards differ within every group; responses have different lengths (right padding) and
     some have a masked hole in the middle (tool output). Reference log-probs and values are
-    filled when ``loss`` needs them; ``advantages``/``returns`` come from ``loss.advantages``.
+    filled when ``loss`` needs them (reference log-probs also when it reads them from the samples,
+    ``reference_logprobs_key``: plasmid-opd's teacher); ``advantages``/``returns`` come from ``loss.advantages``.
     """
     generator = torch.Generator().manual_seed(seed)
     batch_size = groups * group_size
@@ -70,7 +71,7 @@ def make_loss_batch(loss: Any, *, groups: int = 3, group_size: int = 4, response
         group_index=group_index,
         response_mask=response_mask,
         old_logprobs=logprobs_like(),
-        ref_logprobs=logprobs_like() if loss.needs_ref else None,
+        ref_logprobs=logprobs_like() if loss.needs_ref or getattr(loss, "reference_logprobs_key", None) else None,
         rollout_logprobs=logprobs_like(),
         values=torch.randn(batch_size, response_length, generator=generator) if loss.needs_critic else None,
         total_tokens=int(response_mask.sum()),

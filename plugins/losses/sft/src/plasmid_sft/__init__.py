@@ -1,0 +1,15 @@
+"""plasmid-sft: supervised fine-tuning through the RL trainer (``--loss sft``).
+
+A step trains the policy on next-token cross-entropy over the tokens of each prompt's label
+(the data set's answer), through the same trainer, optimizer, schedule and checkpoints as the
+RL losses: for warm starts, and as a baseline. Two pieces:
+
+- ``--generate sft`` (:class:`plasmid_sft.generate.SFTGenerate`; the default with ``--loss sft``):
+  samples a response as the single-turn generate function does (so rollout and eval metrics are
+  the policy's own, and evaluation never sees the label), and attaches the label's tokens,
+  ended by the stop token when it fits within ``--max-new-tokens``, as the demonstration
+  (``metadata["sft_target_ids"]``);
+- ``--loss sft`` (:class:`plasmid_sft.loss.SFTLoss`): before the step the recipe hands it the
+  samples (:meth:`~plasmid_sft.loss.SFTLoss.training_samples`), whose responses it replaces by
+  their demonstrations; the loss is the token mean of ``-log p`` over them.
+"""
