@@ -1,15 +1,20 @@
 """The ``plasmid`` command.
 
-    plasmid train [OPTIONS]            run RL training (no options: the CPU quickstart)
+    plasmid train [--config FILE] [OPTIONS]   run RL training (no options: the CPU quickstart)
+    plasmid config show [--config FILE] [OPTIONS] [--json]   resolved options, where each came from
     plasmid plugins [--json]           list installed plugins, their providers and status
     plasmid plugins show NAME [--json] one plugin: providers, hooks, options
     plasmid plugins check [--json]     import each plugin in a fresh process; report failures, times
     plasmid score --reward NAME [--label L] < lines   score responses read from stdin (JSON or text lines)
     plasmid new-plugin reward NAME [--dir D]   write a working third-party reward package to start from
+    plasmid rollout [OPTIONS] [--save-rollouts DIR]   generate and score with the train options, no training
+    plasmid replay DIR [OPTIONS]       train on rollouts saved with --save-rollouts, no engine
+    plasmid eval --checkpoint DIR | --model DIR [--eval-data NAME=PATH] [--eval-n-samples K]   JSON results
+    plasmid --version                  the kernel's and every installed plugin's version
 
-Errors that a user can fix (:class:`plasmid.errors.PlasmidError`, and a full disk, exceeded quota,
-read-only or forbidden path: an ``OSError`` with one of :data:`DISK_ERRORS`, named by its path)
-print one message and exit 2; ``--debug`` adds the traceback.
+Every command answers ``--help``. Errors that a user can fix (:class:`plasmid.errors.PlasmidError`,
+and a full disk, exceeded quota, read-only or forbidden path: an ``OSError`` with one of
+:data:`DISK_ERRORS`, named by its path) print one line and exit 2; ``--debug`` adds the traceback.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import errno
 import sys
 import traceback
+from collections.abc import Callable
 
 from plasmid.errors import PlasmidError
 
@@ -28,10 +34,21 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print("usage:\n" + USAGE)
         return 0
+    if argv[0] in ("-V", "--version"):
+        print(version_text())
+        return 0
     command, rest = argv[0], argv[1:]
-    commands = {"train": cmd_train, "plugins": cmd_plugins, "score": cmd_score, "new-plugin": cmd_new_plugin}
+    commands: dict[str, Callable[[list[str]], int]] = {
+                "train": cmd_train, "plugins": cmd_plugins, "score": cmd_score, "new-plugin": cmd_new_plugin,
+                "config": cmd_config,
+                "rollout": lambda a: int(__import__("plasmid.replay", fromlist=["_"]).rollout_command(a)),
+                "replay": lambda a: int(__import__("plasmid.replay", fromlist=["_"]).replay_command(a)),
+                "eval": lambda a: int(__import__("plasmid.evaluate", fromlist=["_"]).eval_command(a))}
     if command not in commands:
-        print(f"plasmid: error: unknown command {command!r}\nusage:\n{USAGE}", file=sys.stderr)
+        from plasmid.plugins import did_you_mean
+
+        print(f"plasmid: error: unknown command {command!r}{did_you_mean(command, commands)} ('plasmid --help' "
+              f"lists the commands)", file=sys.stderr)
         return 2
     try:
         return commands[command](rest)
@@ -98,6 +115,25 @@ def cmd_score(argv: list[str]) -> int:
     from plasmid.score import score_command
 
     return score_command(argv)
+
+
+def cmd_config(argv: list[str]) -> int:
+    from plasmid.show_config import config_command
+
+    return config_command(argv)
+
+
+def version_text() -> str:
+    """``plasmid --version``: the kernel's version, then every installed plugin (entry point of
+    group ``plasmid``) as name, distribution and version; nothing is imported."""
+    import plasmid
+    from plasmid.plugins import installed_entry_points
+
+    lines = [f"plasmid {plasmid.__version__} (plugin API {plasmid.API_VERSION})"]
+    for name, ep in sorted(installed_entry_points().items()):
+        dist = ep.dist.name if ep.dist else "?"
+        lines.append(f"  {name:<16} {dist} {ep.dist.version if ep.dist else ''}".rstrip())
+    return "\n".join(lines)
 
 
 def cmd_new_plugin(argv: list[str]) -> int:

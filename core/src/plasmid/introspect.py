@@ -88,8 +88,9 @@ def plugin_options(manager: PluginManager, name: str) -> list[dict[str, Any]]:
     parser = OptionParser()
     impl(parser=parser)
     options = []
+    declared = parser.destinations()
     for action in parser._parser._actions:
-        if action.option_strings and action.dest != "help":
+        if action.option_strings and action.dest in declared:
             options.append({"flag": action.option_strings[0], "default": action.default, "help": action.help or ""})
     return options
 
@@ -98,8 +99,9 @@ def all_options(manager: PluginManager) -> dict[str, dict[str, Any]]:
     """Every option of the kernel and the loaded plugins, by Python name, as ``{flag, default, help}``."""
     parser = OptionParser()
     manager.addoption(parser)
+    declared = parser.destinations()
     return {action.dest: {"flag": action.option_strings[0], "default": action.default, "help": action.help or ""}
-            for action in parser._parser._actions if action.option_strings and action.dest != "help"}
+            for action in parser._parser._actions if action.option_strings and action.dest in declared}
 
 
 def provider_details(registry: Registry, name: str) -> list[dict[str, Any]]:

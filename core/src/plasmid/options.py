@@ -19,7 +19,7 @@ each plugin that reads them; two *different* declarations of one flag are an err
 provider reads ``SyncOptions.of(config)``: the values of the run, converted and checked, as a
 frozen instance; nothing restates a default where it is read.
 
-Annotations understood: ``bool`` (a switch; ``--no-<flag>`` too when the default is true),
+Annotations understood: ``bool`` (a switch, and ``--no-<flag>`` to turn it off: a flag can undo a config file),
 ``int``, ``float``, ``str``, ``pathlib.Path``, ``Literal[...]`` of strings (choices),
 ``tuple[str, ...]`` (a repeatable flag, in the order given), and ``X | None`` of these.
 
@@ -151,7 +151,7 @@ class OptionField:
             kwargs["metavar"] = self.spec.metavar
         if kind.scalar is bool and not kind.repeated:
             kwargs.pop("metavar", None)
-            kwargs["action"] = argparse.BooleanOptionalAction if self.default else "store_true"
+            kwargs["action"] = argparse.BooleanOptionalAction   # --no-X too: a flag can undo a file
             kwargs["default"] = self.default
             return kwargs
         kwargs["type"] = _parser_type(kind.scalar)

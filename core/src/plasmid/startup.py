@@ -46,11 +46,18 @@ class Startup:
 
 
 def preparse(argv: list[str]) -> argparse.Namespace:
-    """The options needed before plugins load: ``--plugins`` and ``--debug``."""
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    """The options needed before plugins load: ``--plugins`` and ``--debug``, from the command line
+    (``@files`` included) or else from a ``--config`` file (``plugins:``)."""
+    from plasmid.config import ArgumentParser
+    from plasmid.configfile import plugins_in
+
+    parser = ArgumentParser(add_help=False, allow_abbrev=False, fromfile_prefix_chars="@")
     parser.add_argument("--plugins", default=None)
     parser.add_argument("--debug", action="store_true")
+    parser.add_argument("--config", action="append", default=[])
     known, _ = parser.parse_known_args(argv)
+    if known.plugins is None and known.config:
+        known.plugins = plugins_in(known.config)
     return known
 
 
