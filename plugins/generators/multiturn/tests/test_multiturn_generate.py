@@ -499,6 +499,8 @@ def test_a_call_is_complete_where_its_json_ends(text, found):
     assert text[:call.end].endswith(("}", "]"))
 
 
-def test_an_empty_call_list_is_told_to_the_model():
-    call = Mistral().find_call("[TOOL_CALLS][]")
-    assert call.error and call.end == len("[TOOL_CALLS][]")
+@pytest.mark.parametrize(("text", "end"), [("[TOOL_CALLS][]", 14), ("[TOOL_CALLS] 12", 13), ("[TOOL_CALLS]true", 12)])
+def test_an_empty_or_non_list_call_is_told_to_the_model(text, end):
+    call = Mistral().find_call(text)
+    assert call.error and call.end == end and not call.name
+    assert Mistral().find_call("[TOOL_CALLS]  ") is None

@@ -282,7 +282,8 @@ class Mistral:
     The model writes ``[TOOL_CALLS]`` and a JSON list of calls, ``[{"name": NAME, "arguments":
     {...}}, ...]`` (one object alone is one call; ``arguments`` may be a JSON string, and other keys
     such as ``id`` are ignored); the call is complete, and the turn cut, where that JSON value
-    ends. Every call of the list is run, in order (a malformed entry is answered with an error and
+    ends (anything but ``[`` or ``{`` after ``[TOOL_CALLS]`` is a malformed call, told to the model).
+    Every call of the list is run, in order (a malformed entry is answered with an error and
     the others still run), and each answer is appended, in the same order, as
     ``[TOOL_RESULTS]{"content": ANSWER}[/TOOL_RESULTS]`` (the answer JSON-encoded). A
     ``[TOOL_CALLS]`` whose JSON never completes before the turn ends is no call: the turn is the
@@ -304,6 +305,11 @@ class Mistral:
         body = start + len(MISTRAL_CALLS)
         while body < len(text) and text[body].isspace():
             body += 1
+        if body == len(text):
+            return None  # not complete (yet)
+        if text[body] not in "[{":
+            return FoundCall(body, error='[TOOL_CALLS] is followed by a JSON list of calls, [{"name": "...", '
+                                         '"arguments": {...}}, ...]')
         try:
             payload, end = _JSON.raw_decode(text, body)
         except json.JSONDecodeError:
