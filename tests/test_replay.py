@@ -78,3 +78,40 @@ def test_replay_reproduces_the_saved_runs_losses_bit_for_bit(tmp_path):
         assert "train/loss" in train_keys
         assert {k: a[k] for k in train_keys} == {k: b.get(k) for k in train_keys}, a["step"]
     assert any(row["train/loss"] != 0 for row in want) or any(row["train/grad_norm"] for row in want)
+
+
+class _Impl:
+    def __init__(self, plugin_name, function, argnames):
+        self.plugin_name, self.function, self.argnames = plugin_name, function, argnames
+
+
+class _Manager:
+    """Just what notify_run_* read: ``pm.hook.<name>.get_hookimpls()``."""
+
+    def __init__(self, **impls):
+        hooks = {name: type("Caller", (), {"get_hookimpls": lambda self, i=i: i})() for name, i in impls.items()}
+        self.pm = type("PM", (), {"hook": type("Hook", (), hooks)()})()
+
+
+def test_a_failing_run_end_observer_is_one_warning_and_the_others_still_run(tmp_path):
+    import io
+
+    from plasmid.run import notify_run_end, notify_run_start
+    from plasmid.testing import make_config
+
+    calls = []
+
+    def broken(run_dir, metrics, error):
+        raise RuntimeError("tracker down")
+
+    manager = _Manager(
+        plasmid_run_end=[_Impl("good", lambda error: calls.append(error), ("error",)),
+                         _Impl("bad", broken, ("run_dir", "metrics", "error"))],
+        plasmid_run_start=[_Impl("starter", lambda run_dir: (_ for _ in ()).throw(OSError("no disk")), ("run_dir",))])
+    config = make_config(run_dir=tmp_path)
+    stream = io.StringIO()
+    notify_run_end(manager, config, {}, "boom", stream=stream)
+    assert calls == ["boom"]
+    assert stream.getvalue() == "plasmid: warning: plugin 'bad' failed in plasmid_run_end: RuntimeError: tracker down\n"
+    with pytest.raises(PlasmidError, match="plugin 'starter' failed in plasmid_run_start: OSError: no disk"):
+        notify_run_start(manager, config)

@@ -1,0 +1,1 @@
+"""plasmid-wandb: a run's metrics in Weights & Biases (see :mod:`plasmid_wandb.plugin`)."""
