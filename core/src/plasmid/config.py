@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -263,7 +264,7 @@ class _HelpAll(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
-        parser._print_message(argparse.ArgumentParser.format_help(parser))
+        parser._print_message(argparse.ArgumentParser.format_help(parser), sys.stdout)
         parser.exit()
 
 

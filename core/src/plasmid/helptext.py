@@ -43,6 +43,9 @@ COMMON: tuple[tuple[str, tuple[str, ...]], ...] = (
 #: A group whose title ends with this holds a framework's native pass-through options.
 NATIVE_SUFFIX = " native"
 
+#: The module name prefix of a local plugin file (:meth:`plasmid.plugins.PluginManager.load_local`).
+LOCAL_PREFIX = "plasmid_local_"
+
 #: Groups the kernel declares without an options class.
 KERNEL_GROUPS = frozenset({"general", "providers"})
 
@@ -79,7 +82,7 @@ def short_help(parser: argparse.ArgumentParser, option_classes: Iterable[type[Op
     section("help", [a for a in parser._actions if a.option_strings and a.default == argparse.SUPPRESS])
     for title, dests in COMMON:
         section(f"common: {title}", [by_dest[d] for d in dests if d in by_dest])
-    natives = [(title, actions) for title, actions in groups if title.endswith(NATIVE_SUFFIX)]
+    natives = [(title, actions) for title, actions in groups if title.endswith(NATIVE_SUFFIX) and actions]
     plain = [(title, actions) for title, actions in groups if not title.endswith(NATIVE_SUFFIX)]
     for title, actions in plain:
         section(f"kernel: {title}", [a for a in actions if owner_of.get(a.dest, "plasmid") == "plasmid"
@@ -137,8 +140,11 @@ def _headings(packages: list[str]) -> dict[str, str]:
     plugins: dict[str, list[str]] = {}
     for name, ep in installed_entry_points().items():
         plugins.setdefault(ep.value.partition(".")[0].partition(":")[0], []).append(name)
-    headings = {}
+    headings: dict[str, str] = {}
     for package in packages:
+        if package.startswith(LOCAL_PREFIX):    # --plugins ./file.py
+            headings[package] = f"plugin {package.removeprefix(LOCAL_PREFIX)} (local file)"
+            continue
         dist_names = dists.get(package, [])
         dist = dist_names[0] if dist_names else package
         try:

@@ -10,7 +10,6 @@ before typed options, as ``reads_options`` (option names in Python form, ``("eps
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import json
 import os
@@ -19,7 +18,7 @@ import sys
 import warnings
 from typing import Any, TypedDict
 
-from plasmid.config import OptionParser
+from plasmid.config import ArgumentParser, OptionParser
 from plasmid.errors import PluginError
 from plasmid.kernel_options import KERNEL_OPTIONS
 from plasmid.options import walk_fields
@@ -36,7 +35,7 @@ from plasmid.registry import Registry
 
 
 def plugins_command(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="plasmid plugins", description="List, show and check plasmid plugins.")
+    parser = ArgumentParser(prog="plasmid plugins", description="List, show and check plasmid plugins.")
     parser.add_argument("action", nargs="?", default="list", choices=["list", "show", "check"])
     parser.add_argument("name", nargs="?", help="plugin name (for show)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")

@@ -19,11 +19,11 @@ underscores (``plasmid_my_verifier``).
 
 from __future__ import annotations
 
-import argparse
 import re
 from pathlib import Path
 
 import plasmid
+from plasmid.config import ArgumentParser
 from plasmid.errors import UsageError
 
 NAME = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
@@ -216,7 +216,7 @@ def write_package(family: str, name: str, directory: Path) -> Path:
 
 
 def new_plugin_command(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="plasmid new-plugin", description="Write a plugin package to start from.")
+    parser = ArgumentParser(prog="plasmid new-plugin", description="Write a plugin package to start from.")
     parser.add_argument("family", choices=FAMILIES, help="what the plugin provides")
     parser.add_argument("name", help="the provider's name (lower case, dashes): --reward NAME selects it")
     parser.add_argument("--dir", default=".", help="where to create plasmid-NAME/ (default: here)")
