@@ -1,0 +1,16 @@
+"""plasmid-vllm: vLLM servers as the rollout engine (``--engine vllm``).
+
+Each engine launches one vLLM OpenAI-compatible server (``python -m
+vllm.entrypoints.openai.api_server``, development mode) bound to 127.0.0.1, or attaches to
+running ones (``--vllm-external-addrs``), and talks to it over HTTP. Every field of the installed
+vLLM's ``AsyncEngineArgs`` is an option ``--vllm-<field>``.
+
+Modules: :mod:`.native` (the ``--vllm-*`` options, read from vLLM's source), :mod:`.server`
+(launching, health, stopping), :mod:`.client` (HTTP), :mod:`.worker` (runs inside vLLM's workers:
+tensor updates and read-back), :mod:`.engine` (the engine and its health monitor), :mod:`.syncs`
+(``vllm-nccl``, GPU only). The disk sync ``vllm-disk`` is :mod:`plasmid_torch.disk_sync`.
+
+Importing this package imports neither torch nor vllm.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,88 @@
+"""Moving the trainer's weights into a vLLM server, against the kernel's weight-sync contract
+(torchtrain trainer, the session's ``vllm`` engine), plus an exact check: after syncing a trainer
+whose tied embedding is zero, every log-prob the server gives is ``-ln(16)``.
+
+- plasmid-sync's ``inprocess``: ``engine.update_weights`` bucket by bucket of
+  ``--update-weight-buffer-size`` bytes: the engine's tensor path (safetensors payloads through
+  ``/collective_rpc`` into the model's ``load_weights``);
+- ``vllm-disk``: versioned directories, loaded with vLLM's in-place ``reload_weights``;
+- ``vllm-nccl``: NCCL broadcast through vLLM's weight-transfer engine; needs GPUs (skipped here).
+"""
+
+from __future__ import annotations
+
+import math
+
+import plasmid_sync.plugin
+import plasmid_vllm.plugin
+import pytest
+import torch
+from vllm_test_support import gpu_available, reset
+
+from plasmid import testing
+from plasmid_torch.testing.contracts.weightsync import WeightSyncContract
+
+plasmid_grpo_plugin = pytest.importorskip("plasmid_grpo.plugin")
+plasmid_torchtrain_plugin = pytest.importorskip("plasmid_torchtrain.plugin")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+class VLLMSyncContract(WeightSyncContract):
+    plugin = plasmid_vllm.plugin
+    extra_plugins = (plasmid_grpo_plugin, plasmid_torchtrain_plugin, plasmid_sync.plugin)
+    engine_count = 1
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def model_dir(cls, tiny_qwen):
+        return tiny_qwen
+
+    @pytest.fixture(autouse=True)
+    def _session_engine(self, engine, tiny_qwen):
+        self.shared, self.model = engine, tiny_qwen
+
+    def make_trainer(self, config):
+        loss = testing.build("loss", "grpo", plasmid_grpo_plugin, config=config)
+        return testing.build("trainer", "torchtrain", plasmid_torchtrain_plugin, config=config, args=(loss,))
+
+    def make_engines(self, config, count):
+        assert count == 1
+        return [self.shared]
+
+    def close(self, setup):
+        reset(self.shared, self.model)
+
+    def test_a_trainer_with_a_zero_embedding_makes_every_logprob_uniform(self, setup):
+        with torch.no_grad():
+            setup.trainer.model.get_input_embeddings().weight.zero_()
+
+        async def scenario():
+            report = await setup.sync.sync(setup.trainer, setup.engines, 6)
+            scored = [await engine.score([1, 4, 5, 6, 7, 8], 2, temperature) for engine in setup.engines
+                      for temperature in (1.0, 0.7)]
+            return report, scored
+
+        report, scored = testing.run(scenario())
+        assert report.weight_version == 6 and all(engine.weight_version == 6 for engine in setup.engines)
+        for values in scored:
+            assert len(values) == 4 and max(abs(v + math.log(16)) for v in values) < 1e-6
+
+
+class TestInProcessSyncIntoVLLM(VLLMSyncContract):
+    plugin = plasmid_sync.plugin
+    provider = "inprocess"
+    extra_plugins = (plasmid_grpo_plugin, plasmid_torchtrain_plugin, plasmid_vllm.plugin)
+
+
+class TestDiskSync(VLLMSyncContract):
+    provider = "vllm-disk"
+
+
+@pytest.mark.skipif(not gpu_available(), reason="vllm-nccl broadcasts over NCCL: it needs GPUs for the trainer and "
+                    "a server started with --vllm-weight-transfer-config '{\"backend\": \"nccl\"}'")
+class TestNCCLSync(VLLMSyncContract):
+    provider = "vllm-nccl"

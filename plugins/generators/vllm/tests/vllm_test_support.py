@@ -1,0 +1,36 @@
+"""Helpers of the plasmid-vllm tests (``conftest.py`` puts this directory on ``sys.path``)."""
+
+from __future__ import annotations
+
+
+def vllm_installed() -> bool:
+    from plasmid_vllm.native import vllm_source_root
+
+    return vllm_source_root() is not None
+
+
+def gpu_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def engine_options(**options):
+    """Options (Python names) of a test engine: one OpenMP thread for the server (the machine's
+    two cores are shared), eager mode (no graph compilation at start-up), quick health checks."""
+    defaults = {"vllm_server_env": ["OMP_NUM_THREADS=1", "VLLM_CPU_OMP_THREADS_BIND=nobind"],
+                "vllm_health_interval": 1.0, "vllm_startup_timeout": 600.0, "vllm_enforce_eager": True}
+    if gpu_available():  # what --weight-sync vllm-nccl needs on the server side
+        defaults["vllm_weight_transfer_config"] = '{"backend": "nccl"}'
+    return {**defaults, **options}
+
+
+def reset(engine, model_dir) -> None:
+    """Put ``model_dir``'s weights back on the engine's server, at version 0, cache flushed."""
+    from plasmid.testing import run
+
+    async def restore():
+        await engine.abort_all()
+        await engine.load_weights_from_disk(str(model_dir), 0)
+
+    run(restore())
