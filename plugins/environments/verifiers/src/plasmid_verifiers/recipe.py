@@ -35,7 +35,8 @@ BASE_ALPHABET = "\t\n" + "".join(chr(code) for code in range(32, 127))
 TOOL_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}<{{ m['role'] }}>{% if m['content'] %}{{ m['content'] }}{% endif %}"
     "{% if m['tool_calls'] %}{% for c in m['tool_calls'] %}<tool_call>{\"name\": \"{{ c['function']['name'] }}\", "
-    "\"arguments\": {{ c['function']['arguments'] }}}</tool_call>{% endfor %}{% endif %}"
+    "\"arguments\": {% if c['function']['arguments'] is mapping %}{{ c['function']['arguments'] | tojson }}"
+    "{% else %}{{ c['function']['arguments'] }}{% endif %}}</tool_call>{% endfor %}{% endif %}"
     "{% if m['role'] == 'assistant' %}{{ eos_token }}{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}<assistant>{% endif %}"
 )

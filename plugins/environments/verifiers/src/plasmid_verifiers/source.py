@@ -24,7 +24,8 @@ class VerifiersSource(GroupStream):
     ``label = {"env", "env_args", "row"}`` (what the rollout and the reward need: the whole row,
     as JSON data) and ``metadata = {"example_id": ...}``. Training walks the dataset endlessly,
     epoch ``e`` in the order of a shuffle keyed by ``--vf-seed`` (or ``--seed``) and ``e``; the
-    eval split is the environment's eval dataset, in order (none when it has none). The state is
+    eval split is the environment's eval dataset, in order (verifiers' own fallback: the training
+    dataset when it has none). The state is
     the stream's position, so a resumed source serves exactly the next prompts.
     """
 

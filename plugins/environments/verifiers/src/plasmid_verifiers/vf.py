@@ -88,11 +88,10 @@ def plain(value: Any) -> Any:
 
 
 def dataset_rows(env: Any, split: str, seed: int | None = None) -> list[dict[str, Any]]:
-    """The rows of the environment's ``train`` or ``eval`` dataset as plain dicts (``eval``: none
-    when the environment has no eval dataset; verifiers would fall back to the training one)."""
+    """The rows of the environment's ``train`` or ``eval`` dataset as plain dicts (``eval``, as
+    verifiers' ``get_eval_dataset`` has it: the training dataset when the environment has no eval
+    dataset)."""
     if split == "eval":
-        if env.eval_dataset is None and env.eval_dataset_source is None:
-            return []
         dataset = env.get_eval_dataset()
     else:
         dataset = env.get_dataset(seed=seed)
