@@ -40,6 +40,10 @@ COMMON: tuple[tuple[str, tuple[str, ...]], ...] = (
                  "debug")),
 )
 
+#: The column where option help starts (argparse's default is 24, which puts most flags on a line
+#: of their own).
+HELP_POSITION = 28
+
 #: A group whose title ends with this holds a framework's native pass-through options.
 NATIVE_SUFFIX = " native"
 
@@ -63,7 +67,7 @@ def short_help(parser: argparse.ArgumentParser, option_classes: Iterable[type[Op
               for group in parser._action_groups]
     by_dest = {a.dest: a for _, actions in groups for a in actions}
     shown: set[int] = set()        # id() of the actions listed so far
-    formatter = parser._get_formatter()
+    formatter = argparse.HelpFormatter(parser.prog, max_help_position=HELP_POSITION)
     formatter.add_usage(parser.usage, parser._actions, parser._mutually_exclusive_groups)
     formatter.add_text(parser.description)
     formatter.add_text("Options come from the defaults, then --config FILE (YAML, TOML or JSON; keys are the "
@@ -106,11 +110,15 @@ def short_help(parser: argparse.ArgumentParser, option_classes: Iterable[type[Op
 
 
 def with_default(action: argparse.Action) -> argparse.Action:
-    """``action``, or a copy whose help ends with its default when the help does not give one."""
+    """A copy of ``action`` as ``--help`` lists it: its help ends with its default when the help
+    does not give one, and a value without a metavar is named by its type (``N``, ``X``, ``TEXT``)
+    rather than by the destination in capitals, which keeps most flags on one line."""
+    copied = copy.copy(action)
+    if copied.metavar is None and copied.choices is None and copied.nargs != 0:
+        copied.metavar = {int: "N", float: "X"}.get(copied.type, "TEXT")  # type: ignore[call-overload]
     help_text = action.help or ""
     if action.help == argparse.SUPPRESS or action.default == argparse.SUPPRESS or "default" in help_text.lower():
-        return action
-    copied = copy.copy(action)
+        return copied
     copied.help = f"{help_text} (default: {_show(action.default)})".strip()
     return copied
 
