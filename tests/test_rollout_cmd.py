@@ -34,3 +34,10 @@ def test_rollout_generates_and_scores_without_training(tmp_path):
     sample = batch.groups[0].samples[0]
     assert sample.response_length > 0 and len(sample.rollout_logprobs) == sample.response_length
     assert sample.reward is not None and batch.metrics["rollout/reward_mean"] == rows[1]["rollout/reward_mean"]
+
+
+@pytest.mark.parametrize(("command", "shown"), [("rollout", "--save-rollouts"), ("replay", "plasmid replay DIR"),
+                                                ("eval", "--eval-n-samples")])
+def test_each_command_answers_help(command, shown):
+    answered = run_plasmid(command, "--help")
+    assert answered.returncode == 0 and shown in answered.stdout, answered.stderr[-1000:]

@@ -243,8 +243,12 @@ async def evaluate(argv: list[str]) -> dict[str, Any]:
 
 def eval_command(argv: list[str]) -> int:
     """``plasmid eval``: print the JSON results (and write ``--output``); exit status 0."""
-    if argv[:1] in (["-h"], ["--help"]) and not any(a in ("--checkpoint", "--model") for a in argv):
-        print((__doc__ or "").strip())
+    if "-h" in argv or "--help" in argv:  # every option, the train options included (argparse exits 0)
+        from plasmid.startup import start
+
+        start(["--help"], prog="plasmid eval", add_options=add_eval_options,
+              description="Evaluate a checkpoint (--checkpoint DIR) or a model (--model DIR) on prompt sets; "
+                          "JSON results (see plasmid.evaluate).")
         return 0
     asyncio.run(evaluate(argv))
     return 0

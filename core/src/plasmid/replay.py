@@ -169,10 +169,12 @@ async def run_rollout(argv: list[str]) -> list[dict[str, Any]]:
 
 def replay_command(argv: list[str]) -> int:
     """``plasmid replay DIR [train options]``: exit status 0 once the replay finished."""
-    if argv[:1] in (["-h"], ["--help"]):
-        print("usage: plasmid replay DIR [train options]\n\n" + (__doc__ or "").split("\n\n")[0].strip() +
-              "\n\nDIR: what --save-rollouts wrote; the train options are those of `plasmid train --help` "
-              "(give the original run's).")
+    if "-h" in argv or "--help" in argv:  # the train options (argparse exits 0)
+        from plasmid.startup import start
+
+        start(["--help"], prog="plasmid replay DIR",
+              description="Train on the rollouts that --save-rollouts wrote to DIR, with no engine; with the "
+                          "original run's options (same --seed) the losses are the original's, bit for bit.")
         return 0
     metrics = asyncio.run(run_replay(argv))
     summary = {k: v for k, v in metrics.items() if k.startswith(("train/loss", "rollout/reward_mean"))}
