@@ -14,9 +14,11 @@ from plasmid_torch.policy_gradient import PolicyGradientLoss
 
 
 class OPDLoss(PolicyGradientLoss):
-    """``opd``: per-token advantage ``log p_teacher - log p_student`` (the negative reverse KL's
-    per-token estimate, on the student's own samples), plus ``--opd-reward-weight`` times the
-    task reward's group-relative advantage ``(r - mean_g) / (std_g + eps)``.
+    """``opd``: on-policy distillation, the teacher's per-token advantages on the clipped loss.
+
+    Each trained token's advantage is ``log p_teacher - log p_student`` (the per-token estimate
+    of the negative reverse KL, on the student's own samples), plus ``--opd-reward-weight`` times
+    the task reward's group-relative advantage ``(r - mean_g) / (std_g + eps)``.
 
     Built by the kernel as ``OPDLoss(config)``. The teacher's log-probs reach the loss as
     ``LossBatch.ref_logprobs``: the recipe (:class:`plasmid_torch.train_step.TrainStep`) reads
