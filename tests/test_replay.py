@@ -69,8 +69,10 @@ def test_replay_reproduces_the_saved_runs_losses_bit_for_bit(tmp_path):
     assert sorted(p.name for p in saved.iterdir()) == [f"step_00000{i}.jsonl" for i in range(3)]
     bad = run_plasmid("replay", str(saved), *SMALL[:2], "--num-rollouts", "4", "--run-dir", str(tmp_path / "x"))
     assert bad.returncode == 2 and "lacks step 3" in bad.stderr and not (tmp_path / "x").exists()
-    replayed = run_plasmid("replay", str(saved), *SMALL, "--run-dir", str(again))
+    replayed = run_plasmid("replay", str(saved), *SMALL, "--run-dir", str(again),
+                           "--save-rollouts", str(tmp_path / "ignored"))  # the original's options are accepted
     assert replayed.returncode == 0, replayed.stderr[-2000:]
+    assert "--save-rollouts is ignored" in replayed.stderr and not (tmp_path / "ignored").exists()
     want, got = read_metrics(first), read_metrics(again)
     assert [row["step"] for row in got] == [0, 1, 2]
     for a, b in zip(want, got, strict=True):

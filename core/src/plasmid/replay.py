@@ -103,8 +103,11 @@ async def run_replay(argv: list[str]) -> dict[str, float]:
         raise UsageError("plasmid replay DIR [train options]: give the directory of saved rollouts first "
                          "(what --save-rollouts wrote)")
     store = RolloutStore(argv[0])
-    startup = start(argv[1:], prog="plasmid replay", description="Train on saved rollouts, with no engine.")
+    startup = start(argv[1:], prog="plasmid replay", description="Train on saved rollouts, with no engine.",
+                    add_options=add_save_option)  # so that the original run's config.json is a valid --config
     config = startup.config
+    if SaveRolloutsOptions.of(config).save_rollouts is not None:
+        print("plasmid: note: plasmid replay saves no rollouts; --save-rollouts is ignored", file=sys.stderr)
     config.option.eval_interval = 0  # no engine to evaluate with
     steps = RolloutOptions.of(config).num_rollouts
     store.check_readable(0, steps - 1)
