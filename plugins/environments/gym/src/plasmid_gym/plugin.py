@@ -1,0 +1,29 @@
+"""Hook implementations of plasmid-gym: options, the ``gym`` data source, generate function and reward."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from plasmid import hookimpl
+from plasmid.config import OptionParser
+from plasmid_gym.options import GymOptions
+
+
+@hookimpl
+def plasmid_addoption(parser: OptionParser) -> None:
+    parser.add_options(GymOptions)
+
+
+@hookimpl
+def plasmid_datasources(register: Callable[..., None]) -> None:
+    register("gym", "plasmid_gym.source:GymSource")
+
+
+@hookimpl
+def plasmid_generate_fns(register: Callable[..., None]) -> None:
+    register("gym", "plasmid_gym.generate:GymGenerate")
+
+
+@hookimpl
+def plasmid_rewards(register: Callable[..., None]) -> None:
+    register("gym", "plasmid_gym.reward:GymReward")
