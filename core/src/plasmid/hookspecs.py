@@ -258,7 +258,8 @@ def plasmid_run_start(config: Config, run_dir: str) -> None:
     run directory's header is written (``config.json``, ``plugins.lock.json``) and every
     provider is built, before the first step; not called when start-up fails. Every
     :func:`plasmid_run_start` is followed by one :func:`plasmid_run_end`. An implementation that
-    raises stops the run before its first step (the error names the plugin).
+    raises stops the run before its first step (one line naming the plugin); the run-end hooks
+    are still called, with that error.
 
     :param config: the run's final configuration (``config.option``, ``config.to_dict()``).
     :param run_dir: the run directory (as a string); a tracker may write under it.

@@ -126,10 +126,10 @@ async def run_training(argv: list[str]) -> dict[str, float]:
     config = startup.config
     print(describe_plugins(startup), file=sys.stderr)
     session = await start_session(startup)
-    session.driver = saving(session.driver, config)
     log = RunLog(config.run_dir, RolloutOptions.of(config).num_rollouts,
                  plot_every=max(1, EvalOptions.of(config).eval_interval or 10))
     try:
+        session.driver = saving(session.driver, config)
         metrics = await observed_train(session, log)
     finally:
         log.close()
