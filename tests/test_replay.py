@@ -3,6 +3,7 @@ and a replay of a saved run reproduces its training metrics bit for bit."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 
@@ -96,8 +97,6 @@ class _Manager:
 
 
 def test_a_failing_run_end_observer_is_one_warning_and_the_others_still_run(tmp_path):
-    import io
-
     from plasmid.run import notify_run_end, notify_run_start
     from plasmid.testing import make_config
 
@@ -117,3 +116,40 @@ def test_a_failing_run_end_observer_is_one_warning_and_the_others_still_run(tmp_
     assert stream.getvalue() == "plasmid: warning: plugin 'bad' failed in plasmid_run_end: RuntimeError: tracker down\n"
     with pytest.raises(PlasmidError, match="plugin 'starter' failed in plasmid_run_start: OSError: no disk"):
         notify_run_start(manager, config)
+
+
+def test_observed_train_calls_run_end_with_the_error_of_a_failing_run_start(tmp_path, monkeypatch):
+    import asyncio
+    from types import SimpleNamespace
+
+    from plasmid import run as run_module
+    from plasmid.runlog import RunLog
+    from plasmid.testing import make_config
+
+    ended, trained = [], []
+
+    async def train(session, log):
+        trained.append(True)
+        return {"train/loss": 1.0}
+
+    monkeypatch.setattr(run_module.loop, "train", train)
+
+    def failing_start(run_dir):
+        raise RuntimeError("cannot open the tracker")
+
+    manager = _Manager(plasmid_run_start=[_Impl("tracker", failing_start, ("run_dir",))],
+                       plasmid_run_end=[_Impl("tracker", lambda metrics, error: ended.append((metrics, error)),
+                                              ("metrics", "error"))])
+    config = make_config(run_dir=tmp_path)
+    session = SimpleNamespace(startup=SimpleNamespace(manager=manager), config=config)
+    with pytest.raises(PlasmidError, match="plugin 'tracker' failed in plasmid_run_start"):
+        asyncio.run(run_module.observed_train(session, RunLog(tmp_path, 1, stream=io.StringIO())))
+    assert not trained and ended == [({}, "plugin 'tracker' failed in plasmid_run_start: RuntimeError: cannot open "
+                                          "the tracker")]
+
+    manager = _Manager(plasmid_run_start=[], plasmid_run_end=[_Impl("t", lambda metrics, error:
+                                                                    ended.append((metrics, error)),
+                                                                    ("metrics", "error"))])
+    session = SimpleNamespace(startup=SimpleNamespace(manager=manager), config=config)
+    assert asyncio.run(run_module.observed_train(session, RunLog(tmp_path, 1))) == {"train/loss": 1.0}
+    assert ended[-1] == ({"train/loss": 1.0}, None)
