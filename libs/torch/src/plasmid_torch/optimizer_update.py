@@ -89,7 +89,10 @@ def optimizer_update(optimizer: torch.optim.Optimizer, scheduler: Any, parameter
     totals = sync.sum_metrics(totals)
     loss_total = totals.pop(_LOSS, 0.0)
     max_norm = clip_grad if clip_grad > 0 else math.inf
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(trained, max_norm))
+    norm = torch.nn.utils.clip_grad_norm_(trained, max_norm)
+    # an FSDP2 model's norm is a DTensor of partial sums: full_tensor() reduces it over the ranks
+    full_tensor = getattr(norm, "full_tensor", None)
+    grad_norm = float(full_tensor() if callable(full_tensor) else norm)
     lr = optimizer.param_groups[0]["lr"]
     problem = loss_and_grad_problem(loss_total, grad_norm, prefix=prefix)
     if problem is not None:

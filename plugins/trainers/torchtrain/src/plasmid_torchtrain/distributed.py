@@ -13,6 +13,14 @@ loss of every micro-batch is normalised by the *global* totals (``LossBatch.tota
 metrics, so that every rank clips, steps and reports exactly what one process training the whole
 batch would. The same sums make every rank refuse a bad step alike (a non-finite summed loss or
 gradient norm); the weight check's answer is agreed with :meth:`DataParallel.any`.
+
+With ``--torchtrain-sharding fsdp`` (the default with several ranks) the policy is sharded with
+FSDP2 (:func:`shard_model`): the same batch split and global normalisation, but each rank keeps
+only its shard of the parameters, gradients (reduce-scattered with SUM in the backward pass) and
+AdamW state; every forward pass is a collective, so ranks run equally many (:meth:`DataParallel.
+micro_batches` with ``equal``), and reads (log-probs, exports, saves) run on every rank (the
+trainer is *collective*, :class:`plasmid.protocols.Trainer`). The reference model and the critic
+stay replicated.
 """
 
 from __future__ import annotations
@@ -45,11 +53,19 @@ class DataParallel:
         """This rank's contiguous share of ``range(size)`` (``[b]`` int64; shares differ by at most one)."""
         return torch.tensor_split(torch.arange(size), self.world)[self.rank]
 
-    def micro_batches(self, size: int, micro_batch_size: int) -> Iterator[torch.Tensor]:
-        """This rank's shard of ``range(size)`` in micro-batches of at most ``micro_batch_size``."""
+    def micro_batches(self, size: int, micro_batch_size: int, *, equal: bool = False) -> Iterator[torch.Tensor]:
+        """This rank's shard of ``range(size)`` in micro-batches of at most ``micro_batch_size``.
+
+        ``equal`` (an FSDP2 model, whose every forward pass is a collective): every rank yields
+        as many micro-batches as the rank with the most, the missing ones empty (``[0]``); the
+        caller runs a forward pass for each that contributes nothing."""
+        step = max(1, micro_batch_size)
         mine = self.shard(size)
-        for start in range(0, len(mine), max(1, micro_batch_size)):
-            yield mine[start: start + micro_batch_size]
+        count = -(-len(mine) // step)
+        if equal:
+            count = max(-(-len(part) // step) for part in torch.tensor_split(torch.arange(size), self.world))
+        for index in range(count):
+            yield mine[index * step: (index + 1) * step]
 
     def gather_rows(self, local: torch.Tensor, size: int) -> torch.Tensor:
         """The ``[size, ...]`` tensor whose shards (:meth:`shard`) each rank computed as ``local``."""
@@ -106,3 +122,69 @@ class DataParallel:
             for name, value in rank_totals.items():
                 summed[name] = summed.get(name, 0.0) + float(value)
         return summed
+
+
+# -------------------------------------------------------------------------------------------------
+# FSDP2: parameters, gradients and optimizer state sharded over the ranks
+# -------------------------------------------------------------------------------------------------
+
+def shard_model(model: torch.nn.Module, world: int, device_type: str) -> int:
+    """Shard ``model`` over the ``world`` ranks of the default group with FSDP2
+    (``torch.distributed.fsdp.fully_shard``): each transformer layer is a unit of its own (its
+    parameters gathered for its forward and backward only), the rest (embeddings, final norm, a
+    tied or untied LM head) one root unit. Gradients are reduce-scattered with SUM (divide factor
+    1): every rank's micro-batch losses are normalised by the update's global totals, as in the
+    replicated path. The backend is the group's (gloo on CPU, NCCL on GPU). Returns the number of
+    layer units."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    mesh = init_device_mesh(device_type, (world,))
+    layers = [module for module in model.modules() if isinstance(module, GradientCheckpointingLayer)]
+    for layer in layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)      # a plain SUM (gloo has no PREMUL_SUM)
+    return len(layers)
+
+
+def reshard(model: torch.nn.Module) -> None:
+    """Free the whole parameters an FSDP2 model keeps after a forward pass (its root keeps them for
+    the backward that usually follows), so that ``model.parameters()`` and ``state_dict()`` are its
+    sharded DTensors again."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
+
+
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a sharded (DTensor) parameter, sharing its storage; a plain tensor as is."""
+    to_local = getattr(tensor, "to_local", None)
+    return to_local() if callable(to_local) else tensor
+
+
+def full(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole tensor of a sharded (DTensor) one, gathered from every rank (a collective call);
+    a plain tensor as is."""
+    full_tensor = getattr(tensor, "full_tensor", None)
+    return full_tensor() if callable(full_tensor) else tensor
+
+
+class ShardedSync:
+    """The :class:`plasmid_torch.optimizer_update.GradientSync` of an FSDP2 model: the backward
+    passes already reduce-scattered (summed) its gradients, so only the metrics are summed."""
+
+    def __init__(self, dp: DataParallel) -> None:
+        self.dp = dp
+
+    def sum_gradients(self, parameters: Iterable[torch.nn.Parameter]) -> None:
+        return None
+
+    def sum_metrics(self, totals: dict[str, float]) -> dict[str, float]:
+        return self.dp.sum_metrics(totals)

@@ -5,15 +5,29 @@ the optimizer and batching ones every trainer shares are :class:`plasmid_torch.t
 
 from __future__ import annotations
 
+from typing import Literal
+
 from plasmid.errors import UsageError
 from plasmid.options import Options, option
 
 
 class TorchtrainOptions(Options, group="torchtrain", description="the plain-PyTorch trainer (--trainer torchtrain)"):
-    """Memory savers of the torch trainer."""
+    """Memory savers and data-parallel layout of the torch trainer."""
+
+    torchtrain_sharding: Literal["fsdp", "replicate"] = option(
+        "fsdp", "with several trainer workers (--trainer-workers): fsdp shards parameters, gradients and AdamW state "
+        "over the ranks (torch FSDP2 fully_shard); replicate keeps a whole copy on each rank and all-reduces "
+        "gradients")
 
     gradient_checkpointing: bool = option(False, "recompute each transformer layer's activations in the backward "
                                           "pass instead of keeping them (less memory, ~1/3 more compute)")
+    lora_rank: int = option(0, "train LoRA adapters of this rank instead of every weight (0: full training; needs "
+                            "peft: pip install 'plasmid-torchtrain[lora]')", min=0)
+    lora_alpha: float = option(16.0, "LoRA scale numerator (the adapters' update is scaled by alpha / rank)", gt=0)
+    lora_dropout: float = option(0.0, "dropout on the adapters' inputs in the policy's training forward passes",
+                                 min=0, max=1)
+    lora_target_modules: tuple[str, ...] = option((), "module names to adapt (repeat the flag: q_proj, v_proj, ...)",
+                                                  default_text="every linear layer but the LM head")
     optimizer_offload: bool = option(False, "keep the AdamW state in CPU memory between optimizer steps (CUDA only: "
                                      "with --device cuda)")
 

@@ -33,6 +33,7 @@ with the engine's.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,6 +42,7 @@ from typing import Any, ClassVar
 import torch
 
 from plasmid.config import Config
+from plasmid.errors import UsageError
 from plasmid.kernel_options import GeneralOptions, RolloutOptions
 from plasmid.options import Options
 from plasmid.protocols import Loss
@@ -53,8 +55,14 @@ from plasmid_torch.step_guard import TorchSnapshot
 from plasmid_torch.train_step import CriticParts, StepCounters, TrainerParts, TrainStep
 from plasmid_torch.trainer_options import TrainerOptions
 from plasmid_torch.training import check_trainer_setup, index_chunks
-from plasmid_torchtrain import batching, checkpoint, critic, distributed, schedule, weights
+from plasmid_torchtrain import batching, checkpoint, critic, distributed, lora, schedule, weights
 from plasmid_torchtrain.options import TorchtrainOptions
+
+
+def _sharded(config: Config) -> bool:
+    """Whether the trainer of this process shards its policy with FSDP2: several data-parallel
+    ranks and ``--torchtrain-sharding fsdp``."""
+    return distributed.DataParallel.current().enabled and TorchtrainOptions.of(config).torchtrain_sharding == "fsdp"
 
 
 class TorchTrainer(StepCounters):
@@ -73,6 +81,14 @@ class TorchTrainer(StepCounters):
 
     option_classes: ClassVar[tuple[type[Options], ...]] = (TrainerOptions, GeneralOptions, RolloutOptions,
                                                                  DeviceOptions, TorchtrainOptions)
+    #: whether the policy is sharded with FSDP2 (:class:`ShardedTorchTrainer`)
+    sharded: ClassVar[bool] = False
+
+    def __new__(cls, config: Config, loss: Loss) -> TorchTrainer:
+        """A :class:`ShardedTorchTrainer` when this process is one of several FSDP2 ranks."""
+        if cls is TorchTrainer and _sharded(config):
+            cls = ShardedTorchTrainer
+        return super().__new__(cls)
 
     def __init__(self, config: Config, loss: Loss) -> None:
         general = GeneralOptions.of(config)
@@ -93,11 +109,27 @@ class TorchTrainer(StepCounters):
         own.check_device(self.place.device.type)
         self.model = self.place.load_causal_lm(str(self.model_dir))
         self.model.requires_grad_(True)
+        #: the exported tensors' names (each once: tied ones under the first name)
+        self.export_names = [name for name, _ in weights.hf_named_tensors(self.model)]
+        #: whether the policy trains LoRA adapters (``--lora-rank`` > 0; :mod:`.lora`)
+        self.lora = own.lora_rank > 0
+        if self.lora:
+            if self.sharded:
+                raise UsageError("torchtrain: --lora-rank with several FSDP2 ranks is not supported; use "
+                                 "--torchtrain-sharding replicate or one trainer worker")
+            self.model = lora.add_adapters(self.model, rank=own.lora_rank, alpha=own.lora_alpha,
+                                           dropout=own.lora_dropout, target_modules=own.lora_target_modules)
         if own.gradient_checkpointing:
             enable_gradient_checkpointing(self.model)
-        self.ref_model = None
-        if loss.needs_ref:
-            self.ref_model = copy.deepcopy(self.model).requires_grad_(False)
+        self.ref_model: Any = None
+        if loss.needs_ref:      # with LoRA: the same model, adapters disabled (no second copy)
+            self.ref_model = (lora.AdaptersDisabled(self.model) if self.lora
+                              else copy.deepcopy(self.model).requires_grad_(False))
+        #: how an update combines the ranks' gradients and metrics
+        self.sync: Any = self.dp
+        if self.sharded:
+            distributed.shard_model(self.model, self.dp.world, self.place.device.type)
+            self.sync = distributed.ShardedSync(self.dp)
         pad_id = self.model.config.pad_token_id
         self.pad_id: int = pad_id if pad_id is not None else 0
         lr_multiplier = schedule.lr_multiplier(options, rollout)
@@ -120,7 +152,8 @@ class TorchTrainer(StepCounters):
 
     def _adamw(self, model: torch.nn.Module, lr: float) -> torch.optim.AdamW:
         options = self.options
-        optimizer = self.place.adamw(model.parameters(), lr=lr, betas=(options.adam_beta1, options.adam_beta2),
+        trained = [parameter for parameter in model.parameters() if parameter.requires_grad]   # LoRA: the adapters
+        optimizer = self.place.adamw(trained, lr=lr, betas=(options.adam_beta1, options.adam_beta2),
                                      weight_decay=options.weight_decay)
         if self.own_options.optimizer_offload:
             offload_optimizer_state(optimizer)
@@ -150,7 +183,11 @@ class TorchTrainer(StepCounters):
     def export_weights(self, bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
         """The policy's weights in Hugging Face names (each tensor once; a tied ``lm_head`` is
         not repeated), in buckets of at most ``bucket_bytes`` bytes of copied CPU tensors."""
-        return weights.buckets(weights.hf_named_tensors(self.model), bucket_bytes)
+        if self.sharded:
+            distributed.reshard(self.model)
+        if self.lora:
+            return weights.buckets(lora.merged_tensors(self.model, self.export_names), bucket_bytes)
+        return weights.buckets(weights.named_tensors(self.model, self.export_names), bucket_bytes)
 
     async def save(self, path: str) -> None:
         """Write checkpoint directory ``path`` (layout in :mod:`plasmid_torchtrain.checkpoint`)."""
@@ -199,9 +236,24 @@ class TorchTrainer(StepCounters):
         if self.critic is not None:
             state["critic_optimizer"] = self.critic_optimizer.state_dict()
             state["critic_scheduler"] = self.critic_scheduler.state_dict()
+        if self.lora:
+            checkpoint.write_merged(path, model=self.model, named=lora.merged_tensors(self.model, self.export_names),
+                                    tokenizer_dir=self.model_dir, state=state, critic=self.critic,
+                                    extra=lambda staging: lora.save_adapters(self.model, staging))
+            return
         checkpoint.write(path, model=self.model, tokenizer_dir=self.model_dir, state=state, critic=self.critic)
 
     def load_checkpoint(self, path: str) -> None:
+        if checkpoint.is_sharded(path):      # written by an FSDP2 trainer of any number of ranks
+            checkpoint.read_sharded(path, model=self.model, optimizer=self.optimizer)
+            self._load_rest(path, checkpoint.read_state(path))
+            return
+        if self.lora:           # the adapters (the base weights are --model's, frozen)
+            lora.load_adapters(self.model, path)
+            state = checkpoint.read_state(path)
+            self.optimizer.load_state_dict(state["optimizer"])
+            self._load_rest(path, state)
+            return
         saved = checkpoint.read_weights(path)
         expected = dict(weights.hf_named_tensors(self.model))
         missing, unexpected = sorted(set(expected) - set(saved)), sorted(set(saved) - set(expected))
@@ -213,6 +265,11 @@ class TorchTrainer(StepCounters):
                 tensor.copy_(saved[name])
         state = checkpoint.read_state(path)
         self.optimizer.load_state_dict(state["optimizer"])
+        self._load_rest(path, state)
+
+    def _load_rest(self, path: str, state: dict[str, Any]) -> None:
+        """What a checkpoint holds besides the policy and its optimizer: the scheduler, the
+        critic, RNG states, counters."""
         self.scheduler.load_state_dict(state["scheduler"])
         if self.critic is not None:
             critic.load_critic_weights(self.critic, path)
@@ -243,22 +300,35 @@ class TorchTrainer(StepCounters):
         chunk_batch, chunk_rows = batch.select(rows), padded.rows(rows)
 
         def micro_losses() -> Iterator[tuple[torch.Tensor, dict[str, float]]]:
-            for micro in self.dp.micro_batches(chunk_rows.size, self.options.micro_batch_size):
-                logprobs, entropy = batching.response_logprobs(self.model, chunk_rows.rows(micro), self.temperature,
-                                                               with_entropy=True, place=self.place)
+            for micro in self.dp.micro_batches(chunk_rows.size, self.options.micro_batch_size, equal=self.sharded):
+                if not len(micro):      # FSDP2: a forward and backward every rank runs; contributes nothing
+                    logprobs, _ = batching.response_logprobs(self.model, chunk_rows.rows(torch.tensor([0])),
+                                                             self.temperature, place=self.place)
+                    yield logprobs.sum() * 0.0, {}
+                    continue
+                with lora.dropout_active(self.model) if self.lora else contextlib.nullcontext():
+                    logprobs, entropy = batching.response_logprobs(self.model, chunk_rows.rows(micro),
+                                                                   self.temperature, with_entropy=True,
+                                                                   place=self.place)
                 value, metrics = self.loss.policy_loss(chunk_batch.select(micro), logprobs, entropy)
                 yield value, {"loss": float(value.detach()), **metrics}
 
-        return optimizer_update(self.optimizer, self.scheduler, self.model.parameters(), micro_losses(),
-                                clip_grad=self.options.clip_grad, sync=self.dp)
+        return optimizer_update(self.optimizer, self.scheduler, self._policy_parameters(), micro_losses(),
+                                clip_grad=self.options.clip_grad, sync=self.sync)
+
+    def _policy_parameters(self) -> list[torch.nn.Parameter]:
+        """The policy's parameters as its optimizer holds them (an FSDP2 model's sharded DTensors,
+        even while a forward pass left its root's whole parameters registered)."""
+        return [parameter for group in self.optimizer.param_groups for parameter in group["params"]]
 
     def _snapshot(self) -> TorchSnapshot:
         """What a step changes (policy and critic weights, AdamW states, LR schedules), to put back
         when the step is refused; the weight check's answer agrees over the data-parallel ranks."""
-        models = [self.model] + ([self.critic] if self.critic is not None else [])
+        models = [self.critic] if self.critic is not None else []
         optimizers = [self.optimizer] + ([self.critic_optimizer] if self.critic is not None else [])
         schedulers = [self.scheduler] + ([self.critic_scheduler] if self.critic is not None else [])
-        trained = [p for model in models for p in model.parameters() if p.requires_grad]
+        trained = [distributed.local(p) for p in self._policy_parameters() if p.requires_grad]
+        trained += [p for model in models for p in model.parameters() if p.requires_grad]
         return TorchSnapshot(trained, optimizers=optimizers, schedulers=schedulers, agree=self.dp.any)
 
     def _critic_update(self, batch: LossBatch, padded: batching.PaddedBatch, chunk: list[int]) -> dict[str, float]:
@@ -282,7 +352,10 @@ class TorchTrainer(StepCounters):
         a collective call): each data-parallel rank computes its shard and the rows are gathered."""
         parts = [torch.zeros((0, padded.response_mask.shape[1]))]
         with torch.no_grad():
-            for rows in self._row_chunks(padded.size, sharded):
+            for rows in self._row_chunks(padded.size, sharded, equal=self.sharded):
+                if not len(rows):       # FSDP2: a forward pass every rank runs; its result is dropped
+                    batching.response_logprobs(model, padded.rows(torch.tensor([0])), temperature, place=self.place)
+                    continue
                 values, _ = batching.response_logprobs(model, padded.rows(rows), temperature, place=self.place)
                 parts.append(values)
         return self.dp.gather_rows(torch.cat(parts), padded.size) if sharded else torch.cat(parts)
@@ -295,7 +368,38 @@ class TorchTrainer(StepCounters):
                 parts.append(critic.response_values(self.critic, padded.rows(rows), self.place))
         return self.dp.gather_rows(torch.cat(parts), padded.size) if sharded else torch.cat(parts)
 
-    def _row_chunks(self, size: int, sharded: bool) -> Iterator[torch.Tensor]:
+    def _row_chunks(self, size: int, sharded: bool, *, equal: bool = False) -> Iterator[torch.Tensor]:
         if sharded:
-            return self.dp.micro_batches(size, self.options.micro_batch_size)
+            return self.dp.micro_batches(size, self.options.micro_batch_size, equal=equal)
         return map(torch.tensor, index_chunks(size, self.options.micro_batch_size))
+
+
+class ShardedTorchTrainer(TorchTrainer):
+    """The torch trainer as one of several FSDP2 ranks (``--trainer-workers N`` with
+    ``--torchtrain-sharding fsdp``, the default): built in place of :class:`TorchTrainer` by its
+    ``__new__``. Its policy is sharded (:func:`plasmid_torchtrain.distributed.shard_model`), so it
+    is *collective* (:class:`plasmid.protocols.Trainer`): the runtime calls every method on every
+    rank. Losses, gradient norms and updated weights equal one process training the whole batch
+    (to float rounding of the summation order). Checkpoints go through
+    ``torch.distributed.checkpoint`` (:func:`plasmid_torchtrain.checkpoint.write_sharded`) and
+    load back on any number of ranks."""
+
+    collective: ClassVar[bool] = True
+    sharded: ClassVar[bool] = True
+
+    def save_checkpoint(self, path: str) -> None:
+        distributed.reshard(self.model)
+        state: dict[str, Any] = {"scheduler": self.scheduler.state_dict(), "rng": checkpoint.rng_state(),
+                                 **self.recipe.counters()}
+        if self.critic is not None:
+            state["critic_optimizer"] = self.critic_optimizer.state_dict()
+            state["critic_scheduler"] = self.critic_scheduler.state_dict()
+        checkpoint.write_sharded(path, model=self.model, optimizer=self.optimizer, tokenizer_dir=self.model_dir,
+                                 state=state, rank=self.dp.rank, critic=self.critic)
+
+    def load_checkpoint(self, path: str) -> None:
+        if not checkpoint.is_sharded(path):
+            raise ValueError(f"checkpoint {path} was written by a trainer of one rank (no {checkpoint.DCP_SUBDIR}/): "
+                             f"resume it with --trainer-workers 1, or with --torchtrain-sharding replicate")
+        distributed.reshard(self.model)
+        super().load_checkpoint(path)

@@ -1,4 +1,8 @@
-"""A model's weights in Hugging Face names, in byte-bounded buckets (what weight syncs send)."""
+"""A model's weights in Hugging Face names, in byte-bounded buckets (what weight syncs send).
+
+A tensor of an FSDP2-sharded model is gathered whole when its bucket is copied, so a rank holds
+at most one bucket of whole tensors beside its shards (never the whole model).
+"""
 
 from __future__ import annotations
 
@@ -55,4 +59,19 @@ def buckets(named_tensors: Iterable[NamedTensor], bucket_bytes: int) -> Iterator
 
 
 def _copied(bucket: list[NamedTensor]) -> list[NamedTensor]:
-    return [(name, tensor.detach().to("cpu", copy=True).contiguous()) for name, tensor in bucket]
+    """CPU copies of a bucket's tensors; a sharded (DTensor) one is first gathered whole (a
+    collective: every rank exports the same buckets), one tensor at a time."""
+    return [(name, _whole(tensor).detach().to("cpu", copy=True).contiguous()) for name, tensor in bucket]
+
+
+def _whole(tensor: torch.Tensor) -> torch.Tensor:
+    full_tensor = getattr(tensor, "full_tensor", None)
+    return full_tensor() if callable(full_tensor) else tensor
+
+
+def named_tensors(model: Any, names: list[str]) -> Iterator[NamedTensor]:
+    """The model's state-dict tensors ``names`` (as :func:`hf_named_tensors` listed them before the
+    model was sharded: a sharded model's DTensors have no shared storage to tell tied ones by)."""
+    state = model.state_dict()
+    for name in names:
+        yield name, state[name].detach()

@@ -1,0 +1,97 @@
+"""FSDP2 with two CPU ranks (gloo): the sharded trainer's losses, gradient norms and updated
+weights equal one process training the same batches; a checkpoint saved by the two ranks resumes
+in one process (resharded by torch.distributed.checkpoint) and continues as the one process did."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+WORLD = 2
+OPTIONS = {"lr": 1e-2, "micro_batch_size": 2}
+#: the sharded and the single run sum gradients in different orders; AdamW divides by sqrt(v), so an
+#: element whose gradient is float noise moves by up to lr: measured max |difference| 1.04e-5 after two
+#: steps at lr 1e-2 (torch 2.13, CPU), so 5e-5 (0.5% of one step); losses and grad norms agree to 1e-5
+WEIGHT_ATOL = 5e-5
+
+
+def batch(seed: int):
+    from plasmid_torch.testing.contracts.trainer import make_rollout_batch
+
+    # 9 samples: shards of 5 and 4, so rank 1 runs one empty micro-batch to match rank 0's forwards
+    return make_rollout_batch(16, groups=3, group_size=3, seed=seed)
+
+
+def build(model_dir: str, run_dir: Path):
+    import plasmid_torchtrain.plugin
+
+    from plasmid import testing
+    from plasmid_torch.testing.contracts.trainer import ContractLoss
+
+    config = testing.make_config(plasmid_torchtrain.plugin, model=model_dir, run_dir=run_dir, **OPTIONS)
+    return testing.build("trainer", "torchtrain", plasmid_torchtrain.plugin, config=config, args=(ContractLoss(),))
+
+
+def exported(trainer) -> dict[str, torch.Tensor]:
+    return {name: tensor for bucket in trainer.export_weights(1 << 12) for name, tensor in bucket}
+
+
+def picked(metrics: dict[str, float]) -> dict[str, float]:
+    return {name: metrics[name] for name in ("train/loss", "train/grad_norm", "train/pg_loss")}
+
+
+def _rank(rank: int, model_dir: str, store: str, out: str) -> None:
+    import torch.distributed as dist
+
+    from plasmid import testing
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
+    try:
+        trainer = build(model_dir, Path(out) / "run")
+        kind = (type(trainer).__name__, type(trainer).collective, type(next(trainer.model.parameters())).__name__)
+        first = picked(testing.run(trainer.train_step(batch(1))))
+        testing.run(trainer.save(str(Path(out) / "ckpt")))
+        second = picked(testing.run(trainer.train_step(batch(2))))
+        weights = exported(trainer)
+        if rank == 0:
+            torch.save(weights, Path(out) / "weights.pt")
+            (Path(out) / "result.json").write_text(json.dumps({"kind": kind, "metrics": [first, second]}))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(600)
+def test_two_fsdp_ranks_train_save_and_resume_in_one_process_as_one_process_trains(tmp_path, monkeypatch):
+    from plasmid import testing
+    from plasmid_torch.tiny import build_tiny_model
+
+    torch.set_num_threads(1)
+    model_dir = str(build_tiny_model(tmp_path / "tiny"))
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[4]))   # see test_torchtrain_bad_steps
+    mp.spawn(_rank, args=(model_dir, str(tmp_path / "store"), str(tmp_path)), nprocs=WORLD, join=True)
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["kind"] == ["ShardedTorchTrainer", True, "DTensor"]
+
+    alone = build(model_dir, tmp_path / "alone")
+    assert type(alone).__name__ == "TorchTrainer"
+    expected = [picked(testing.run(alone.train_step(batch(seed)))) for seed in (1, 2)]
+    for sharded, single in zip(result["metrics"], expected, strict=True):
+        assert sharded == pytest.approx(single, rel=1e-5, abs=1e-7)
+    sharded_weights, single_weights = torch.load(tmp_path / "weights.pt"), exported(alone)
+    assert list(sharded_weights) == list(single_weights)              # the same names, tied once
+    for name, tensor in single_weights.items():
+        torch.testing.assert_close(sharded_weights[name], tensor, rtol=0, atol=WEIGHT_ATOL, msg=name)
+
+    resumed = build(model_dir, tmp_path / "resumed")                  # one rank reads two ranks' shards
+    testing.run(resumed.load(str(tmp_path / "ckpt")))
+    assert (tmp_path / "ckpt" / "model" / "config.json").is_file()
+    assert picked(testing.run(resumed.train_step(batch(2)))) == pytest.approx(expected[1], rel=1e-5, abs=1e-7)
+    for name, tensor in exported(resumed).items():
+        torch.testing.assert_close(tensor, single_weights[name], rtol=0, atol=WEIGHT_ATOL, msg=name)
