@@ -1,0 +1,105 @@
+"""One episode of TextArena's GuessTheNumber through ``--generate gym``: its tokens, loss mask,
+log-probs and reward checked exactly, against the real package replayed by hand."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+import textarena
+from plasmid_gym import plugin
+
+from plasmid.testing import build, make_config, run
+from plasmid.types import GenerationOutput, SamplingParams, Status
+
+ENV = "GuessTheNumber-v0-train"
+
+
+class ScriptedEngine:
+    """Answers call ``k`` with ``replies[k]`` (ids) and log-probs ``-0.01 * (k + 1) * (i + 1)``."""
+
+    weight_version = 2
+
+    def __init__(self, replies):
+        self.replies, self.prompts = replies, []
+
+    async def generate(self, prompt_ids, params):
+        k = len(self.prompts)
+        self.prompts.append(list(prompt_ids))
+        ids = self.replies[k]
+        return GenerationOutput(ids, [-0.01 * (k + 1) * (i + 1) for i in range(len(ids))], Status.COMPLETED, 2)
+
+    async def abort_all(self):
+        return 0
+
+
+def replay(seed, actions):
+    """The observations before each action, whether the episode ended, and TextArena's own rewards."""
+    env = textarena.make(ENV)
+    env.reset(num_players=1, seed=seed)
+    observations, done = [], False
+    for action in actions:
+        observations.append(env.get_observation()[1])
+        done, _ = env.step(action)
+        if done:
+            break
+    return observations, done, env.close()[0], env
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("gamma", [1.0, 0.5])
+def test_one_guess_the_number_episode_token_by_token(tmp_path, tiny_model, gamma):
+    config = make_config(plugin, run_dir=tmp_path, model=tiny_model, gym_env=f"textarena:{ENV}", gym_gamma=gamma,
+                         gym_size=4, gym_eval_size=1)
+    source = build("datasource", "gym", plugin, config=config)
+    sample = source.get_groups(1)[0].samples[0]
+    seed = sample.label["seed"]
+    probe = textarena.make(ENV)
+    probe.reset(num_players=1, seed=seed)
+    target = probe.game_number
+    wrong = 1 if target != 1 else 2
+    actions = [f"[{wrong}]", f"[{target}]"]
+    observations, done, rewards, _ = replay(seed, actions)
+    assert done and len(observations) == 2 and rewards == {0: 1}
+
+    tokenizer = source.tokenizer
+    eos = tokenizer.eos_token_id
+    replies = [tokenizer.encode(action, add_special_tokens=False) + [eos] for action in actions]
+    engine = ScriptedEngine(replies)
+    generate = build("generate", "gym", plugin, config=config)
+    ctx = SimpleNamespace(tokenizer=tokenizer, engine_for=lambda s: engine, aborting=asyncio.Event())
+    out = run(generate(ctx, sample, SamplingParams(max_new_tokens=16, stop_token_ids=(eos,))))
+
+    prompt = tokenizer.encode(tokenizer.bos_token + observations[0], add_special_tokens=False)
+    assert sample.tokens == prompt, "the source's prompt is the first observation as a user turn"
+    new = observations[1][len(observations[0]):]
+    assert new and observations[1].startswith(observations[0]), "TextArena repeats the history"
+    user_turn = tokenizer.encode(tokenizer.bos_token + new, add_special_tokens=False)
+    assert engine.prompts == [prompt, prompt + replies[0] + user_turn]
+    assert out.tokens == prompt + replies[0] + user_turn + replies[1]
+    assert out.response_length == len(replies[0]) + len(user_turn) + len(replies[1])
+    assert out.loss_mask == [1] * len(replies[0]) + [0] * len(user_turn) + [1] * len(replies[1])
+    assert out.rollout_logprobs == pytest.approx([-0.01 * (i + 1) for i in range(len(replies[0]))]
+                                                 + [0.0] * len(user_turn)
+                                                 + [-0.02 * (i + 1) for i in range(len(replies[1]))])
+    assert out.status == Status.COMPLETED and out.weight_version == 2
+    assert out.metadata["gym"]["rewards"] == [0.0, 1.0]
+    assert run(build("reward", "gym", plugin, config=config)(out)) == gamma * rewards[0]
+
+
+@pytest.mark.timeout(120)
+def test_an_episode_that_does_not_end_in_max_turns_is_truncated(tmp_path, tiny_model):
+    config = make_config(plugin, run_dir=tmp_path, model=tiny_model, gym_env=f"textarena:{ENV}", gym_max_turns=2,
+                         gym_size=4, gym_eval_size=1)
+    source = build("datasource", "gym", plugin, config=config)
+    sample = source.get_groups(1)[0].samples[0]
+    probe = textarena.make(ENV)
+    probe.reset(num_players=1, seed=sample.label["seed"])
+    wrong = [str(n) for n in range(1, 21) if n != probe.game_number][:3]
+    eos = source.tokenizer.eos_token_id
+    engine = ScriptedEngine([source.tokenizer.encode(f"[{n}]", add_special_tokens=False) + [eos] for n in wrong])
+    ctx = SimpleNamespace(tokenizer=source.tokenizer, engine_for=lambda s: engine, aborting=asyncio.Event())
+    out = run(build("generate", "gym", plugin, config=config)(ctx, sample, SamplingParams(max_new_tokens=16)))
+    assert len(engine.prompts) == 2 and out.status == Status.TRUNCATED
+    assert out.metadata["gym"]["rewards"] == [0.0, 0.0] and out.metadata["gym_return"] == 0.0
