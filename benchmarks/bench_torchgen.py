@@ -9,9 +9,12 @@ temporary directory and times, alternately in one process:
     left-padded into one tensor (a second copy of the same model).
 
 Prints the median over ``--repeats`` of samples/s and tokens/s for both, and their ratio
-(above 1: the engine is faster). Needs plasmid and plasmid-torchgen installed.
+(above 1: the engine is faster), and the device and precision both ran on (``--device auto``:
+a GPU when torch sees one; ``--precision`` as the engine's option). Needs plasmid and
+plasmid-torchgen installed.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_torchgen.py --batch 256 --new-tokens 16
+    python benchmarks/bench_torchgen.py --device cuda --precision bf16 --batch 256 --new-tokens 64
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import torch
 
 from plasmid.testing import build, make_config
 from plasmid.types import SamplingParams
-from plasmid_torch.hf import load_causal_lm, load_tokenizer
+from plasmid_torch.hf import load_tokenizer
 from plasmid_torch.tiny import PAD_ID, build_tiny_model
 
 
@@ -59,16 +62,20 @@ def time_hf_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tenso
     with torch.inference_mode():
         output = model.generate(input_ids=input_ids, attention_mask=attention_mask, do_sample=True,
                                 max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=PAD_ID)
+    if output.is_cuda:
+        torch.cuda.synchronize()
     seconds = time.perf_counter() - started
     return seconds, (output.shape[1] - input_ids.shape[1]) * output.shape[0]
 
 
 async def benchmark(args: argparse.Namespace, model_dir: Path, run_dir: Path) -> None:
-    config = make_config(torchgen_plugin, model=str(model_dir), run_dir=run_dir, seed=args.seed)
+    config = make_config(torchgen_plugin, model=str(model_dir), run_dir=run_dir, seed=args.seed, device=args.device,
+                         precision=args.precision)
     engine = build("engine", "torchgen", torchgen_plugin, config=config)
-    baseline = load_causal_lm(str(model_dir))
+    place = engine.place
+    baseline = place.load_causal_lm(str(model_dir))
     prompts = addition_prompts(load_tokenizer(str(model_dir)), args.batch, args.seed)
-    input_ids, attention_mask = left_padded(prompts)
+    input_ids, attention_mask = (place.to_device(tensor) for tensor in left_padded(prompts))
     params = SamplingParams(temperature=1.0, max_new_tokens=args.new_tokens)
     torch.manual_seed(args.seed)
 
@@ -80,6 +87,8 @@ async def benchmark(args: argparse.Namespace, model_dir: Path, run_dir: Path) ->
         hf_runs.append(time_hf_generate(baseline, input_ids, attention_mask, args.new_tokens))
     await engine.shutdown()
 
+    print(f"device {place.device} ({torch.cuda.get_device_name(place.device) if place.is_cuda else 'CPU'}), "
+          f"precision {place.precision}")
     print(f"tiny model: {sum(p.numel() for p in baseline.parameters())} parameters; batch {args.batch}, "
           f"{args.new_tokens} new tokens, torch threads {torch.get_num_threads()}, median of {args.repeats}")
     rates = {}
@@ -102,6 +111,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed repetitions (the median is reported)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="the engine's --device")
+    parser.add_argument("--precision", choices=["fp32", "bf16", "bf16-autocast"], default="fp32",
+                        help="the engine's --precision")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="bench-torchgen-") as tmp:
