@@ -103,3 +103,35 @@ def test_an_episode_that_does_not_end_in_max_turns_is_truncated(tmp_path, tiny_m
     out = run(build("generate", "gym", plugin, config=config)(ctx, sample, SamplingParams(max_new_tokens=16)))
     assert len(engine.prompts) == 2 and out.status == Status.TRUNCATED
     assert out.metadata["gym"]["rewards"] == [0.0, 0.0] and out.metadata["gym_return"] == 0.0
+
+
+@pytest.mark.timeout(120)
+def test_a_two_player_game_gives_each_player_a_sample_of_the_group(tmp_path, tiny_model):
+    game = "TicTacToe-v0-train"
+    config = make_config(plugin, run_dir=tmp_path, model=tiny_model, gym_env=f"textarena:{game}", gym_players=2,
+                         gym_size=2, gym_eval_size=1)
+    source = build("datasource", "gym", plugin, config=config)
+    sample = source.get_groups(1)[0].samples[0]
+    actions = ["[0]", "[3]", "[1]", "[4]", "[2]"]  # player 0 wins on its third move
+    env = textarena.make(game)
+    env.reset(num_players=2, seed=sample.label["seed"])
+    for action in actions:
+        done, _ = env.step(action)
+    assert done
+    rewards = env.close()[0]
+    eos = source.tokenizer.eos_token_id
+    replies = [source.tokenizer.encode(action, add_special_tokens=False) + [eos] for action in actions]
+    engine = ScriptedEngine(replies)
+    ctx = SimpleNamespace(tokenizer=source.tokenizer, engine_for=lambda s: engine, aborting=asyncio.Event())
+    outs = run(build("generate", "gym", plugin, config=config)(ctx, sample, SamplingParams(max_new_tokens=16)))
+    assert [out.metadata["gym"]["player"] for out in outs] == [0, 1]
+    assert all(out.group_index == sample.group_index for out in outs)
+    assert [out.metadata["gym"]["turns"] for out in outs] == [3, 2]
+    first, second = outs
+    assert first.tokens[:len(engine.prompts[0])] == engine.prompts[0] == sample.tokens
+    # each player's sample holds its own moves only, trained on; the other's turns arrive as observations
+    assert sum(first.loss_mask) == len(replies[0]) + len(replies[2]) + len(replies[4])
+    assert sum(second.loss_mask) == len(replies[1]) + len(replies[3])
+    assert engine.prompts[1] == second.tokens[:len(engine.prompts[1])]
+    reward = build("reward", "gym", plugin, config=config)
+    assert [run(reward(out)) for out in outs] == [float(rewards[0]), float(rewards[1])] == [1.0, -1.0]
