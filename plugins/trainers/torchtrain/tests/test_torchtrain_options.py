@@ -39,3 +39,26 @@ def test_a_bad_value_is_a_one_line_usage_error_naming_the_flag(options, flag):
     with pytest.raises(UsageError, match=flag) as caught:
         testing.make_config(plasmid_torchtrain.plugin, **options)
     assert "\n" not in str(caught.value)
+
+
+def test_the_torchtrain_options_default_to_full_training_without_memory_savers():
+    from plasmid_torchtrain.options import TorchtrainOptions
+
+    from plasmid_torch.device_options import DeviceOptions
+
+    config = testing.make_config(plasmid_torchtrain.plugin)
+    own, place = TorchtrainOptions.of(config), DeviceOptions.of(config)
+    assert (own.lora_rank, own.gradient_checkpointing, own.optimizer_offload) == (0, False, False)
+    assert own.torchtrain_sharding == "fsdp" and own.lora_target_modules == ()
+    assert (place.device, place.precision, place.attn_implementation) == ("auto", "fp32", None)
+
+
+@pytest.mark.parametrize(("options", "flag"), [
+    ({"lora_rank": -1}, "--lora-rank"),
+    ({"lora_alpha": 0.0}, "--lora-alpha"),
+    ({"lora_dropout": 1.5}, "--lora-dropout"),
+    ({"torchtrain_sharding": "zero3"}, "--torchtrain-sharding"),
+])
+def test_bad_torchtrain_options_are_one_line_errors_naming_the_flag(options, flag):
+    with pytest.raises(UsageError, match=f"^{flag}"):
+        testing.make_config(plasmid_torchtrain.plugin, **options)
