@@ -179,3 +179,14 @@ def test_argument_files_take_shell_words_and_comments(tmp_path):
     assert (namespace.steps, namespace.mode, namespace.tag) == (6, "b", ["a b"])
     with pytest.raises(UsageError, match="cannot read the argument file"):
         parser().parse([f"@{tmp_path / 'missing.txt'}"])
+
+
+def test_the_plugin_selection_is_read_from_argument_and_config_files_before_loading(tmp_path):
+    from plasmid.startup import preparse
+
+    args = write(tmp_path / "args.txt", "--plugins a,b\n")
+    config = write(tmp_path / "run.yaml", "plugins: c\n")
+    assert preparse([f"@{args}"]).plugins == "a,b"
+    assert preparse(["--config", config]).plugins == "c"
+    assert preparse(["--config", config, "--plugins", "d"]).plugins == "d"
+    assert preparse(["--config", write(tmp_path / "none.yaml", "steps: 1\n")]).plugins is None
