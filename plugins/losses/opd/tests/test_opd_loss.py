@@ -106,3 +106,28 @@ def test_generate_attaches_the_teachers_scores_of_the_response_at_the_sampling_t
 def test_a_teacher_scoring_the_wrong_number_of_tokens_is_an_error_naming_the_sample():
     with pytest.raises(ValueError, match="teacher scored 1 tokens of sample 5's 2-token response"):
         generate(Engine(scores=[-1.0]))
+
+
+def test_the_teacher_engine_serves_the_teacher_model_with_the_runs_engine_kind(tmp_path):
+    torchgen = pytest.importorskip("plasmid_torchgen.plugin")
+    from plasmid_opd.generate import build_teacher
+
+    from plasmid_torch.tiny import build_tiny_model
+
+    student, teacher_dir = build_tiny_model(tmp_path / "student", seed=0), build_tiny_model(tmp_path / "t", seed=1)
+    registry = testing.make_registry(torchgen)
+
+    def config(model, **options):
+        return testing.make_config(plasmid_opd.plugin, torchgen, model=str(model), engine="torchgen",
+                                   run_dir=tmp_path / "run", **options)
+
+    teacher = build_teacher(config(student, teacher_model=str(teacher_dir)), registry)
+    direct = testing.build("engine", "torchgen", torchgen, config=config(teacher_dir, teacher_model=TEACHER_DIR))
+    own = testing.build("engine", "torchgen", torchgen, config=config(student, teacher_model=TEACHER_DIR))
+    tokens = [1, 3, 13, 3, 14, 5, 6]
+    try:
+        scores = [testing.run(engine.score(tokens, 5, 1.0)) for engine in (teacher, direct, own)]
+    finally:
+        for engine in (teacher, direct, own):
+            testing.run(engine.shutdown())
+    assert scores[0] == pytest.approx(scores[1], abs=1e-6) and scores[0] != pytest.approx(scores[2], abs=1e-3)

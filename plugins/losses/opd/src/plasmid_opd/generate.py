@@ -20,15 +20,17 @@ from plasmid_opd.options import OPDOptions
 TEACHER_LOGPROBS_KEY = "teacher_logprobs"
 
 
-def build_teacher(config: Config) -> RolloutEngine:
-    """An engine of the run's ``--engine`` kind serving ``--teacher-model`` (the run's plugin set,
-    its other options unchanged)."""
+def build_teacher(config: Config, registry: Registry | None = None) -> RolloutEngine:
+    """An engine of the run's ``--engine`` kind serving ``--teacher-model``, its other options
+    unchanged; the engine provider comes from ``registry`` (default: the run's plugin lock,
+    loaded in this process)."""
     teacher = OPDOptions.of(config).teacher_model
     if not teacher:
         raise UsageError("--generate opd: --teacher-model is not set; give the teacher's model directory")
-    manager = PluginManager()
-    manager.load_lock(config.plugin_lock)
-    registry = Registry.collect(manager)
+    if registry is None:
+        manager = PluginManager()
+        manager.load_lock(config.plugin_lock)
+        registry = Registry.collect(manager)
     options = argparse.Namespace(**{**vars(config.option), "model": str(teacher)})
     engine: RolloutEngine = instantiate(registry.get("engine", config.option.engine), replace(config, option=options))
     return engine
