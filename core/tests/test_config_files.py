@@ -3,6 +3,7 @@ override the file, bad files and keys are one line naming the file and key."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -25,6 +26,10 @@ class LoopOptions(Options, group="loop", description="a test plugin's options"):
     verify: bool = option(True, "verify")
     tag: tuple[str, ...] = option((), "tags, repeatable")
     out: str | None = option(None, "where")
+
+
+#: YAML files need PyYAML (the kernel's extra plasmid[yaml]; the kernel-only env has none)
+needs_yaml = pytest.mark.skipif(importlib.util.find_spec("yaml") is None, reason="PyYAML is not installed")
 
 
 def parser() -> OptionParser:
@@ -61,8 +66,12 @@ fw_size = 4
 """
 
 
-@pytest.mark.parametrize(("name", "text"), [("run.yaml", YAML), ("run.toml", TOML), ("run.json", json.dumps(
-    {"steps": 3, "lr": 1e-5, "whiten": True, "verify": False, "tag": ["x", "y"], "fw_fast": True, "fw_size": 4}))])
+JSON = json.dumps({"steps": 3, "lr": 1e-5, "whiten": True, "verify": False, "tag": ["x", "y"], "fw_fast": True,
+                   "fw_size": 4})
+
+
+@pytest.mark.parametrize(("name", "text"), [pytest.param("run.yaml", YAML, marks=needs_yaml), ("run.toml", TOML),
+                                            ("run.json", JSON)])
 def test_a_file_sets_options_by_their_destination(tmp_path, name, text):
     path = write(tmp_path / name, text)
     made = parser()
@@ -75,6 +84,7 @@ def test_a_file_sets_options_by_their_destination(tmp_path, name, text):
         ["steps", "lr", "whiten", "verify", "tag", "fw_fast", "fw_size"], "file")
 
 
+@needs_yaml
 def test_flags_override_the_file_and_a_repeated_flag_replaces_the_files_list(tmp_path):
     path = write(tmp_path / "run.yaml", YAML)
     made = parser()
@@ -87,6 +97,7 @@ def test_flags_override_the_file_and_a_repeated_flag_replaces_the_files_list(tmp
     assert made.given(args) == frozenset(sources)
 
 
+@needs_yaml
 def test_sections_nest_options_by_plugin_or_group(tmp_path):
     path = write(tmp_path / "run.yaml", "loop:\n  steps: 2\n  mode: b\nfw native:\n  fw_size: 9\n")
     made = parser()
@@ -97,6 +108,7 @@ def test_sections_nest_options_by_plugin_or_group(tmp_path):
     assert made.parse(["--config", other]).steps == 5
 
 
+@needs_yaml
 def test_later_files_override_earlier_ones(tmp_path):
     first = write(tmp_path / "a.yaml", "steps: 2\nmode: b\n")
     second = write(tmp_path / "b.toml", "steps = 5\n")
@@ -104,6 +116,7 @@ def test_later_files_override_earlier_ones(tmp_path):
     assert (namespace.steps, namespace.mode) == (5, "b")
 
 
+@needs_yaml
 def test_null_means_the_default_and_is_not_given(tmp_path):
     path = write(tmp_path / "run.yaml", "out: null\nsteps: 4\n")
     made = parser()
@@ -111,6 +124,7 @@ def test_null_means_the_default_and_is_not_given(tmp_path):
     assert made.given(["--config", path]) == {"steps"}
 
 
+@needs_yaml
 @pytest.mark.parametrize(("text", "message"), [
     ("step: 3\n", r"run.yaml: unknown option 'step'; did you mean 'steps'"),
     ("loops:\n  steps: 3\n", r"run.yaml: unknown section 'loops'; did you mean 'loop'"),
@@ -165,6 +179,7 @@ def test_a_runs_config_json_is_read_as_its_options(tmp_path):
     assert parser().parse(["--config", path]).mode == "b"
 
 
+@needs_yaml
 def test_plugins_are_read_from_the_file_before_the_options(tmp_path):
     path = write(tmp_path / "run.yaml", "plugins: [a, no:b]\nsteps: 2\n")
     assert plugins_in([path]) == "a,no:b"
@@ -181,6 +196,7 @@ def test_argument_files_take_shell_words_and_comments(tmp_path):
         parser().parse([f"@{tmp_path / 'missing.txt'}"])
 
 
+@needs_yaml
 def test_the_plugin_selection_is_read_from_argument_and_config_files_before_loading(tmp_path):
     from plasmid.startup import preparse
 
