@@ -17,8 +17,12 @@ def gpu_available() -> bool:
 
 def engine_options(**options):
     """Options (Python names) of a test engine: one OpenMP thread for the server (the machine's
-    two cores are shared), eager mode (no graph compilation at start-up), quick health checks."""
-    defaults = {"vllm_server_env": ["OMP_NUM_THREADS=1", "VLLM_CPU_OMP_THREADS_BIND=nobind"],
+    two cores are shared), eager mode (no graph compilation at start-up), quick health checks, and
+    the engine core and worker in the API server's process (each process start imports vLLM and
+    torch: about a minute on a busy two-core machine)."""
+    defaults = {"vllm_server_env": ["OMP_NUM_THREADS=1", "VLLM_CPU_OMP_THREADS_BIND=nobind",
+                                    "VLLM_ENABLE_V1_MULTIPROCESSING=0"],
+                "vllm_distributed_executor_backend": "uni",
                 "vllm_health_interval": 1.0, "vllm_startup_timeout": 600.0, "vllm_enforce_eager": True}
     if gpu_available():  # what --weight-sync vllm-nccl needs on the server side
         defaults["vllm_weight_transfer_config"] = '{"backend": "nccl"}'

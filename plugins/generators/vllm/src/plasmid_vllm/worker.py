@@ -7,7 +7,8 @@ so that the engine reaches it through the server's ``/collective_rpc`` (developm
   with the model's own ``load_weights`` (which maps checkpoint names onto vLLM's fused
   parameters: ``q/k/v_proj`` into ``qkv_proj``, ``gate/up_proj`` into ``gate_up_proj``).
 - :meth:`plasmid_get_weights`: the served values of Hugging Face names, cut back out of the fused
-  parameters (by the layer's ``output_sizes``), for verifying a sync bit for bit.
+  parameters (by the layer's ``output_sizes``), for verifying a sync bit for bit (on CPU: see
+  :class:`PlasmidWorkerExtension` for why the loaded mirror answers).
 
 This module imports torch and vLLM; plasmid's own process never imports it.
 """
@@ -34,17 +35,52 @@ def decode_tensors(text: str) -> dict[str, Any]:
 
 
 class PlasmidWorkerExtension:
-    """Methods added to every vLLM worker (``self`` is the worker; ``self.model_runner`` runs the model)."""
+    """Methods added to every vLLM worker (``self`` is the worker; ``self.model_runner`` runs the model).
+
+    On CPU, vLLM repacks every linear layer's weight for oneDNN after loading and drops the
+    parameter (``dispatch_cpu_unquantized_gemm``), so a tensor update cannot be written into the
+    parameters and they cannot be read back. There the worker keeps a mirror of the checkpoint
+    in Hugging Face names (read from the directory it serves, updated by every tensor update),
+    reloads all of it through vLLM's in-place ``reload_weights`` (which repacks), and
+    ``plasmid_get_weights`` answers from the mirror, i.e. exactly what was loaded. On GPU the
+    tensors go straight into the model's ``load_weights`` and are read back from the parameters.
+    """
 
     def _plasmid_model(self) -> Any:
         return self.model_runner.get_model()  # type: ignore[attr-defined]
+
+    def _plasmid_on_cpu(self) -> bool:
+        return next(self._plasmid_model().parameters()).device.type == "cpu"
+
+    def _plasmid_mirror(self) -> dict[str, Any]:
+        """The CPU mirror (see the class docstring), read again when the served directory changed."""
+        from pathlib import Path
+
+        from safetensors.torch import load_file
+
+        source = str(self.vllm_config.model_config.model)  # type: ignore[attr-defined]
+        mirror = getattr(self, "_plasmid_state", None)
+        if mirror is None or mirror[0] != source:
+            tensors: dict[str, Any] = {}
+            for file in sorted(Path(source).glob("*.safetensors")):
+                tensors.update(load_file(str(file)))
+            mirror = (source, tensors)
+            self._plasmid_state = mirror
+        return mirror[1]
 
     def plasmid_load_weights(self, payload: str) -> int:
         """Load the tensors of ``payload`` (:func:`encode_tensors`) into the served model; how many."""
         import torch
 
-        model = self._plasmid_model()
         named = decode_tensors(payload)
+        if self._plasmid_on_cpu():
+            mirror = self._plasmid_mirror()
+            for name, tensor in named.items():
+                target = "model.embed_tokens.weight" if name == "lm_head.weight" and name not in mirror else name
+                mirror[target] = tensor
+            self.model_runner.reload_weights(weights_iterator=iter(list(mirror.items())))  # type: ignore[attr-defined]
+            return len(named)
+        model = self._plasmid_model()
         device = next(model.parameters()).device
         with torch.no_grad():
             model.load_weights(((name, tensor.to(device)) for name, tensor in named.items()))
@@ -53,14 +89,21 @@ class PlasmidWorkerExtension:
     def plasmid_get_weights(self, names_json: str) -> str:
         """The served values of the Hugging Face names in ``names_json`` (a JSON list), as
         :func:`encode_tensors` text; an unknown name raises ``KeyError`` naming it."""
+        names = json.loads(names_json)
+        if self._plasmid_on_cpu():
+            mirror = self._plasmid_mirror()
+            out = {}
+            for name in names:
+                key = "model.embed_tokens.weight" if name == "lm_head.weight" and name not in mirror else name
+                if key not in mirror:
+                    raise KeyError(f"{name} is not a weight of the served model")
+                out[name] = mirror[key]
+            return encode_tensors(out)
         model = self._plasmid_model()
         params = dict(model.named_parameters())
         modules = dict(model.named_modules())
         packed: dict[str, list[str]] = dict(getattr(model, "packed_modules_mapping", {}) or {})
-        out = {}
-        for name in json.loads(names_json):
-            out[name] = _served(name, params, modules, packed)
-        return encode_tensors(out)
+        return encode_tensors({name: _served(name, params, modules, packed) for name in names})
 
 
 def _served(name: str, params: dict[str, Any], modules: dict[str, Any], packed: dict[str, list[str]]) -> Any:
