@@ -28,6 +28,10 @@ def _cases() -> list[tuple[str, dict]]:
 
 
 class TestReward(RewardContract):
+    """Samples of another generate function: the response is scored as the one assistant message
+    (the plugin's only data source is chosen in this config, so its recipe needs --vf-env)."""
+
     plugin = plugin
     provider = "verifiers"
+    config_options = {"vf_env": "vf_plasmid_sum"}
     cases = _cases()

@@ -109,9 +109,9 @@ def test_tool_environment_calls_the_tool_and_its_reward_equals_verifiers_rubric(
                          model=tiny_model)
     row = build("datasource", "verifiers", plugin, config=config).get_groups(1)[0].samples[0].label["row"]
     a, b = (int(x) for x in row["question"].rstrip("=").split("+"))
-    call = '<tool_call>{"name": "add", "arguments": {"a": %d, "b": %d}}</tool_call>' % (a, b)
+    call = f'<tool_call>{{"name": "add", "arguments": {{"a": {a}, "b": {b}}}}}</tool_call>'
     answer = str(a + b) if right else str(a + b + 1)
-    sample, out, engine, source, config = rollout(tmp_path / "run", tiny_model, "vf_plasmid_tool", [call, answer])
+    _, out, engine, source, config = rollout(tmp_path / "run", tiny_model, "vf_plasmid_tool", [call, answer])
     tokenizer = source.tokenizer
     call_ids = tokenizer.encode(call, add_special_tokens=False)
     answer_ids = tokenizer.encode(answer, add_special_tokens=False)

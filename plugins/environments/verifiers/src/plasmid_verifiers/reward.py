@@ -8,6 +8,7 @@ from plasmid.config import Config
 from plasmid.options import Options
 from plasmid.types import Sample
 from plasmid_verifiers import vf
+from plasmid_verifiers.options import VerifiersOptions
 from plasmid_verifiers.rollout import TOTAL_KEY
 
 #: Where ``--generate agent`` puts what the agent function returned (plasmid-agent's contract).
@@ -26,10 +27,16 @@ class VerifiersReward:
     not such a row is a ``ValueError`` saying so.
     """
 
-    option_classes: ClassVar[tuple[type[Options], ...]] = ()
+    option_classes: ClassVar[tuple[type[Options], ...]] = (VerifiersOptions,)
 
     def __init__(self, config: Config) -> None:
+        """Checks the verifiers version, imports what scoring needs and loads ``--vf-env`` (when
+        given) now, so that no first call stalls its reward worker."""
         vf.check_version()
+        vf.warm()
+        options = VerifiersOptions.of(config)
+        if options.vf_env is not None:
+            vf.load_env(options.vf_env, vf.canonical_args(vf.parse_env_args(options.vf_env_args)))
 
     async def __call__(self, sample: Sample) -> float:
         recorded = sample.metadata.get(AGENT_REWARD_KEY)

@@ -116,16 +116,31 @@ async def score_state(env: Any, state: Any) -> tuple[float, dict[str, float]]:
     return float(state["reward"]), {str(k): float(v) for k, v in (state["metrics"] or {}).items()}
 
 
+@functools.lru_cache(maxsize=1)
+def unused_client() -> Any:
+    """The client :meth:`Environment.init_state` is given when no model is called (never used for
+    a request); made once, with the imports it needs (a reward calls :func:`warm` when built, so
+    that its first score does not stall its worker's event loop on imports)."""
+    from openai import AsyncOpenAI
+    from verifiers.clients import OpenAIChatCompletionsClient
+
+    return OpenAIChatCompletionsClient(AsyncOpenAI(base_url=UNUSED_URL, api_key="unused", max_retries=0))
+
+
+def warm() -> None:
+    """Import what scoring needs now (not on a reward worker's loop)."""
+    import verifiers.utils.message_utils  # noqa: F401
+
+    unused_client()
+
+
 async def score_completion(env: Any, row: dict[str, Any],
                            completion: list[dict[str, Any]]) -> tuple[float, dict[str, float]]:
     """``(reward, metrics)`` of ``completion`` (chat messages) as the answer to dataset row ``row``:
     the state verifiers itself builds for the row (``init_state``), with that completion and no
     trajectory, scored by the rubric."""
-    from openai import AsyncOpenAI
-    from verifiers.clients import OpenAIChatCompletionsClient
     from verifiers.utils.message_utils import normalize_messages
 
-    client = OpenAIChatCompletionsClient(AsyncOpenAI(base_url=UNUSED_URL, api_key="unused", max_retries=0))
-    state = await env.init_state(row, client, "plasmid")
+    state = await env.init_state(row, unused_client(), "plasmid")
     state["completion"] = normalize_messages(completion, field_name="completion")
     return await score_state(env, state)
