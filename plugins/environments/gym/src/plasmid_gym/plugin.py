@@ -5,13 +5,22 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from plasmid import hookimpl
-from plasmid.config import OptionParser
+from plasmid.config import Config, OptionParser
 from plasmid_gym.options import GymOptions
 
 
 @hookimpl
 def plasmid_addoption(parser: OptionParser) -> None:
     parser.add_options(GymOptions)
+
+
+@hookimpl
+def plasmid_defaults(config: Config) -> None:
+    """``--datasource gym``: the recipe (:mod:`plasmid_gym.recipe`)."""
+    if config.option.datasource == "gym":
+        from plasmid_gym.recipe import apply_recipe
+
+        apply_recipe(config)
 
 
 @hookimpl

@@ -14,6 +14,7 @@ from plasmid.types import Group
 from plasmid_gym import envs
 from plasmid_gym.generate import render
 from plasmid_gym.options import GymOptions
+from plasmid_gym.recipe import prepare_tiny_model
 
 
 class GymSource(GroupStream):
@@ -28,12 +29,19 @@ class GymSource(GroupStream):
 
     option_classes: ClassVar[tuple[type[Options], ...]] = (GymOptions, GeneralOptions, RolloutOptions)
 
+    @staticmethod
+    def prepare(config: Config) -> None:
+        """Build the tiny model the recipe named, if it is not there yet."""
+        prepare_tiny_model(config)
+
     def __init__(self, config: Config) -> None:
         options, general = GymOptions.of(config), GeneralOptions.of(config)
         if options.gym_env is None:
             raise UsageError("--datasource gym needs --gym-env PACKAGE:ENV_ID")
         if general.model is None:
-            raise UsageError("the gym data source needs --model (a local model with a chat template)")
+            raise UsageError("the gym data source needs --model (without it, plasmid train --datasource gym builds "
+                             "a tiny one)")
+        self.prepare(config)
         super().__init__(RolloutOptions.of(config).n_samples_per_prompt)
         self.spec, self.players = options.gym_env, options.gym_players
         seed = general.seed if options.gym_seed is None else options.gym_seed
