@@ -1,5 +1,6 @@
-"""``plasmid new-plugin reward NAME`` writes a complete package (installing it and running its
-tests is checked end to end in tests/test_new_plugin.py)."""
+"""``plasmid new-plugin FAMILY NAME`` writes a complete package (installing it and running its
+tests is checked end to end in tests/test_new_plugin.py,
+every family's package running its own tests in tests/test_scaffold_families.py)."""
 
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ def test_the_package_has_an_entry_point_a_module_and_a_contract_test(tmp_path):
         root / "src" / "plasmid_my_judge" / "plugin.py").read_text()
 
 
-def test_every_python_file_parses(tmp_path):
-    for relative, text in package_files("x2").items():
+@pytest.mark.parametrize("family", ["reward", "filter", "tool", "datasource", "loss"])
+def test_every_python_file_parses(family):
+    for relative, text in package_files("x2", family).items():
         if relative.endswith(".py"):
             ast.parse(text, relative)
 
@@ -44,8 +46,8 @@ def test_it_refuses_to_overwrite_and_to_scaffold_other_families(tmp_path):
     write_package("reward", "twice", tmp_path)
     with pytest.raises(UsageError, match="already exists"):
         write_package("reward", "twice", tmp_path)
-    with pytest.raises(UsageError, match="only reward packages"):
-        write_package("loss", "mine", tmp_path)
+    with pytest.raises(UsageError, match="only reward, filter, tool, datasource, loss packages"):
+        write_package("trainer", "mine", tmp_path)
 
 
 def test_the_cli_lists_what_it_wrote(tmp_path, capsys):

@@ -1,0 +1,79 @@
+"""``plasmid new-plugin FAMILY NAME`` for every family it scaffolds: the package it writes passes
+its own tests, which run the family's contract suite (:mod:`plasmid.testing`, the loss suite from
+plasmid-torch) on the example provider, with the package's ``src`` on ``sys.path`` (installing it
+with pip and training with it is checked for the reward package in tests/test_new_plugin.py)."""
+
+from __future__ import annotations
+
+import sys
+import tomllib
+
+import pytest
+
+from plasmid.scaffold import FAMILIES, SPECS, write_package
+
+#: The contract suite each family's generated test must subclass.
+SUITES = {"reward": "RewardContract", "filter": "FilterContract", "tool": "ToolContract",
+          "datasource": "DataSourceContract", "loss": "LossContract"}
+
+
+class Outcomes:
+    """A pytest plugin recording every test's outcome in the nested session."""
+
+    def __init__(self) -> None:
+        self.reports: dict[str, str] = {}
+
+    def pytest_runtest_logreport(self, report):
+        if report.when == "call" or report.outcome != "passed":
+            self.reports[report.nodeid] = report.outcome
+
+
+def run_package_tests(root, module):
+    """Run ``root/tests`` in this process with ``root/src`` importable; the outcomes."""
+    outcomes = Outcomes()
+    sys.path.insert(0, str(root / "src"))
+    try:
+        code = pytest.main(["-q", "-p", "no:cacheprovider", "--rootdir", str(root), "-o", "addopts=",
+                            str(root / "tests")], plugins=[outcomes])
+    finally:
+        sys.path.remove(str(root / "src"))
+        for loaded in [m for m in sys.modules if m == module or m.startswith(module + ".")]:
+            del sys.modules[loaded]
+    return code, outcomes.reports
+
+
+def test_every_family_with_a_scaffold_is_tested_here():
+    assert set(FAMILIES) == set(SUITES) == set(SPECS)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_scaffold_passes_its_own_tests_and_contract_suite(tmp_path, family):
+    name = f"my-{family}"
+    root = write_package(family, name, tmp_path)
+    module = "plasmid_" + name.replace("-", "_")
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    assert project["entry-points"]["plasmid"] == {name: f"{module}.plugin"}
+    assert project["optional-dependencies"]["test"] == ["pytest>=7"]
+    test_file = root / "tests" / f"test_my_{family}_{family}.py"
+    assert f"({SUITES[family]}):" in test_file.read_text()
+    code, reports = run_package_tests(root, module)
+    assert code == 0, reports
+    contract = [node for node in reports if "Contract::" in node]
+    own = [node for node in reports if "Contract::" not in node]
+    assert len(contract) >= 4 and own, reports
+    assert set(reports.values()) <= {"passed", "skipped"}, reports  # the loss suite skips its critic checks
+    assert "passed" in set(reports.values())
+
+
+def test_a_broken_provider_fails_its_contract_suite(tmp_path):
+    """The generated tests can fail: a filter that drops without a reason is caught by the suite."""
+    root = write_package("filter", "broken", tmp_path)
+    impl = root / "src" / "plasmid_broken" / "filter.py"
+    text = impl.read_text()
+    assert 'return Verdict(False, f"broken: reward spread' in text
+    impl.write_text(text.replace('return Verdict(False, f"broken: reward spread <= {self.min_spread:g}")',
+                                 'return Verdict(False, "")'))
+    code, reports = run_package_tests(root, "plasmid_broken")
+    assert code != 0
+    assert reports[next(n for n in reports if n.endswith("test_a_dropped_group_names_its_reason"))] == "failed"
