@@ -5,76 +5,23 @@ line with :mod:`json`, so that a malformed row is reported as ``file:line``. A `
 is read with pyarrow; its rows are reported as ``file, row N`` (counting from 1). Both are the
 layouts Hugging Face ``datasets`` reads and writes.
 
-Keys may be dotted to reach into nested objects (verl's ``reward_model.ground_truth``; a parquet
-struct column reads as an object): a key that a row holds as it is (``"a.b"`` at the top) is
-taken first, else each dotted part is looked up in the object before it.
+Rows become records through the kernel's :mod:`plasmid.records` (dotted keys into nested
+objects, the label rule), which the ``hf`` data source shares.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from plasmid.errors import UsageError
+from plasmid.records import Keys, Record, lookup, records_of
+
+__all__ = ["SUFFIXES", "Keys", "Record", "lookup", "read_records"]
 
 SUFFIXES = (".jsonl", ".parquet")
-
-
-@dataclass(frozen=True)
-class Record:
-    """One row: its prompt (as stored), label (any JSON value, ``None`` when absent) and
-    metadata (a dict), and where it was read from (``file:line`` or ``file, row N``)."""
-
-    prompt: Any
-    label: Any
-    metadata: dict[str, Any] = field(default_factory=dict)
-    location: str = ""
-
-
-@dataclass(frozen=True)
-class Keys:
-    """Which field of a row holds what (``--input-key``, ``--label-key``, ``--metadata-key``).
-
-    :ivar label_required: every row must have a label (a non-null ``label`` value); when false
-        (``--label-key`` left at its default), a file none of whose rows has one is read without
-        labels, but a file where some rows have one still needs it in every row.
-    """
-
-    input: str = "prompt"
-    label: str = "label"
-    metadata: str = "metadata"
-    label_required: bool = False
-
-
-_MISSING: Any = object()
-
-
-def lookup(row: dict[str, Any], key: str) -> Any:
-    """``row[key]``, or for a dotted key the nested value (``row["a"]["b"]`` for ``"a.b"``);
-    :data:`_MISSING` when there is none."""
-    if key in row:
-        return row[key]
-    value: Any = row
-    for part in key.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return _MISSING
-        value = value[part]
-    return value
-
-
-def _missing_key(location: str, row: dict[str, Any], key: str, flag: str) -> UsageError:
-    """The error for a row without ``key``, naming the keys it has where the lookup stopped."""
-    where, value, parts = "its keys are", row, key.split(".")
-    for depth, part in enumerate(parts[:-1]):
-        inner = value.get(part)
-        if not isinstance(inner, dict):
-            break
-        where, value = f"{'.'.join(parts[:depth + 1])!r} has keys", inner
-    present = ", ".join(repr(name) for name in value) or "none"
-    return UsageError(f"{location}: the row has no {key!r} key ({flag}); {where} {present}")
 
 
 def read_records(path: str | Path, keys: Keys, flag: str) -> list[Record]:
@@ -88,18 +35,9 @@ def read_records(path: str | Path, keys: Keys, flag: str) -> list[Record]:
     if not path.is_file():
         raise UsageError(f"{flag} {path}: no such file")
     rows = _jsonl_rows(path, flag) if path.suffix == ".jsonl" else _parquet_rows(path, flag)
-    records, unlabelled = [], None
-    for location, row in rows:
-        record = _record(row, location, keys)
-        if record.label is None:
-            if keys.label_required:
-                raise _missing_key(location, row, keys.label, "--label-key")
-            unlabelled = unlabelled or (location, row)
-        records.append(record)
+    records = records_of(rows, keys)
     if not records:
         raise UsageError(f"{flag} {path}: the file has no rows")
-    if unlabelled is not None and any(record.label is not None for record in records):
-        raise _missing_key(*unlabelled, keys.label, "--label-key; other rows have one")
     return records
 
 
@@ -130,19 +68,3 @@ def _parquet_rows(path: Path, flag: str) -> Iterator[tuple[str, Any]]:
         raise UsageError(f"{flag} {path}: cannot read it as parquet ({exc})") from None
     for row_number, row in enumerate(table.to_pylist(), start=1):
         yield f"{path}, row {row_number}", row
-
-
-def _record(row: Any, location: str, keys: Keys) -> Record:
-    if not isinstance(row, dict):
-        raise UsageError(f"{location}: expected an object with a {keys.input!r} field, got {type(row).__name__}")
-    prompt = lookup(row, keys.input)
-    if prompt is _MISSING:
-        raise _missing_key(location, row, keys.input, "--input-key")
-    metadata = lookup(row, keys.metadata)
-    if metadata is _MISSING or metadata is None:
-        metadata = {}
-    if not isinstance(metadata, dict):
-        raise UsageError(f"{location}: {keys.metadata!r} (--metadata-key) must be an object, "
-                         f"got {type(metadata).__name__}")
-    label = lookup(row, keys.label)
-    return Record(prompt=prompt, label=None if label is _MISSING else label, metadata=metadata, location=location)
