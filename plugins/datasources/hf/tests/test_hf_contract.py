@@ -1,0 +1,40 @@
+"""The hf source keeps the data-source contract: on a saved DatasetDict with nested columns,
+shuffled each epoch and filtered by prompt length, and on chat prompts from a parquet file."""
+
+import pytest
+from plasmid_hf_datasets import plugin
+
+from plasmid.testing import DataSourceContract
+
+
+class TestSavedDatasetDictShuffled(DataSourceContract):
+    """A ``save_to_disk`` directory with train/test splits, labels in a struct column,
+    shuffled per epoch, with a prompt-length filter that keeps every row."""
+
+    plugin = plugin
+    provider = "hf"
+    config_options = {"hf_shuffle": True, "hf_label_key": "reward_model.ground_truth", "hf_metadata_key": "extra",
+                      "hf_eval_split": "test", "hf_max_prompt_tokens": 16}
+
+    @pytest.fixture
+    def datasource_options(self, tiny_model, save_dataset, verl_rows):
+        return {"model": tiny_model, "hf_path": save_dataset("verl", {"train": verl_rows, "test": verl_rows[:5]})}
+
+
+class TestChatMessagesFromParquet(DataSourceContract):
+    """Chat prompts in a parquet file, in file order, through the model's chat template."""
+
+    plugin = plugin
+    provider = "hf"
+
+    @pytest.fixture
+    def datasource_options(self, chat_model, tmp_path):
+        import pyarrow
+        import pyarrow.parquet
+
+        rows = [{"messages": [{"role": "user", "content": f"{n}+{n}="}], "answer": str(2 * n % 10)}
+                for n in range(40)]
+        path = tmp_path / "chats.parquet"
+        pyarrow.parquet.write_table(pyarrow.Table.from_pylist(rows), path)
+        return {"model": chat_model, "hf_path": str(path), "hf_eval_split": "train", "hf_input_key": "messages",
+                "hf_label_key": "answer", "hf_apply_chat_template": True}
