@@ -23,8 +23,8 @@ extension; requests go to the least loaded), and waits until they are healthy.
   payload through ``/collective_rpc`` to :meth:`plasmid_vllm.worker.PlasmidWorkerExtension.plasmid_load_weights`
   (the model's own ``load_weights``), the prefix cache is reset and ``/update_weight_version``
   records the version. A weight sync calls it bucket by bucket (plasmid-sync's ``inprocess``).
-- ``load_weights_from_disk``: ``/collective_rpc reload_weights`` with ``weights_path`` (vLLM's
-  in-place reload); the disk sync ``vllm-disk`` uses it.
+- ``load_weights_from_disk``: ``/collective_rpc`` to ``plasmid_reload_from_disk`` (vLLM's
+  in-place ``reload_weights`` from the directory); the disk sync ``vllm-disk`` uses it.
 - ``flush_cache``: ``/reset_prefix_cache``, retried while running requests hold blocks.
 - ``release_memory`` / ``resume_memory``: ``/sleep`` (level 1) and ``/wake_up`` on GPU servers
   started with ``enable_sleep_mode`` (plasmid's default with ``--placement colocate`` on a GPU);
@@ -273,7 +273,7 @@ class VLLMEngine:
         """Reload every weight from the Hugging Face checkpoint in ``path`` (vLLM's in-place
         reload) on every server, and set the version."""
         self._check_open("load_weights_from_disk")
-        await self._on_all(lambda server: self._rpc(server, "reload_weights", kwargs={"weights_path": str(path)}))
+        await self._on_all(lambda server: self._rpc(server, "plasmid_reload_from_disk", str(path)))
         with self._lock:
             self._journal = [("disk", str(path))]
         await self._set_version(weight_version)
@@ -588,7 +588,7 @@ class VLLMEngine:
                 raise ProviderError(f"its weights (version {self._weight_version}) came through {value} and cannot "
                                     f"be restored by this engine", provider="vllm", plugin="plasmid-vllm")
             if kind == "disk":
-                rpc("reload_weights", [], {"weights_path": value})
+                rpc("plasmid_reload_from_disk", [value], {})
             elif kind == "tensors":
                 rpc("plasmid_load_weights", [value], {})
         status, text = request_blocking(server.url, "/update_weight_version",

@@ -79,12 +79,20 @@ class PlasmidWorkerExtension:
                 target = "model.embed_tokens.weight" if name == "lm_head.weight" and name not in mirror else name
                 mirror[target] = tensor
             self.model_runner.reload_weights(weights_iterator=iter(list(mirror.items())))  # type: ignore[attr-defined]
+            _plain_cpu_linears(self._plasmid_model(), mirror)
             return len(named)
         model = self._plasmid_model()
         device = next(model.parameters()).device
         with torch.no_grad():
             model.load_weights(((name, tensor.to(device)) for name, tensor in named.items()))
         return len(named)
+
+    def plasmid_reload_from_disk(self, path: str) -> None:
+        """Reload every weight from the checkpoint directory ``path`` (vLLM's in-place reload; on
+        CPU the linear layers then compute with the new weights, see :func:`_plain_cpu_linears`)."""
+        self.model_runner.reload_weights(weights_path=path)  # type: ignore[attr-defined]
+        if self._plasmid_on_cpu():
+            _plain_cpu_linears(self._plasmid_model(), self._plasmid_mirror())
 
     def plasmid_get_weights(self, names_json: str) -> str:
         """The served values of the Hugging Face names in ``names_json`` (a JSON list), as
@@ -104,6 +112,30 @@ class PlasmidWorkerExtension:
         modules = dict(model.named_modules())
         packed: dict[str, list[str]] = dict(getattr(model, "packed_modules_mapping", {}) or {})
         return encode_tensors({name: _served(name, params, modules, packed) for name in names})
+
+
+def _plain_cpu_linears(model: Any, mirror: dict[str, Any]) -> None:
+    """Make every CPU linear layer compute ``F.linear`` with the mirror's weights (fused layers:
+    their members' weights concatenated in ``packed_modules_mapping`` order). vLLM 0.32's in-place
+    reload left the oneDNN handles it built at start-up in place, so a reloaded linear layer kept
+    serving its old weights (measured: scores unchanged after an update of a ``down_proj``)."""
+    import torch
+
+    packed: dict[str, list[str]] = dict(getattr(model, "packed_modules_mapping", {}) or {})
+    for module_name, module in model.named_modules():
+        if not hasattr(module, "cpu_linear"):
+            continue
+        weight = getattr(module, "weight", None)
+        if weight is not None and weight.numel() > 0:
+            module.cpu_linear = torch.nn.functional.linear  # uses the (reloaded) parameter it is given
+            continue
+        parent, _, leaf = module_name.rpartition(".")
+        members = packed.get(leaf, [leaf])
+        names = [f"{parent}.{member}.weight" if parent else f"{member}.weight" for member in members]
+        if not all(name in mirror for name in names):
+            continue
+        fused = torch.cat([mirror[name].to(torch.float32 if weight is None else weight.dtype) for name in names], 0)
+        module.cpu_linear = lambda x, _weight, bias, _w=fused: torch.nn.functional.linear(x, _w.to(x.dtype), bias)
 
 
 def _served(name: str, params: dict[str, Any], modules: dict[str, Any], packed: dict[str, list[str]]) -> Any:
