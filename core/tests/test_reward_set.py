@@ -11,7 +11,7 @@ import pytest
 from plasmid.errors import ProviderError
 from plasmid.reward_workers import STALL_SECONDS
 from plasmid.rewards import FLOAT32_MAX, RewardComponent, RewardSet
-from plasmid.types import Sample
+from plasmid.types import RewardParts, Sample
 
 
 class Constant:
@@ -456,3 +456,21 @@ def test_a_group_reward_may_return_any_sequence_of_the_right_length():
     score([RewardComponent("tuple", 1.0, Tuple()), RewardComponent("short", 1.0, Short())], samples)
     assert [s.reward for s in samples] == [0.0, 1.0, 2.0]
     assert samples[0].metadata["reward_errors"] == ["short: ValueError: group reward returned 1 values for 3 samples"]
+
+
+def test_reward_parts_are_kept_and_logged_but_not_added():
+    sample = Sample()
+    parts = RewardParts(0.75, {"exact": 1.0, "short": 0.5, "note": "text", "bad": float("nan")})
+    score([RewardComponent("rubric", 2.0, Constant(parts)), RewardComponent("format", 1.0, Constant(0.25))],
+          [sample])
+    assert sample.reward == pytest.approx(2.0 * 0.75 + 0.25), "parts explain the value; they are not summed"
+    assert sample.reward_components == {"rubric": 0.75, "rubric.exact": 1.0, "rubric.short": 0.5, "format": 0.25}
+    assert next(iter(sample.reward_components)) == "rubric", "the first reward stays the primary (accuracy)"
+
+
+def test_a_non_finite_reward_parts_value_fails_like_a_float():
+    sample = Sample()
+    reward_set = score([RewardComponent("rubric", 1.0, Constant(RewardParts(float("inf"), {"exact": 1.0})))],
+                       [sample])
+    assert sample.reward == 0.0 and sample.reward_components == {"rubric": 0.0}
+    assert reward_set.pop_metrics() == {"reward/failed/rubric: ValueError": 1.0}

@@ -29,6 +29,7 @@ from plasmid.types import (
     GenerationOutput,
     Group,
     LossBatch,
+    RewardParts,
     RolloutBatch,
     Sample,
     SamplingParams,
@@ -231,9 +232,10 @@ class RolloutDriver(Protocol):
 
 
 class RewardFn(Protocol):
-    """Scores one finished sample: a float, or a dict of named floats (pick one with ``--reward-key``)."""
+    """Scores one finished sample: a float, a dict of named floats (pick one with ``--reward-key``),
+    or a :class:`plasmid.types.RewardParts` (the value with named parts that are logged, not added)."""
 
-    async def __call__(self, sample: Sample) -> float | dict[str, float]: ...
+    async def __call__(self, sample: Sample) -> float | dict[str, float] | RewardParts: ...
 
 
 class GroupRewardFn(Protocol):
@@ -244,7 +246,7 @@ class GroupRewardFn(Protocol):
 
     group: bool
 
-    async def __call__(self, samples: list[Sample]) -> list[float | dict[str, float]]: ...
+    async def __call__(self, samples: list[Sample]) -> list[float | dict[str, float] | RewardParts]: ...
 
 
 class ToolError(Exception):

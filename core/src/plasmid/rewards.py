@@ -51,7 +51,7 @@ from plasmid.reward_workers import (
     Workers,
     stop_workers,
 )
-from plasmid.types import Sample
+from plasmid.types import RewardParts, Sample
 
 #: The largest finite float32; rewards travel to the trainer as float32 tensors.
 FLOAT32_MAX = 3.4028234663852886e38
@@ -120,6 +120,20 @@ async def _call_reward(component: RewardComponent, samples: list[Sample], slots:
     else:
         await asyncio.gather(*(one(position) for position in positions))
 
+
+
+def parts_of(name: str, result: RewardParts) -> dict[str, float]:
+    """The finite numeric parts of reward ``name``'s ``result`` as reward components
+    (``"<name>.<part>"`` -> value; see :class:`plasmid.types.RewardParts`)."""
+    parts: dict[str, float] = {}
+    for part, raw in result.parts.items():
+        try:
+            value = float(raw)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(value) and abs(value) <= FLOAT32_MAX:
+            parts[f"{name}.{part}"] = value
+    return parts
 
 
 @dataclass
@@ -236,6 +250,8 @@ class RewardSet:
                     self._failed(component, sample, problem)
                     failed += 1
                 sample.reward_components[component.name] = value
+                if problem is None and isinstance(values[position], RewardParts):
+                    sample.reward_components.update(parts_of(component.name, values[position]))
                 total += term
             sample.reward = total
             self._scored += 1
@@ -263,7 +279,9 @@ class RewardSet:
         return value, term, None
 
     def _as_float(self, value: Any) -> float:
-        if isinstance(value, dict):
+        if isinstance(value, RewardParts):
+            value = value.value
+        elif isinstance(value, dict):
             key = self.reward_key
             if key is None:
                 if len(value) != 1:

@@ -135,6 +135,21 @@ class RolloutBatch:
 
 
 @dataclass(frozen=True)
+class RewardParts:
+    """What a reward may return instead of a float: its ``value`` and the named ``parts`` that
+    explain it (a rubric's functions, a judge's criteria).
+
+    ``value`` is the reward (weighted and summed as a float would be). Each part is kept in
+    ``Sample.reward_components`` as ``"<reward>.<part>"`` and so logged as
+    ``rollout/reward/<reward>.<part>``; parts are never added to the sample's reward, and a
+    non-finite or non-numeric part is left out.
+    """
+
+    value: float
+    parts: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Verdict:
     """A filter's decision on a group; ``reason`` names why it was dropped (counted in metrics)."""
 

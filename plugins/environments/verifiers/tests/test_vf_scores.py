@@ -92,14 +92,18 @@ def test_single_turn_reward_equals_verifiers_rubric(tmp_path, tiny_model, right)
     reward = run(build("reward", "verifiers", plugin, config=config)(out))
     expected, metrics = verifiers_score("vf_plasmid_sum", sample.label["row"], [{"role": "assistant",
                                                                                "content": reply}])
-    assert reward == expected
+    assert reward.value == expected
     assert metrics["exact"] == float(right) and metrics["short"] == max(0.0, 1 - len(reply) / 8)
+    assert reward.parts["exact"] == metrics["exact"] and reward.parts["short"] == metrics["short"], \
+        "every rubric function's score is a part of the reward"
     recorded = dict(out.metadata["agent_reward"])
     assert recorded.pop("num_turns") == 1.0, "verifiers' own turn count (0 in the reference: no trajectory)"
     assert recorded == {"reward": expected, **{k: v for k, v in metrics.items() if k != "num_turns"}}
     # the same response scored without the rollout's record (another generate, plasmid score)
     bare = SimpleNamespace(index=0, label=out.label, response=out.response, metadata={})
-    assert run(build("reward", "verifiers", plugin, config=config)(bare)) == expected
+    bare_reward = run(build("reward", "verifiers", plugin, config=config)(bare))
+    assert bare_reward.value == expected
+    assert (bare_reward.parts["exact"], bare_reward.parts["short"]) == (metrics["exact"], metrics["short"])
 
 
 @pytest.mark.timeout(120)
@@ -134,7 +138,8 @@ def test_tool_environment_calls_the_tool_and_its_reward_equals_verifiers_rubric(
                   {"role": "tool", "tool_call_id": "c0", "content": str(a + b)},
                   {"role": "assistant", "content": answer}]
     expected, metrics = verifiers_score("vf_plasmid_tool", row, completion)
-    assert reward == expected == float(right)
+    assert reward.value == expected == float(right)
+    assert reward.parts["exact"] == metrics["exact"] and reward.parts["add_calls"] == metrics["add_calls"]
     assert out.metadata["agent_reward"]["exact"] == metrics["exact"] == float(right)
     assert out.metadata["agent_reward"]["add_calls"] == metrics["add_calls"] == 1.0
     assert vf.reward_names(vf.load_env("vf_plasmid_tool"))[0] == "exact"

@@ -23,5 +23,7 @@ def test_plasmid_train_with_a_verifiers_environment_trains_on_the_engines_tokens
     assert [step["step"] for step in metrics] == [0, 1]
     for step in metrics:
         assert step["train/samples"] == 4.0 and "rollout/reward/verifiers" in step
+        assert "rollout/reward/verifiers.exact" in step and "rollout/reward/verifiers.short" in step, \
+            "each rubric function is logged as a reward component"
         assert step["rollout/agent/calls_mean"] == 1.0
         assert step["train/logprob_abs_diff_mean"] <= 1e-4, "the gateway's log-probs are the engine's"

@@ -39,7 +39,7 @@ import pytest
 from plasmid.config import Config
 from plasmid.rewards import RewardComponent, RewardSet
 from plasmid.testing import build, make_config, make_registry, run
-from plasmid.types import Sample, Status
+from plasmid.types import RewardParts, Sample, Status
 
 
 def make_sample(response: str, label: Any, *, prompt: str = "1+2=", index: int = 0, group_index: int = 0) -> Sample:
@@ -66,7 +66,14 @@ def make_sample(response: str, label: Any, *, prompt: str = "1+2=", index: int =
 
 
 def check_reward_value(value: Any, where: str) -> None:
-    """Fail unless ``value`` is a finite real number or a non-empty dict of named finite ones."""
+    """Fail unless ``value`` is a finite real number, a non-empty dict of named finite ones, or a
+    :class:`plasmid.types.RewardParts` whose value is finite and whose parts are named finite numbers."""
+    if isinstance(value, RewardParts):
+        check_reward_value(value.value, f"{where}.value")
+        for key, item in value.parts.items():
+            assert isinstance(key, str), f"{where} returned a part with a non-string name {key!r}"
+            check_reward_value(item, f"{where}.parts[{key!r}]")
+        return
     if isinstance(value, dict):
         assert value, f"{where} returned an empty dict; return a float, or a dict of named floats"
         for key, item in value.items():

@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 from plasmid.config import Config
 from plasmid.options import Options
-from plasmid.types import Sample
+from plasmid.types import RewardParts, Sample
 from plasmid_verifiers import vf
 from plasmid_verifiers.options import VerifiersOptions
 from plasmid_verifiers.rollout import TOTAL_KEY
@@ -16,7 +16,9 @@ AGENT_REWARD_KEY = "agent_reward"
 
 
 class VerifiersReward:
-    """Reward ``verifiers``: the rubric's weighted score (verifiers' ``state["reward"]``).
+    """Reward ``verifiers``: the rubric's weighted score (verifiers' ``state["reward"]``), with
+    every rubric function's own score as a part (:class:`plasmid.types.RewardParts`: logged as
+    ``rollout/reward/verifiers.<function>``, not added).
 
     A sample made by the environment's rollout (``--generate agent`` with
     :func:`plasmid_verifiers.rollout.run`) carries the score of its whole rollout state in
@@ -38,14 +40,15 @@ class VerifiersReward:
         if options.vf_env is not None:
             vf.load_env(options.vf_env, vf.canonical_args(vf.parse_env_args(options.vf_env_args)))
 
-    async def __call__(self, sample: Sample) -> float:
+    async def __call__(self, sample: Sample) -> RewardParts:
         recorded = sample.metadata.get(AGENT_REWARD_KEY)
         if isinstance(recorded, dict) and TOTAL_KEY in recorded:
-            return float(recorded[TOTAL_KEY])
+            return RewardParts(float(recorded[TOTAL_KEY]),
+                               {name: value for name, value in recorded.items() if name != TOTAL_KEY})
         label: Any = sample.label
         if not isinstance(label, dict) or "row" not in label or "env" not in label:
             raise ValueError(f"sample {sample.index}'s label is not a verifiers dataset row ({{'env', 'env_args', "
                              f"'row'}}): reward 'verifiers' scores the prompts of --datasource verifiers")
         env = vf.load_env(label["env"], vf.canonical_args(label.get("env_args") or {}))
-        total, _ = await vf.score_completion(env, label["row"], [{"role": "assistant", "content": sample.response}])
-        return total
+        total, parts = await vf.score_completion(env, label["row"], [{"role": "assistant", "content": sample.response}])
+        return RewardParts(total, {name: value for name, value in parts.items() if name != TOTAL_KEY})
