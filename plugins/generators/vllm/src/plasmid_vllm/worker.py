@@ -91,6 +91,7 @@ class PlasmidWorkerExtension:
         """Reload every weight from the checkpoint directory ``path`` (vLLM's in-place reload; on
         CPU the linear layers then compute with the new weights, see :func:`_plain_cpu_linears`)."""
         self.model_runner.reload_weights(weights_path=path)  # type: ignore[attr-defined]
+        self._plasmid_state = None  # the mirror is the directory's now (the same path may hold new files)
         if self._plasmid_on_cpu():
             _plain_cpu_linears(self._plasmid_model(), self._plasmid_mirror())
 
