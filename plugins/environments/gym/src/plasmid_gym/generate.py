@@ -12,9 +12,11 @@ tokens, is the action given to ``env.step``.
 
 The episode ends when the environment says so (``COMPLETED``), after ``--gym-max-turns`` model turns
 or when a turn would not fit ``--max-new-tokens`` (``TRUNCATED``), or when the chat template would
-rewrite the history (``COMPLETED``, the reason in ``metadata["gym"]["mismatch"]``). Each player's
-steps get reward 0 and the rewards of ``env.close()`` are added to its last step; its return is
-``sum gamma^t r_t`` (``--gym-gamma``), kept in ``metadata["gym_return"]`` for the ``gym`` reward.
+rewrite the history (``COMPLETED``, the reason in ``metadata["gym"]["mismatch"]``); a
+gymnasium-shaped environment that truncates the episode ends it ``TRUNCATED``. Each player's step
+gets the reward ``env.step`` gave it (0 in TextArena's shape), the rewards of ``env.close()`` are
+added to its last step, and its return is ``sum gamma^t r_t`` (``--gym-gamma``), kept in
+``metadata["gym_return"]`` for the ``gym`` reward.
 With several players (``--gym-players``), each player that acted is a sample of its own, all in
 the prompt's group (``metadata["gym"]["player"]``).
 """
@@ -109,8 +111,11 @@ class GymGenerate:
             action = tokenizer.decode(ids, skip_special_tokens=True)
             player.messages.append({"role": "assistant", "content": action})
             player.text += tokenizer.decode(ids, skip_special_tokens=False)
-            player.rewards.append(0.0)
-            if envs.step(env, action):
+            stepped = envs.step(env, action)
+            player.rewards.append(stepped.reward)
+            if stepped.done:
+                if stepped.truncated:
+                    status = Status.TRUNCATED
                 break
             if output.status == Status.TRUNCATED:
                 status = Status.TRUNCATED
