@@ -11,28 +11,20 @@ whose tied embedding is zero, every log-prob the server gives is ``-ln(16)``.
 
 from __future__ import annotations
 
-import math
-
 import plasmid_sync.plugin
 import plasmid_vllm.plugin
 import pytest
-import torch
 from vllm_test_support import gpu_available, reset
 
-from plasmid import testing
-from plasmid_torch.testing.contracts.weightsync import WeightSyncContract
+from plasmid_torch.testing.server_sync import ServerSyncContract
 
 plasmid_grpo_plugin = pytest.importorskip("plasmid_grpo.plugin")
 plasmid_torchtrain_plugin = pytest.importorskip("plasmid_torchtrain.plugin")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    torch.set_num_threads(1)
-
-
-class VLLMSyncContract(WeightSyncContract):
+class VLLMSyncContract(ServerSyncContract):
     plugin = plasmid_vllm.plugin
+    loss_plugin, trainer_plugin = plasmid_grpo_plugin, plasmid_torchtrain_plugin
     extra_plugins = (plasmid_grpo_plugin, plasmid_torchtrain_plugin, plasmid_sync.plugin)
     engine_count = 1
 
@@ -45,31 +37,12 @@ class VLLMSyncContract(WeightSyncContract):
     def _session_engine(self, engine, tiny_qwen):
         self.shared, self.model = engine, tiny_qwen
 
-    def make_trainer(self, config):
-        loss = testing.build("loss", "grpo", plasmid_grpo_plugin, config=config)
-        return testing.build("trainer", "torchtrain", plasmid_torchtrain_plugin, config=config, args=(loss,))
-
     def make_engines(self, config, count):
         assert count == 1
         return [self.shared]
 
     def close(self, setup):
         reset(self.shared, self.model)
-
-    def test_a_trainer_with_a_zero_embedding_makes_every_logprob_uniform(self, setup):
-        with torch.no_grad():
-            setup.trainer.model.get_input_embeddings().weight.zero_()
-
-        async def scenario():
-            report = await setup.sync.sync(setup.trainer, setup.engines, 6)
-            scored = [await engine.score([1, 4, 5, 6, 7, 8], 2, temperature) for engine in setup.engines
-                      for temperature in (1.0, 0.7)]
-            return report, scored
-
-        report, scored = testing.run(scenario())
-        assert report.weight_version == 6 and all(engine.weight_version == 6 for engine in setup.engines)
-        for values in scored:
-            assert len(values) == 4 and max(abs(v + math.log(16)) for v in values) < 1e-6
 
 
 class TestInProcessSyncIntoVLLM(VLLMSyncContract):

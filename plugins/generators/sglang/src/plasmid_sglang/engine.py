@@ -38,11 +38,9 @@ The weight syncs of :mod:`plasmid_sglang.syncs` use :meth:`SGLangEngine.load_pay
 from __future__ import annotations
 
 import asyncio
-import atexit
 import itertools
 import json
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -52,6 +50,7 @@ from plasmid.config import Config
 from plasmid.errors import ProviderError, UsageError
 from plasmid.kernel_options import GeneralOptions, ScheduleOptions
 from plasmid.options import Options
+from plasmid.server_process import stop_servers_at_exit
 from plasmid.types import GenerationOutput, SamplingParams, Status
 from plasmid_sglang.client import ServerCallFailed, ServerUnreachable, expect_success, request, request_blocking
 from plasmid_sglang.health import HealthMonitor, report
@@ -149,7 +148,7 @@ class SGLangEngine:
                                     fixed_port=int(port) + ordinal if port else None)
             servers.append(Server(index, process=process, tp_size=int(values.get("tp_size") or 1),
                                   device=str(values["device"]), memory_saver=bool(values.get("enable_memory_saver"))))
-        _stop_at_exit(self, servers)
+        stop_servers_at_exit(self, servers, lambda engine: engine._closed)
         try:
             for server in servers:
                 server.process.start()
@@ -659,16 +658,3 @@ def backoff(attempt: int) -> float:
     """Seconds to wait before retry ``attempt`` (1, 2, ...) of a call that found its server silent:
     0.25, 0.5, 1, ... up to 8 (a restart is awaited separately, through the health monitor)."""
     return min(0.25 * 2 ** (attempt - 1), 8.0)
-
-
-def _stop_at_exit(engine: SGLangEngine, servers: list[Server]) -> None:
-    """Stop the launched servers when this process exits without ``shutdown`` (a crash, a failed test)."""
-    reference = weakref.ref(engine)
-
-    def stop() -> None:
-        if reference() is not None and not reference()._closed:
-            for server in servers:
-                if server.process is not None:
-                    server.process.stop(grace=2.0)
-
-    atexit.register(stop)

@@ -21,10 +21,10 @@ differences that this module bridges:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
+from plasmid.server_process import logprob_at_temperature as logprobs_at_temperature
 from plasmid.types import SamplingParams, Status
 
 #: SGLang's ``finish_reason.type`` -> the sample's status.
@@ -125,15 +125,6 @@ def parse_score(answer: dict[str, Any], token_ids: list[int], prompt_length: int
     if len(values) != len(wanted):
         raise ValueError(f"SGLang returned {len(values)} input log-probs for {len(wanted)} scored tokens")
     return values
-
-
-def logprobs_at_temperature(logprobs: dict[int, float], token: int, temperature: float) -> float:
-    """``log softmax(logits / T)[token]`` from ``logprobs`` = ``log softmax(logits)`` over the
-    whole vocabulary (``{token id: log-prob}``), computed in float64."""
-    scaled = {t: lp / temperature for t, lp in logprobs.items()}
-    top = max(scaled.values())
-    normaliser = top + math.log(sum(math.exp(v - top) for v in scaled.values()))
-    return scaled[token] - normaliser
 
 
 def _at_temperature_one(temperature: float) -> bool:

@@ -38,13 +38,10 @@ extension; requests go to the least loaded), and waits until they are healthy.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import itertools
 import json
-import math
 import threading
 import time
-import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +51,7 @@ from plasmid.config import Config
 from plasmid.errors import ProviderError, UsageError
 from plasmid.kernel_options import GeneralOptions, ScheduleOptions
 from plasmid.options import Options
+from plasmid.server_process import logprob_at_temperature, stop_servers_at_exit
 from plasmid.types import GenerationOutput, SamplingParams, Status
 from plasmid_vllm.client import ServerCallFailed, ServerUnreachable, expect_ok, request, request_blocking
 from plasmid_vllm.options import VLLMOptions
@@ -136,7 +134,7 @@ class VLLMEngine:
                                 self.options.log_dir(config.run_dir) / f"server-{ordinal}.log", device,
                                 fixed_port=int(port) if port else None)
         server = Server(0, process=process)
-        _stop_at_exit(self, [server])
+        stop_servers_at_exit(self, [server], lambda engine: engine._closed)
         process.start()
         try:
             process.wait_healthy(self.options.vllm_startup_timeout)
@@ -613,24 +611,3 @@ def checkpoint_tensors(model_dir: str) -> dict[str, tuple[int, ...]]:
             for name in handle.keys():
                 shapes[name] = tuple(handle.get_slice(name).get_shape())
     return shapes
-
-
-def logprob_at_temperature(logprobs: dict[int, float], token: int, temperature: float) -> float:
-    """``log softmax(logits / T)[token]`` from ``logprobs = log softmax(logits)`` over the whole
-    vocabulary (``{token id: log-prob}``), in float64."""
-    scaled = {t: lp / temperature for t, lp in logprobs.items()}
-    top = max(scaled.values())
-    return scaled[token] - (top + math.log(sum(math.exp(v - top) for v in scaled.values())))
-
-
-def _stop_at_exit(engine: VLLMEngine, servers: list[Server]) -> None:
-    reference = weakref.ref(engine)
-
-    def stop() -> None:
-        alive = reference()
-        if alive is not None and not alive._closed:
-            for server in servers:
-                if server.process is not None:
-                    server.process.stop(grace=2.0)
-
-    atexit.register(stop)

@@ -14,24 +14,19 @@ given (:data:`plasmid_vllm.native.PLASMID_DEFAULTS`), into the server's command-
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import shlex
-import signal
-import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from plasmid.config import Config
-from plasmid.errors import ProviderError
 from plasmid.kernel_options import GeneralOptions, ScheduleOptions
 from plasmid.native_options import given_values
-from plasmid_vllm.client import ServerUnreachable, request_blocking
+from plasmid.server_process import ManagedServer, free_port, spawn
+from plasmid.server_process import checkpoint_dtype as served_checkpoint_dtype
 from plasmid_vllm.native import native_fields
 
 #: Context length of a CPU server when --vllm-max-model-len is not given.
@@ -40,19 +35,9 @@ SERVED_DTYPES = ("float32", "bfloat16", "float16")
 WORKER_EXTENSION = "plasmid_vllm.worker.PlasmidWorkerExtension"
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
-
-
 def checkpoint_dtype(model_dir: str | Path) -> str:
     """The dtype of ``config.json`` when vLLM serves it as is, else ``auto``."""
-    path = Path(model_dir) / "config.json"
-    config = json.loads(path.read_text()) if path.is_file() else {}
-    dtype = str(config.get("dtype") or config.get("torch_dtype") or "auto").removeprefix("torch.")
-    return dtype if dtype in SERVED_DTYPES else "auto"
+    return served_checkpoint_dtype(model_dir, SERVED_DTYPES)
 
 
 def detect_device() -> str:
@@ -104,8 +89,8 @@ def server_argv(values: dict[str, Any]) -> list[str]:
 
 
 @dataclass
-class ServerProcess:
-    """One launched vLLM server.
+class ServerProcess(ManagedServer):
+    """One launched vLLM server (its lifecycle: :class:`plasmid.server_process.ManagedServer`).
 
     :ivar model_dir: what it serves; :ivar argv: its engine arguments (:func:`server_argv`).
     :ivar env: environment entries added to this process's; :ivar log_path: its output (appended
@@ -121,6 +106,13 @@ class ServerProcess:
     port: int = 0
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
+
+    label = "vLLM"
+    provider = "vllm"
+    plugin = "plasmid-vllm"
+    timeout_option = "--vllm-startup-timeout"
+    health_path = "/health"
+    health_timeout = 10.0
 
     @property
     def url(self) -> str:
@@ -138,84 +130,5 @@ class ServerProcess:
         if self.device == "cpu":
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         self.starts += 1
-        with open(self.log_path, "ab") as log:
-            log.write(f"\n==== plasmid-vllm: start {self.starts}: {shlex.join(self.command())} ====\n".encode())
-            log.flush()
-            self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def wait_healthy(self, timeout: float) -> None:
-        """Block until ``/health`` answers 200.
-
-        :raises ProviderError: the process exited, or was not healthy within ``timeout``
-            seconds; the message names the error line of its log and holds the log's end.
-        """
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self.alive():
-                code = self.process.returncode if self.process is not None else None
-                raise ProviderError(f"vLLM server (port {self.port}) exited with code {code} while starting: "
-                                    f"{self.log_error()}\nThe end of {self.log_path}:\n{self.log_tail()}",
-                                    provider="vllm", plugin="plasmid-vllm")
-            try:
-                status, _ = request_blocking(self.url, "/health", method="GET", timeout=10)
-                if status == 200:
-                    return
-            except ServerUnreachable:
-                pass
-            time.sleep(1.0)
-        self.stop()
-        raise ProviderError(f"vLLM server (port {self.port}) was not healthy after {timeout:.0f} s "
-                            f"(raise --vllm-startup-timeout); the end of {self.log_path}:\n{self.log_tail()}",
-                            provider="vllm", plugin="plasmid-vllm")
-
-    def stop(self, grace: float = 15.0) -> None:
-        """SIGTERM, up to ``grace`` seconds, then SIGKILL to whatever is left of its process group."""
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            try:
-                os.kill(self.process.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        try:
-            self.process.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
-        _kill_group(self.process.pid)
-        try:
-            self.process.wait(timeout=5.0)
-        except subprocess.TimeoutExpired:
-            pass
-        self.process = None
-
-    def kill(self) -> None:
-        """SIGKILL the whole process group now (what a crash looks like; tests use it)."""
-        if self.process is not None:
-            _kill_group(self.process.pid)
-            self.process.wait(timeout=10)
-
-    def log_error(self) -> str:
-        """The last ``SomeError: message`` line of the log (the cause of a failed start), or a note."""
-        try:
-            lines = self.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return ""
-        causes = [line.strip() for line in lines if re.search(r"(Error|Exception|error): ", line)]
-        return causes[-1] if causes else "(no error line in the log)"
-
-    def log_tail(self, lines: int = 25) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-
-def _kill_group(group: int) -> None:
-    try:
-        os.killpg(group, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+        self.process = spawn(self.command(), self.log_path,
+                             f"==== plasmid-vllm: start {self.starts}: {shlex.join(self.command())} ====", env)

@@ -34,6 +34,7 @@ from plasmid.errors import UsageError
 from plasmid.kernel_options import ScheduleOptions
 from plasmid.options import Options
 from plasmid.remote import run_on
+from plasmid.server_process import free_port
 from plasmid.types import SyncReport
 from plasmid_torch.tensors import PROCESS_STATE, node_address, tensor_bytes
 from plasmid_vllm.options import VLLMOptions
@@ -136,7 +137,7 @@ def send_over_nccl(trainer: Any, key: str, urls: list[str], bucket_bytes: int, t
     state = PROCESS_STATE.get(key)
     if state is None or state["urls"] != urls:
         client = _FanOutClient(urls, timeout)
-        info = NCCLTrainerInitInfo(master_address=node_address(), master_port=_free_port(),
+        info = NCCLTrainerInitInfo(master_address=node_address(), master_port=free_port(""),
                                    world_size=1 + sum(client.world_sizes), packed_buffer_size_bytes=bucket_bytes)
         engine = NCCLTrainerWeightTransferEngine.trainer_init(info, client=client, source=ExportSource())
         state = PROCESS_STATE[key] = {"urls": urls, "engine": engine, "client": client}
@@ -144,11 +145,3 @@ def send_over_nccl(trainer: Any, key: str, urls: list[str], bucket_bytes: int, t
     state["client"].finish_weight_update(str(weight_version))
     buckets = list(trainer.export_weights(bucket_bytes))
     return sum(tensor_bytes(t) for bucket in buckets for _, t in bucket), len(buckets)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("", 0))
-        return int(probe.getsockname()[1])
