@@ -34,6 +34,7 @@ def train(run_dir, *options):
     return read_metrics(run_dir), time.perf_counter() - started
 
 
+@pytest.mark.timeout(1200)  # ~150 steps with two FSDP trainer ranks: 6-8 min on 2 cores shared with another tox env
 @pytest.mark.parametrize(("placement", "schedule", "sync"), [
     ("colocate", "sync", "objectstore"),
     ("disaggregate", "sync", "broadcast"),
