@@ -1,6 +1,10 @@
 """Data-parallel training in Ray actors: two torchtrain workers, each backpropagating its shard
 of the batch with losses normalised by the global totals and gradients summed, make the same
-update as one worker training the whole batch."""
+update as one worker training the whole batch.
+
+This is the replicated path (``--torchtrain-sharding replicate``: whole gradients all-reduced,
+compared here tensor by tensor); the FSDP2 default shards them, and its equality with one process
+is tested by plasmid-torchtrain's two-process test, its Ray runs by the quickstart tests."""
 
 from __future__ import annotations
 
@@ -70,7 +74,7 @@ def config(tmp_path_factory, installed_lock):
     # two workers 5 + 1 of its 6; advantages whitened over the whole batch
     made = testing.make_config(plasmid_grpo.plugin, plasmid_torchtrain.plugin, plasmid_torchgen.plugin,
                                model=str(model), run_dir=tmp / "run", lr=1e-2, micro_batch_size=5,
-                               advantage_whiten=True)
+                               advantage_whiten=True, torchtrain_sharding="replicate")
     made.plugin_lock = installed_lock
     return made
 
