@@ -11,43 +11,28 @@ from __future__ import annotations
 
 import difflib
 import functools
-import importlib.metadata
 import json
 from dataclasses import fields, is_dataclass
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
-from packaging.version import InvalidVersion, Version
 
+from plasmid import versions
 from plasmid.errors import UsageError
 
 #: The reasoning-gym releases this adapter is tested with (keep in step with pyproject.toml).
 SUPPORTED = SpecifierSet(">=0.1.24,<0.1.26")
 DISTRIBUTION = "reasoning-gym"
-INSTALL = f"pip install '{DISTRIBUTION}{SUPPORTED}'"
 
 
 def installed_version() -> str | None:
-    """The installed reasoning-gym version, or ``None`` when it is not installed."""
-    try:
-        return importlib.metadata.version(DISTRIBUTION)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    """The installed reasoning-gym version (its metadata), or ``None`` when it is not installed."""
+    return versions.installed_version(DISTRIBUTION)
 
 
 def check_version() -> str:
     """The installed version when it is supported; else a one-line :class:`UsageError`."""
-    version = installed_version()
-    if version is None:
-        raise UsageError(f"plasmid-reasoning-gym needs {DISTRIBUTION}, which is not installed; {INSTALL}")
-    try:
-        supported = Version(version) in SUPPORTED
-    except InvalidVersion:
-        supported = False
-    if not supported:
-        raise UsageError(f"{DISTRIBUTION} {version} is installed but plasmid-reasoning-gym supports "
-                         f"{DISTRIBUTION}{SUPPORTED}; {INSTALL}")
-    return version
+    return versions.check_supported(DISTRIBUTION, installed_version(), SUPPORTED, "plasmid-reasoning-gym")
 
 
 def registry() -> dict[str, tuple[type, type]]:

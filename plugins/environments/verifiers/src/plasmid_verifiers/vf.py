@@ -11,43 +11,29 @@ used: ``verifiers.load_environment``, ``Environment.get_dataset``, ``Environment
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import json
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
-from packaging.version import InvalidVersion, Version
 
+from plasmid import versions
 from plasmid.errors import UsageError
 
 #: The verifiers releases this adapter is tested with (keep in step with pyproject.toml).
 SUPPORTED = SpecifierSet(">=0.3.1,<0.3.2")
 DISTRIBUTION = "verifiers"
-INSTALL = f"pip install '{DISTRIBUTION}{SUPPORTED}'"
 #: A client for :meth:`Environment.init_state` when no model is called (scoring a given response).
 UNUSED_URL = "http://127.0.0.1:9/v1"
 
 
 def installed_version() -> str | None:
-    try:
-        return importlib.metadata.version(DISTRIBUTION)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    """The installed verifiers version (its metadata), or ``None`` when it is not installed."""
+    return versions.installed_version(DISTRIBUTION)
 
 
 def check_version() -> str:
     """The installed version when it is supported; else a one-line :class:`UsageError`."""
-    version = installed_version()
-    if version is None:
-        raise UsageError(f"plasmid-verifiers needs {DISTRIBUTION}, which is not installed; {INSTALL}")
-    try:
-        supported = Version(version) in SUPPORTED
-    except InvalidVersion:
-        supported = False
-    if not supported:
-        raise UsageError(f"{DISTRIBUTION} {version} is installed but plasmid-verifiers supports "
-                         f"{DISTRIBUTION}{SUPPORTED}; {INSTALL}")
-    return version
+    return versions.check_supported(DISTRIBUTION, installed_version(), SUPPORTED, "plasmid-verifiers")
 
 
 def parse_env_args(text: str) -> dict[str, Any]:
