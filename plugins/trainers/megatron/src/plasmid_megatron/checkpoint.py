@@ -2,10 +2,14 @@
 
 Layout of ``<path>/``::
 
-    model/               a complete Hugging Face model directory: safetensors in HF names (gathered
-                         over all ranks, written by global rank 0), --model's config.json and
-                         generation config, its tokenizer files. Loads with AutoModelForCausalLM and
-                         into the engines; it holds the policy's weights only.
+    model/               a complete Hugging Face model directory: safetensors in HF names, streamed
+                         bucket by bucket (:mod:`plasmid_megatron.hf_export`: gathered over the
+                         model-parallel ranks one tensor at a time, written by global rank 0 as
+                         ``model-0000i-of-0000N.safetensors`` of at most --update-weight-buffer-size
+                         bytes each with ``model.safetensors.index.json``, or one ``model.safetensors``
+                         when the model fits in one), --model's config.json and generation config, its
+                         tokenizer files. Loads with AutoModelForCausalLM and into the engines; it
+                         holds the policy's weights only.
     dist/                a megatron-core distributed checkpoint (``dist_checkpointing``, torch_dist
                          format: ``metadata.json``, ``.metadata``, ``common.pt``, ``__<rank>_<n>.distcp``)
                          of everything resumable but the random generators: the policy's (and the
@@ -47,11 +51,15 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from plasmid_megatron import hf_export
+
 MODEL_SUBDIR = "model"
 DIST_SUBDIR = "dist"
 RNG_SUBDIR = "rng"
 #: the per-rank state directory of checkpoints written before the distributed format
 LEGACY_STATE_SUBDIR = "trainer_state"
+#: safetensors shard size of ``model/`` when the caller gives none (the default --update-weight-buffer-size)
+DEFAULT_SHARD_BYTES = 512 * 1024**2
 #: Files of a model directory copied into the checkpoint's ``model/`` besides the weights.
 MODEL_FILES = ("config.json", "generation_config.json", "tokenizer*", "special_tokens_map.json", "added_tokens.json",
                "vocab.*", "merges.txt", "chat_template*", "spiece.model", "sentencepiece*.model")
@@ -84,13 +92,14 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def write(path: str | Path, *, hf_tensors: Iterable[tuple[str, torch.Tensor]], model_dir: Path,
-          sharded_state: dict[str, Any], rng: dict[str, Any]) -> Path:
+          sharded_state: dict[str, Any], rng: dict[str, Any], shard_bytes: int = DEFAULT_SHARD_BYTES) -> Path:
     """Write checkpoint ``path``.
 
-    ``hf_tensors``: the collective Hugging Face weight export (iterated on every rank, saved by
-    rank 0); ``model_dir``: where config and tokenizer files are copied from; ``sharded_state``:
-    this rank's megatron sharded state dict (:func:`plasmid_megatron.sharded_state.sharded_state_dict`);
-    ``rng``: this rank's :func:`rng_state`."""
+    ``hf_tensors``: the collective Hugging Face weight export (iterated to its end on every rank,
+    streamed into safetensors shards of at most ``shard_bytes`` bytes by rank 0, which holds one
+    shard at a time; :func:`plasmid_megatron.hf_export.write_sharded`); ``model_dir``: where config
+    and tokenizer files are copied from; ``sharded_state``: this rank's megatron sharded state dict
+    (:func:`plasmid_megatron.sharded_state.sharded_state_dict`); ``rng``: this rank's :func:`rng_state`."""
     from megatron.core import dist_checkpointing
 
     target = Path(path)
@@ -102,15 +111,13 @@ def write(path: str | Path, *, hf_tensors: Iterable[tuple[str, torch.Tensor]], m
         for subdir in (MODEL_SUBDIR, DIST_SUBDIR, RNG_SUBDIR):
             (staging / subdir).mkdir(parents=True)
     _barrier()
-    tensors = dict(hf_tensors)          # every rank takes part in the export's collectives
-    failure: BaseException | None = None
+    # every rank takes part in the export's collectives; a failure to write is reported after it
+    failure = hf_export.write_sharded(hf_tensors, staging / MODEL_SUBDIR, shard_bytes, writer=rank == 0)
     try:
-        if rank == 0:
-            from safetensors.torch import save_file
-
-            save_file(tensors, str(staging / MODEL_SUBDIR / "model.safetensors"), metadata={"format": "pt"})
-            copy_model_files(model_dir, staging / MODEL_SUBDIR)
-        torch.save(rng, rng_file(staging, rank))
+        if failure is None:
+            if rank == 0:
+                copy_model_files(model_dir, staging / MODEL_SUBDIR)
+            torch.save(rng, rng_file(staging, rank))
     except Exception as exc:  # noqa: BLE001 - every rank must learn of it before the collective save below
         failure = exc
     _raise_if_any_failed(failure, f"writing checkpoint {target}")

@@ -88,11 +88,11 @@ import torch.distributed as dist
 
 from plasmid.config import Config
 from plasmid.errors import UsageError
-from plasmid.kernel_options import GeneralOptions, RolloutOptions
+from plasmid.kernel_options import GeneralOptions, RolloutOptions, ScheduleOptions
 from plasmid.options import Options
 from plasmid.protocols import Loss
 from plasmid.types import LossBatch, RolloutBatch, Sample
-from plasmid_megatron import batching, checkpoint, moe, offload, passes, sharded_state
+from plasmid_megatron import batching, checkpoint, hf_export, moe, offload, passes, sharded_state
 from plasmid_megatron.context_parallel import check_attention, sum_over_context_parallel
 from plasmid_megatron.converter import Converter
 from plasmid_megatron.critic import MegatronCritic, critic_lr_settings
@@ -141,7 +141,7 @@ class MegatronTrainer(StepCounters):
     collective = True
 
     option_classes: ClassVar[tuple[type[Options], ...]] = (TrainerOptions, MegatronOptions, GeneralOptions,
-                                                            RolloutOptions)
+                                                            RolloutOptions, ScheduleOptions)
 
     def __init__(self, config: Config, loss: Loss) -> None:
         general = GeneralOptions.of(config)
@@ -208,18 +208,9 @@ class MegatronTrainer(StepCounters):
         (a larger tensor alone). Collective over the model-parallel ranks: every rank iterates it."""
         if bucket_bytes <= 0:
             raise ValueError(f"bucket_bytes must be > 0, got {bucket_bytes} (--update-weight-buffer-size)")
-        stream = self._on_worker(lambda: export_hf_weights(self.model, self.converter, self.groups))
-        pending: list[tuple[str, torch.Tensor]] = []
-        size = 0
-        for name, tensor in stream:
-            nbytes = tensor.numel() * tensor.element_size()
-            if pending and size + nbytes > bucket_bytes:
-                yield pending
-                pending, size = [], 0
-            pending.append((name, tensor))
-            size += nbytes
-        if pending:
-            yield pending
+        # lazily: one bucket (and the tensor after it) at a time, never a full copy (plasmid_megatron.hf_export)
+        yield from hf_export.buckets(self._on_worker(lambda: export_hf_weights(self.model, self.converter,
+                                                                                self.groups)), bucket_bytes)
 
     async def save(self, path: str) -> None:
         """Write checkpoint directory ``path``, atomically (layout in :mod:`plasmid_megatron.checkpoint`):
@@ -567,7 +558,8 @@ class MegatronTrainer(StepCounters):
         critic's) weights, optimizer and scheduler state, with the counters and this layout."""
         state = sharded_state.sharded_state_dict(self._trainables(), self._saved_counters(), loading=False)
         checkpoint.write(path, hf_tensors=export_hf_weights(self.model, self.converter, self.groups),
-                         model_dir=self.model_dir, sharded_state=state, rng=checkpoint.rng_state())
+                         model_dir=self.model_dir, sharded_state=state, rng=checkpoint.rng_state(),
+                         shard_bytes=ScheduleOptions.of(self.config).update_weight_buffer_size)
 
     @torch.no_grad()
     def load_checkpoint(self, path: str) -> None:
