@@ -52,8 +52,75 @@ def as_numpy(value: Any) -> Any:
     try:
         return tensor.numpy()
     except TypeError as exc:
-        raise TypeError(f"tensor of dtype {tensor.dtype} has no numpy equivalent; this sync moves float16/"
-                        f"float32/float64/int tensors") from exc
+        raise TypeError(f"tensor of dtype {tensor.dtype} has no numpy equivalent; use to_transport or "
+                        f"raw_array, which carry bfloat16") from exc
+
+
+#: The dtype name under which bfloat16 tensors (numpy has no bfloat16) travel as raw bits.
+BFLOAT16 = "bfloat16"
+
+
+def to_transport(value: Any) -> Any:
+    """What a sync puts in Ray's object store for a tensor: a numpy array (zero-copy there) where
+    numpy has the dtype, else the CPU ``torch.Tensor`` itself (bfloat16: Ray pickles it)."""
+    import numpy as np
+
+    if isinstance(value, np.ndarray):
+        return value
+    tensor = value.detach().cpu()
+    try:
+        return tensor.numpy()
+    except TypeError:
+        return tensor
+
+
+def raw_array(value: Any) -> tuple[Any, str]:
+    """``(array, dtype name)``: a contiguous numpy array of ``value``'s elements and the name that
+    :func:`from_raw` needs to rebuild it. For dtypes numpy has, the array itself and numpy's dtype
+    string (``'<f4'``); for bfloat16, its 16-bit patterns as ``uint16`` and :data:`BFLOAT16`. Bit
+    exact either way: what byte-level syncs (``delta``'s XOR, checksums) work on."""
+    import numpy as np
+    import torch
+
+    if isinstance(value, np.ndarray):
+        return np.ascontiguousarray(value), value.dtype.str
+    tensor = value.detach().cpu().contiguous()
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.uint16).numpy(), BFLOAT16
+    array = as_numpy(tensor)
+    return np.ascontiguousarray(array), array.dtype.str
+
+
+def raw_array_of_dtype(value: Any, name: str) -> tuple[Any, str]:
+    """:func:`raw_array` of ``value`` as dtype ``name``: an engine that serves bfloat16 weights may
+    report them upcast to float32 (exact), so for :data:`BFLOAT16` a float tensor or array is cast
+    back first (exact for values that came from bfloat16; callers check with a checksum). Other
+    dtypes are taken as they are."""
+    import torch
+
+    if name == BFLOAT16 and not (isinstance(value, torch.Tensor) and value.dtype == torch.bfloat16):
+        value = as_torch(value).to(torch.bfloat16)
+    return raw_array(value)
+
+
+def raw_dtype(name: str) -> Any:
+    """The numpy dtype of :func:`raw_array`'s array for dtype ``name``."""
+    import numpy as np
+
+    return np.dtype(np.uint16) if name == BFLOAT16 else np.dtype(name)
+
+
+def from_raw(array: Any, name: str) -> Any:
+    """Inverse of :func:`raw_array`: the numpy array for numpy dtypes, a bfloat16
+    ``torch.Tensor`` (sharing ``array``'s memory) for :data:`BFLOAT16`."""
+    if name != BFLOAT16:
+        return array
+    import numpy as np
+    import torch
+
+    if not array.flags.writeable:
+        array = array.copy()
+    return torch.from_numpy(np.ascontiguousarray(array)).view(torch.bfloat16)
 
 
 def process_token(target: Any) -> str:

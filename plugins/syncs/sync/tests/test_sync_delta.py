@@ -47,6 +47,14 @@ class TestDeltaSyncLlamaContract(TestDeltaSyncContract):
     engine_count = 1
 
 
+class TestDeltaSyncBf16Contract(TestDeltaSyncContract):
+    """bfloat16 parameters in trainer and engines (``--precision bf16``): numpy has no bfloat16, so
+    the delta works on the raw 16-bit patterns and rebuilds bfloat16 tensors bit for bit."""
+
+    config_options = {"precision": "bf16"}
+    engine_count = 1
+
+
 def build(tmp_path, engines=2, **options):
     from plasmid_torch.tiny import build_tiny_model
 

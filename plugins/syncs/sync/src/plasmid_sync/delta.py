@@ -15,7 +15,8 @@ Layout under ``<--sync-dir>/delta/`` (default ``<run dir>/weights/delta``)::
 
 ``manifest.json`` holds ``writer``, ``sequence``, ``base_sequence`` (``null`` for a full
 snapshot), ``weight_version``, ``base_weight_version`` and per tensor its name, dtype, shape,
-bucket file, offset, length and checksum. Directories are written under a temporary name and
+bucket file, offset, length and checksum (``dtype`` is numpy's dtype string, or ``bfloat16``,
+whose raw 16-bit patterns are stored and checked). Directories are written under a temporary name and
 renamed; the newest ``--sync-keep-versions`` updates are kept.
 
 Applying is refused with a clear error when it is out of order (the engine is not at the
@@ -50,9 +51,12 @@ from plasmid.remote import run_on
 from plasmid.types import SyncReport
 from plasmid_sync.options import SyncOptions
 from plasmid_torch.disk_sync import DiskSyncOptions
-from plasmid_torch.tensors import PROCESS_STATE, as_numpy
+from plasmid_torch.tensors import PROCESS_STATE, from_raw, raw_array, raw_array_of_dtype, raw_dtype
 
 MANIFEST = "manifest.json"
+#: A tensor as byte-level code sees it: its raw numpy array and its dtype name (numpy's dtype string, or
+#: ``bfloat16`` with the array holding the bit patterns as uint16), from ``plasmid_torch.tensors.raw_array``.
+RawTensor = tuple[Any, str]
 FORMAT = "plasmid-delta/1"
 
 
@@ -139,11 +143,12 @@ def from_byte_planes(planes: Any, itemsize: int) -> Any:
 
 @dataclass
 class Base:
-    """The trainer-side copy of the weights of the writer's last update."""
+    """The trainer-side copy of the weights of the writer's last update: per tensor name, its
+    raw array and dtype name (:func:`plasmid_torch.tensors.raw_array`)."""
 
     sequence: int = 0
     weight_version: int = 0
-    tensors: dict[str, Any] = field(default_factory=dict)
+    tensors: dict[str, RawTensor] = field(default_factory=dict)
 
 
 class _Staging:
@@ -159,15 +164,16 @@ class _Staging:
         self.entries: list[dict[str, Any]] = []
         self.bytes = 0
 
-    def add_bucket(self, number: int, tensors: list[tuple[str, Any, Any]]) -> None:
-        """``tensors``: ``(name, new array, bytes to store)``; one ``bucket-N.zst`` file."""
+    def add_bucket(self, number: int, tensors: list[tuple[str, RawTensor, Any]]) -> None:
+        """``tensors``: ``(name, new tensor's raw array and dtype name, bytes to store)``; one
+        ``bucket-N.zst`` file."""
         file_name = f"bucket-{number:05d}.zst"
         offset = 0
         with open(self.directory / file_name, "wb") as out:
-            for name, new, payload in tensors:
+            for name, (new, dtype), payload in tensors:
                 frame = self.compressor.compress(byte_planes(payload, new.dtype.itemsize).tobytes())
                 out.write(frame)
-                self.entries.append({"name": name, "dtype": new.dtype.str, "shape": list(new.shape),
+                self.entries.append({"name": name, "dtype": dtype, "shape": list(new.shape),
                                      "file": file_name, "offset": offset, "length": len(frame),
                                      "checksum": checksum(new)})
                 offset += len(frame)
@@ -186,19 +192,18 @@ def write_delta(trainer: Any, writer: str, root: str, sequence: int, weight_vers
                 level: int) -> dict[str, Any]:
     """Export the weights; write update ``sequence`` as a delta over the kept base when the base is
     update ``sequence - 1``; keep the new weights as the base. Returns sizes."""
-    import numpy as np
 
     base: Base = PROCESS_STATE.get(f"delta/{writer}") or Base()
     has_base = base.sequence == sequence - 1 and bool(base.tensors)
     staging = _Staging(root, f"{sequence:06d}.delta", level) if has_base else None
-    new_tensors: dict[str, Any] = {}
+    new_tensors: dict[str, RawTensor] = {}
     raw, buckets = 0, 0
     for number, bucket in enumerate(trainer.export_weights(bucket_bytes), start=1):
-        arrays = [(name, np.ascontiguousarray(as_numpy(tensor))) for name, tensor in bucket]
+        arrays = [(name, raw_array(tensor)) for name, tensor in bucket]
         if staging is not None:
             staging.add_bucket(number, [(name, new, _xor(base.tensors.get(name), new, name)) for name, new in arrays])
         new_tensors.update(arrays)
-        raw += sum(new.nbytes for _, new in arrays)
+        raw += sum(new.nbytes for _, (new, _dtype) in arrays)
         buckets += 1
     stats: dict[str, Any] = {"raw_bytes": raw, "buckets": buckets}
     if staging is not None:
@@ -218,12 +223,12 @@ def write_full(trainer: Any, writer: str, root: str, sequence: int, bucket_bytes
                            f"{sequence}; cannot write its full snapshot")
     staging = _Staging(root, f"{sequence:06d}.full", level)
     number, pending, size, raw = 0, [], 0, 0
-    for name, array in base.tensors.items():
+    for name, (array, dtype) in base.tensors.items():
         if pending and size + array.nbytes > bucket_bytes:
             number += 1
             staging.add_bucket(number, pending)
             pending, size = [], 0
-        pending.append((name, array, array))
+        pending.append((name, (array, dtype), array))
         size += array.nbytes
         raw += array.nbytes
     if pending:
@@ -234,13 +239,14 @@ def write_full(trainer: Any, writer: str, root: str, sequence: int, bucket_bytes
     return {"full_bytes": staging.bytes, "raw_bytes": raw, "buckets": number}
 
 
-def _xor(base: Any, new: Any, name: str) -> Any:
+def _xor(base: RawTensor | None, new: RawTensor, name: str) -> Any:
     import numpy as np
 
-    if base is None or base.shape != new.shape or base.dtype != new.dtype:
-        raise ValueError(f"delta sync: tensor '{name}' has no base of dtype {new.dtype} and shape {new.shape} in the "
-                         f"previous update; the trainer's exported tensors changed between syncs")
-    return np.bitwise_xor(base.view(np.uint8), new.view(np.uint8)).reshape(-1)
+    (new_array, new_dtype) = new
+    if base is None or base[0].shape != new_array.shape or base[1] != new_dtype:
+        raise ValueError(f"delta sync: tensor '{name}' has no base of dtype {new_dtype} and shape {new_array.shape} "
+                         f"in the previous update; the trainer's exported tensors changed between syncs")
+    return np.bitwise_xor(base[0].view(np.uint8), new_array.view(np.uint8)).reshape(-1)
 
 
 # ------------------------------------------------------------------------------ in each engine's process
@@ -289,21 +295,21 @@ async def apply_update(engine: Any, directory: str) -> int:
         served = await engine.get_weights([e["name"] for e in entries]) if base_sequence is not None else {}
         bucket = []
         for entry in entries:
-            dtype = np.dtype(entry["dtype"])
+            dtype = raw_dtype(entry["dtype"])
             frame = data[entry["offset"]: entry["offset"] + entry["length"]]
             payload = from_byte_planes(np.frombuffer(decompressor.decompress(frame), dtype=np.uint8), dtype.itemsize)
             if base_sequence is not None:
-                base = np.ascontiguousarray(np.asarray(served[entry["name"]]))
-                if base.dtype != dtype or list(base.shape) != entry["shape"]:
-                    raise ValueError(f"{where}: the engine serves '{entry['name']}' as {base.dtype} "
-                                     f"{list(base.shape)}, the delta is over {dtype} {entry['shape']}; a delta needs "
-                                     f"the engine to serve the trainer's dtype")
+                base, base_dtype = raw_array_of_dtype(served[entry["name"]], entry["dtype"])
+                if base_dtype != entry["dtype"] or list(base.shape) != entry["shape"]:
+                    raise ValueError(f"{where}: the engine serves '{entry['name']}' as {base_dtype} "
+                                     f"{list(base.shape)}, the delta is over {entry['dtype']} {entry['shape']}; a "
+                                     f"delta needs the engine to serve the trainer's dtype")
                 payload = np.bitwise_xor(base.view(np.uint8).reshape(-1), payload)
             new = payload.view(dtype).reshape(entry["shape"])
             if checksum(new) != entry["checksum"]:
                 raise ValueError(f"{where}: tensor '{entry['name']}' does not match its checksum after "
                                  f"reconstruction; the engine's base weights differ from update {base_sequence}")
-            bucket.append((entry["name"], new))
+            bucket.append((entry["name"], from_raw(new, entry["dtype"])))
         await engine.update_weights(bucket, manifest["weight_version"])
         loaded += len(bucket)
     PROCESS_STATE[_applied_key(engine)] = (writer, sequence)

@@ -21,7 +21,7 @@ from plasmid.options import Options
 from plasmid.protocols import RolloutEngine, Trainer
 from plasmid.remote import run_on
 from plasmid.types import SyncReport
-from plasmid_torch.tensors import PROCESS_STATE, as_numpy, require_separate_processes, tensor_bytes
+from plasmid_torch.tensors import PROCESS_STATE, require_separate_processes, tensor_bytes, to_transport
 
 
 class ObjectStoreSync:
@@ -71,7 +71,7 @@ def put_next_bucket(trainer: Any, key: str) -> tuple[list[Any], int] | None:
     if bucket is None:
         PROCESS_STATE.pop(key, None)
         return None
-    arrays = [(name, as_numpy(tensor)) for name, tensor in bucket]
+    arrays = [(name, to_transport(tensor)) for name, tensor in bucket]
     return [ray.put(arrays)], sum(tensor_bytes(array) for _, array in arrays)
 
 
