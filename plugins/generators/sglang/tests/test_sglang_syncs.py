@@ -3,7 +3,8 @@ contract (torchtrain trainer, two ``sglang`` engines of one server each), plus a
 after syncing a trainer whose tied embedding is zero, every log-prob the servers give is
 ``-ln(16)``.
 
-- ``sglang-tensor``: flattened buckets through ``/update_weights_from_tensor``;
+- ``sglang-tensor``: flattened buckets through ``/update_weights_from_tensor`` (one tensor per
+  bucket on the wire, counted as ``sync/handles``);
 - ``sglang-distributed``: a gloo group of the trainer and both servers, ``/update_weights_from_distributed``;
 - ``sglang-disk``: versioned directories through ``/update_weights_from_disk``;
 - plasmid-sync's ``inprocess``: ``engine.update_weights`` bucket by bucket (the engine's own tensor path).
@@ -16,6 +17,7 @@ import plasmid_sync.plugin
 import pytest
 from sglang_test_support import reset
 
+from plasmid.testing import run
 from plasmid_torch.testing.server_sync import ServerSyncContract
 
 plasmid_grpo_plugin = pytest.importorskip("plasmid_grpo.plugin")
@@ -48,6 +50,14 @@ class SGLangSyncContract(ServerSyncContract):
 
 class TestTensorSync(SGLangSyncContract):
     provider = "sglang-tensor"
+
+    def test_each_bucket_travels_as_one_flattened_tensor_and_the_report_counts_them(self, setup):
+        report = run(self.train_then_sync(setup, 3))
+        buckets = list(setup.trainer.export_weights(self.bucket_bytes))
+        tensors = sum(len(bucket) for bucket in buckets)
+        assert report.metrics["sync/buckets"] == report.buckets == len(buckets) > 1
+        assert report.metrics["sync/tensors"] == tensors > len(buckets)
+        assert report.metrics["sync/handles"] == len(buckets), "one tensor (one CUDA IPC handle) per bucket"
 
 
 class TestDistributedSync(SGLangSyncContract):

@@ -9,7 +9,14 @@ import json
 import numpy as np
 import pytest
 import torch
-from plasmid_sglang.weights import TensorTable, as_torch, choose_transport, flattened_bucket, serialize
+from plasmid_sglang.weights import (
+    TensorTable,
+    as_torch,
+    choose_transport,
+    flattened_bucket,
+    serialize,
+    serialize_counted,
+)
 from sglang_test_support import sglang_installed
 
 from plasmid_torch.tiny import build_tiny_model
@@ -82,3 +89,28 @@ def test_a_pickled_flattened_bucket_passes_sglangs_unpickler_and_rebuilds_bit_fo
     for (name, tensor), (got_name, got) in zip(named, rebuilt.reconstruct_tensors(), strict=True):
         assert got_name == name and got.dtype == tensor.dtype and torch.equal(got, tensor)
     json.dumps({"serialized_named_tensors": [payload]})  # travels as JSON text
+
+
+def test_a_bucket_of_many_tensors_travels_as_one_tensor_and_the_pickler_counts_it():
+    named = [(f"t{i}", torch.randn(3, i + 1)) for i in range(5)]
+    payload, carried = serialize_counted(flattened_bucket(named), "pickle")
+    assert carried == 1 and payload == serialize(flattened_bucket(named), "pickle")
+    # the count is the pickler's, not an assumption: a per-tensor payload is counted per tensor
+    _, per_tensor = serialize_counted({"flattened_tensor": torch.zeros(1), "metadata": [t for _, t in named]},
+                                      "pickle")
+    assert per_tensor == 6
+    with pytest.raises(ValueError, match="unknown tensor transport 'shm'"):
+        serialize_counted(flattened_bucket(named), "shm")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA IPC needs a GPU (runs on a GPU machine)")
+def test_a_cuda_bucket_travels_as_one_cuda_ipc_handle_and_rebuilds_bit_for_bit():
+    import pickle
+
+    named = [("a", torch.randn(64, 32, device="cuda")), ("b", torch.randn(7, device="cuda").bfloat16())]
+    bucket = flattened_bucket(named)
+    assert bucket["flattened_tensor"].is_cuda
+    payload, handles = serialize_counted(bucket, "cuda-ipc")
+    assert handles == 1
+    data = pickle.loads(base64.b64decode(payload))  # same process: the handle opens the same storage
+    assert data["flattened_tensor"].is_cuda and torch.equal(data["flattened_tensor"], bucket["flattened_tensor"])

@@ -20,7 +20,10 @@ engine's process (module-level functions, plain-data arguments). Engines must be
   each server loads it with ``/update_weights_from_disk``; restarted servers reload it by path.
 
 Every sync flushes the engines' prefix caches afterwards and reports the exported tensors' bytes
-and the number of buckets.
+and the number of buckets; ``sglang-tensor`` and ``sglang-distributed`` also report the metrics
+``sync/buckets`` and ``sync/tensors`` (the exported tensors), and ``sglang-tensor`` adds
+``sync/handles``, the tensors its payloads carried: one per bucket (one CUDA IPC handle per
+bucket under ``cuda-ipc``), however many tensors the bucket packs.
 """
 
 from __future__ import annotations
@@ -38,13 +41,15 @@ from plasmid.options import Options
 from plasmid.remote import run_on
 from plasmid.types import SyncReport
 from plasmid_sglang.options import SGLangOptions
-from plasmid_sglang.weights import choose_transport, flattened_bucket, serialize
+from plasmid_sglang.weights import choose_transport, flattened_bucket, serialize_counted
 from plasmid_torch.tensors import PROCESS_STATE, GroupCycle, group_backend, node_address, process_token, tensor_bytes
 
 
-def _report(started: float, moved: int, buckets: int, weight_version: int) -> SyncReport:
+def _report(started: float, moved: int, buckets: int, weight_version: int, tensors: int,
+            **metrics: float) -> SyncReport:
     return SyncReport(bytes=moved, seconds=time.perf_counter() - started, weight_version=weight_version,
-                      buckets=buckets)
+                      buckets=buckets, metrics={"sync/buckets": float(buckets), "sync/tensors": float(tensors),
+                                                **{f"sync/{key}": value for key, value in metrics.items()}})
 
 
 async def _flush(engines: Sequence[Any]) -> None:
@@ -64,18 +69,19 @@ class TensorSync:
         self.key = f"sglang-tensor-{uuid.uuid4().hex}"
 
     async def sync(self, trainer: Any, engines: Sequence[Any], weight_version: int) -> SyncReport:
-        started, moved, buckets = time.perf_counter(), 0, 0
+        started, moved, buckets, tensors, handles = time.perf_counter(), 0, 0, 0, 0
         await run_on(trainer, start_export, self.key, self.bucket_bytes)
         try:
             while (packed := await run_on(trainer, pack_next_bucket, self.key, self.transport)) is not None:
-                description, payload, transport, nbytes = packed
+                description, payload, transport, nbytes, carried = packed
                 await asyncio.gather(*(run_on(engine, load_packed_bucket, description, payload, weight_version,
                                               transport == "pickle") for engine in engines))
-                moved, buckets = moved + nbytes, buckets + 1
+                moved, buckets, tensors, handles = moved + nbytes, buckets + 1, tensors + len(description), \
+                    handles + carried
         finally:
             await run_on(trainer, end_export, self.key)
         await _flush(engines)
-        return _report(started, moved, buckets, weight_version)
+        return _report(started, moved, buckets, weight_version, tensors, handles=float(handles))
 
 
 def start_export(trainer: Any, key: str, bucket_bytes: int) -> None:
@@ -99,10 +105,12 @@ def _description(bucket: list[tuple[str, Any]]) -> list[tuple[str, str, list[int
     return [(name, str(tensor.dtype).removeprefix("torch."), list(tensor.shape)) for name, tensor in bucket]
 
 
-async def pack_next_bucket(trainer: Any, key: str, transport: str) -> tuple[list, str, str, int] | None:
-    """(trainer) The next bucket as ``(description, payload, transport, bytes)``, or ``None`` at the end."""
+async def pack_next_bucket(trainer: Any, key: str, transport: str) -> tuple[list, str, str, int, int] | None:
+    """(trainer) The next bucket as ``(description, payload, transport, bytes, tensors the payload
+    carries)``, or ``None`` at the end. The bucket's tensors are packed into one flat ``uint8``
+    buffer on their device, so the payload carries one tensor (one CUDA IPC handle)."""
 
-    def pack() -> tuple[list, str, str, int] | None:
+    def pack() -> tuple[list, str, str, int, int] | None:
         import torch
 
         bucket = _next_bucket(key)
@@ -113,7 +121,8 @@ async def pack_next_bucket(trainer: Any, key: str, transport: str) -> tuple[list
         flat = flattened_bucket(tensors)
         PROCESS_STATE[key + "/held"] = flat  # CUDA IPC: the storage must outlive the engines' loads
         nbytes = sum(tensor_bytes(t) for _, t in tensors)
-        return _description(tensors), serialize(flat, chosen), chosen, nbytes
+        payload, carried = serialize_counted(flat, chosen)
+        return _description(tensors), payload, chosen, nbytes, carried
 
     return await asyncio.to_thread(pack)
 
@@ -145,7 +154,7 @@ class DistributedSync:
         self.group = GroupCycle(self.key)
 
     async def sync(self, trainer: Any, engines: Sequence[Any], weight_version: int) -> SyncReport:
-        started, moved, buckets = time.perf_counter(), 0, 0
+        started, moved, buckets, tensors = time.perf_counter(), 0, 0, 0
         members = list(await asyncio.gather(run_on(trainer, process_token),
                                             *(run_on(engine, engine_member) for engine in engines)))
         name = await self.group.ensure(members, lambda new: self._make_group(new, trainer, engines))
@@ -158,11 +167,11 @@ class DistributedSync:
                     run_on(trainer, broadcast_bucket, self.key, name),
                     *(run_on(engine, receive_bucket, name, description, load_format, weight_version)
                       for engine in engines))
-                moved, buckets = moved + nbytes, buckets + 1
+                moved, buckets, tensors = moved + nbytes, buckets + 1, tensors + len(description)
         finally:
             await run_on(trainer, end_export, self.key)
         await _flush(engines)
-        return _report(started, moved, buckets, weight_version)
+        return _report(started, moved, buckets, weight_version, tensors)
 
     async def _make_group(self, name: str, trainer: Any, engines: Sequence[Any]) -> None:
         ranks = list(await asyncio.gather(*(run_on(engine, engine_rank_count) for engine in engines)))

@@ -20,6 +20,10 @@ base64-encoded into the JSON body:
 - ``cuda-ipc`` (the server on the same GPU host): ``ForkingPickler`` of a CUDA tensor, i.e. a
   CUDA IPC handle; nothing but the handle travels. The sender keeps the tensor alive until the
   server answered.
+
+Either way a bucket is **one** tensor on the wire (one CUDA IPC handle under ``cuda-ipc``, not
+one per parameter); :func:`serialize_counted` counts the tensors it pickled, which the
+``sglang-tensor`` sync reports as ``sync/handles``.
 """
 
 from __future__ import annotations
@@ -138,25 +142,47 @@ def flattened_bucket(named_tensors: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def serialize(bucket: dict[str, Any], transport: str) -> str:
     """``bucket`` pickled for SGLang, base64 text (see the module docstring for ``transport``)."""
+    return serialize_counted(bucket, transport)[0]
+
+
+def serialize_counted(bucket: dict[str, Any], transport: str) -> tuple[str, int]:
+    """``(base64 text, tensors pickled)`` of ``bucket`` (see :func:`serialize`). The count is
+    taken by the pickler itself (every ``torch.Tensor`` it reduced): under ``cuda-ipc`` it is the
+    number of CUDA IPC handles the payload carries, under ``pickle`` the in-band byte buffers.
+
+    :raises ValueError: ``cuda-ipc`` for a bucket not on a GPU, or an unknown ``transport``.
+    """
     import io
     import pickle
 
-    if transport == "pickle":
-        cpu = {**bucket, "flattened_tensor": bucket["flattened_tensor"].cpu()}
-        return base64.b64encode(pickle.dumps(cpu, protocol=pickle.HIGHEST_PROTOCOL)).decode()
+    import torch
+
+    if transport not in ("pickle", "cuda-ipc"):
+        raise ValueError(f"unknown tensor transport {transport!r}; choose pickle or cuda-ipc")
+    if transport == "cuda-ipc" and not bucket["flattened_tensor"].is_cuda:
+        raise ValueError("the cuda-ipc transport shares CUDA tensors; this bucket is on "
+                         f"{bucket['flattened_tensor'].device} (use --sglang-tensor-transport pickle)")
+    base: type[pickle.Pickler]
     if transport == "cuda-ipc":
         from multiprocessing.reduction import ForkingPickler
 
         from torch.multiprocessing.reductions import init_reductions
 
         init_reductions()
-        if not bucket["flattened_tensor"].is_cuda:
-            raise ValueError("the cuda-ipc transport shares CUDA tensors; this bucket is on "
-                             f"{bucket['flattened_tensor'].device} (use --sglang-tensor-transport pickle)")
-        buffer = io.BytesIO()
-        ForkingPickler(buffer, pickle.HIGHEST_PROTOCOL).dump(bucket)
-        return base64.b64encode(buffer.getvalue()).decode()
-    raise ValueError(f"unknown tensor transport {transport!r}; choose pickle or cuda-ipc")
+        base, payload = ForkingPickler, bucket
+    else:
+        base, payload = pickle.Pickler, {**bucket, "flattened_tensor": bucket["flattened_tensor"].cpu()}
+    count = [0]
+
+    class Counting(base):  # type: ignore[misc, valid-type]
+        def reducer_override(self, obj: Any) -> Any:
+            if isinstance(obj, torch.Tensor):
+                count[0] += 1
+            return NotImplemented
+
+    buffer = io.BytesIO()
+    Counting(buffer, pickle.HIGHEST_PROTOCOL).dump(payload)
+    return base64.b64encode(buffer.getvalue()).decode(), count[0]
 
 
 def choose_transport(choice: str, tensors: Iterable[Any]) -> str:
