@@ -142,4 +142,34 @@ def flatten(data: dict[str, Any], options: set[str], sections: set[str], path: s
     return flat
 
 
-__all__ = ["DERIVED_KEYS", "FORMATS", "flatten", "plugins_in", "read_file"]
+def debug_requested(argv: list[str]) -> bool:
+    """Whether ``argv`` asks for tracebacks: ``--debug`` (or ``--no-debug``) on the command line or
+    in an ``@args.txt`` file, the last one winning; else ``debug:`` in the last ``--config`` file
+    that sets it (at the top or under its ``general`` section, true for a YAML ``true`` or TOML
+    ``true``). Never raises: a file it cannot read (whose error the command reports itself)
+    counts as not asking."""
+    import argparse
+
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, fromfile_prefix_chars="@")
+    parser.add_argument("--debug", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--config", action="append", default=[])
+    try:
+        known, _ = parser.parse_known_args(argv)
+    except (SystemExit, OSError):
+        return "--debug" in argv
+    if known.debug is not None:
+        return bool(known.debug)
+    found = False
+    for path in known.config:
+        try:
+            data = read_file(path)
+        except UsageError:
+            continue
+        general = data.get("general")
+        value = general.get("debug") if isinstance(general, dict) and "debug" in general else data.get("debug")
+        if value is not None:
+            found = value is True
+    return found
+
+
+__all__ = ["DERIVED_KEYS", "FORMATS", "debug_requested", "flatten", "plugins_in", "read_file"]
