@@ -1,7 +1,8 @@
 """``plasmid new-plugin FAMILY NAME`` for every family it scaffolds: the package it writes passes
-its own tests, which run the family's contract suite (:mod:`plasmid.testing`, the loss suite from
-plasmid-torch) on the example provider, with the package's ``src`` on ``sys.path`` (installing it
-with pip and training with it is checked for the reward package in tests/test_new_plugin.py)."""
+its own tests, which run the family's contract suite (:mod:`plasmid.testing`; the loss, engine and
+weight-sync suites from plasmid-torch) on the example provider, with the package's ``src`` on
+``sys.path`` (installing it with pip and training with it is checked for the reward package in
+tests/test_new_plugin.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from plasmid.scaffold import FAMILIES, SPECS, write_package
 
 #: The contract suite each family's generated test must subclass.
 SUITES = {"reward": "RewardContract", "filter": "FilterContract", "tool": "ToolContract",
-          "datasource": "DataSourceContract", "loss": "LossContract"}
+          "datasource": "DataSourceContract", "loss": "LossContract", "generate": "GenerateContract",
+          "engine": "GeneratorContract", "weight-sync": "WeightSyncContract", "observer": "ObserverContract"}
 
 
 class Outcomes:
@@ -46,7 +48,7 @@ def test_every_family_with_a_scaffold_is_tested_here():
     assert set(FAMILIES) == set(SUITES) == set(SPECS)
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_scaffold_passes_its_own_tests_and_contract_suite(tmp_path, family):
     name = f"my-{family}"
@@ -54,8 +56,9 @@ def test_the_scaffold_passes_its_own_tests_and_contract_suite(tmp_path, family):
     module = "plasmid_" + name.replace("-", "_")
     project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
     assert project["entry-points"]["plasmid"] == {name: f"{module}.plugin"}
-    assert project["optional-dependencies"]["test"] == ["pytest>=7"]
-    test_file = root / "tests" / f"test_my_{family}_{family}.py"
+    assert project["optional-dependencies"]["test"][0] == "pytest>=7"
+    impl = family.replace("-", "_")
+    test_file = root / "tests" / f"test_my_{impl}_{impl}.py"
     assert f"({SUITES[family]}):" in test_file.read_text()
     code, reports = run_package_tests(root, module)
     assert code == 0, reports
@@ -77,3 +80,28 @@ def test_a_broken_provider_fails_its_contract_suite(tmp_path):
     code, reports = run_package_tests(root, "plasmid_broken")
     assert code != 0
     assert reports[next(n for n in reports if n.endswith("test_a_dropped_group_names_its_reason"))] == "failed"
+
+
+@pytest.mark.parametrize(("family", "old", "new", "failing"), [
+    # a generate function whose loss mask is one token short
+    ("generate", "sample.loss_mask = [1] * trained + [0] * (len(generated) - trained)",
+     "sample.loss_mask = [1] * (trained - 1) + [0] * (len(generated) - trained)",
+     "test_a_prompt_becomes_a_finished_consistent_sample"),
+    # an observer that closes a file it never opened when a run ends without a start
+    ("observer", "    if _observer is not None:\n        observer, _observer = _observer, None\n",
+     "    if True:\n        observer, _observer = _observer, None\n", "test_an_end_without_a_start_is_ignored"),
+    # a weight sync that forgets the engines' version
+    ("weight-sync", "engine.update_weights(bucket, weight_version) for engine",
+     "engine.update_weights(bucket, 0) for engine", "test_engines_serve_the_synced_weight_version"),
+], ids=["generate", "observer", "weight-sync"])
+@pytest.mark.timeout(600)
+def test_a_broken_scaffold_fails_its_contract_suite(tmp_path, family, old, new, failing):
+    """The generated contract tests can fail: each break is caught by the family's suite."""
+    root = write_package(family, "broken", tmp_path)
+    impl = root / "src" / "plasmid_broken" / ("plugin.py" if family == "observer" else f"{family.replace('-', '_')}.py")
+    text = impl.read_text()
+    assert old in text
+    impl.write_text(text.replace(old, new))
+    code, reports = run_package_tests(root, "plasmid_broken")
+    assert code != 0
+    assert reports[next(n for n in reports if failing in n)] == "failed"

@@ -12,7 +12,7 @@ import pytest
 import plasmid
 from plasmid.cli import main
 from plasmid.errors import UsageError
-from plasmid.scaffold import package_files, write_package
+from plasmid.scaffold import FAMILIES, package_files, write_package
 
 
 def test_the_package_has_an_entry_point_a_module_and_a_contract_test(tmp_path):
@@ -29,7 +29,7 @@ def test_the_package_has_an_entry_point_a_module_and_a_contract_test(tmp_path):
         root / "src" / "plasmid_my_judge" / "plugin.py").read_text()
 
 
-@pytest.mark.parametrize("family", ["reward", "filter", "tool", "datasource", "loss"])
+@pytest.mark.parametrize("family", FAMILIES)
 def test_every_python_file_parses(family):
     for relative, text in package_files("x2", family).items():
         if relative.endswith(".py"):
@@ -46,7 +46,8 @@ def test_it_refuses_to_overwrite_and_to_scaffold_other_families(tmp_path):
     write_package("reward", "twice", tmp_path)
     with pytest.raises(UsageError, match="already exists"):
         write_package("reward", "twice", tmp_path)
-    with pytest.raises(UsageError, match="only reward, filter, tool, datasource, loss packages"):
+    with pytest.raises(UsageError, match="only reward, filter, tool, datasource, loss, generate, engine, "
+                                         "weight-sync, observer packages"):
         write_package("trainer", "mine", tmp_path)
 
 

@@ -6,7 +6,7 @@
     plasmid plugins show NAME [--json] one plugin: providers, hooks, options
     plasmid plugins check [--json]     import each plugin in a fresh process; report failures, times
     plasmid score --reward NAME [--label L] < lines   score responses read from stdin (JSON or text lines)
-    plasmid new-plugin reward NAME [--dir D]   write a working third-party reward package to start from
+    plasmid new-plugin FAMILY NAME [--dir D]   write a working plugin package (reward, engine, ...) to start from
     plasmid rollout [OPTIONS] [--save-rollouts DIR]   generate and score with the train options, no training
     plasmid replay DIR [OPTIONS]       train on rollouts saved with --save-rollouts, no engine
     plasmid eval --checkpoint DIR | --model DIR [--eval-data NAME=PATH] [--eval-n-samples K]   JSON results
@@ -14,7 +14,8 @@
 
 Every command answers ``--help``. Errors that a user can fix (:class:`plasmid.errors.PlasmidError`,
 and a full disk, exceeded quota, read-only or forbidden path: an ``OSError`` with one of
-:data:`DISK_ERRORS`, named by its path) print one line and exit 2; ``--debug`` adds the traceback.
+:data:`DISK_ERRORS`, named by its path) print one line and exit 2; ``--debug`` (or ``debug: true`` in a
+``--config`` file) adds the traceback.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return commands[command](rest)
     except PlasmidError as exc:
-        if "--debug" in rest:
+        if debug_requested(rest):
             traceback.print_exc()
         print(f"plasmid: error: {exc}", file=sys.stderr)
         return 2
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         disk = disk_error(exc)
         if disk is None:
             raise
-        if "--debug" in rest:
+        if debug_requested(rest):
             traceback.print_exc()
         print(f"plasmid: error: {disk}", file=sys.stderr)
         return 2
@@ -140,6 +141,14 @@ def cmd_new_plugin(argv: list[str]) -> int:
     from plasmid.scaffold import new_plugin_command
 
     return new_plugin_command(argv)
+
+
+def debug_requested(argv: list[str]) -> bool:
+    """``--debug`` on the command line, in an ``@file`` or as ``debug: true`` in a ``--config`` file
+    (:func:`plasmid.configfile.debug_requested`)."""
+    from plasmid.configfile import debug_requested as requested
+
+    return requested(argv)
 
 
 if __name__ == "__main__":

@@ -1,18 +1,23 @@
 """``plasmid new-plugin FAMILY NAME``: write a working third-party plugin package to start from.
 
-Families: ``reward``, ``filter``, ``tool``, ``datasource`` and ``loss`` (the families whose
-contract suite a small package can keep; :data:`SPECS`). The package (``<dir>/plasmid-NAME/``)
-installs with pip, registers provider ``NAME`` of its family under the entry-point group
-``plasmid``, and passes its own tests, which subclass the family's contract suite
-(:mod:`plasmid.testing`; the loss suite lives in the plasmid-torch library)::
+Families (:data:`SPECS`): ``reward``, ``filter``, ``tool``, ``datasource``, ``loss``,
+``generate``, ``engine``, ``weight-sync`` and ``observer`` (hooks, no provider); not
+``trainer``, whose contract (a critic, refused bad steps, bit-identical resume) no small
+package keeps. The package (``<dir>/plasmid-NAME/``) installs with pip, registers provider
+``NAME`` of its family under the entry-point group ``plasmid``, and passes its own tests, which
+subclass the family's contract suite (:mod:`plasmid.testing`; the loss, engine and weight-sync
+suites live in the plasmid-torch library, the generate and observer suites in
+:mod:`plasmid.testing.contracts.generate` and :mod:`plasmid.testing.contracts.observer`)::
 
     plasmid-NAME/
         pyproject.toml                      name, kernel minor-version range, entry point, [test] extra (pytest)
         README.md                           install, test, use
         src/plasmid_NAME/__init__.py
-        src/plasmid_NAME/plugin.py          the hooks: its options, the provider's registration
+        src/plasmid_NAME/plugin.py          the hooks: its options, the provider's registration (an
+                                            observer's run hooks)
         src/plasmid_NAME/options.py         its options, declared once (flags, help, checks, typed values)
         src/plasmid_NAME/<family>.py        the provider (a small working example); replace it
+                                            (``weight_sync.py`` for ``weight-sync``)
         tests/test_NAME_<family>.py         the contract suite and tests of what the example does
 
 Every file comes from one set of templates (:data:`PYPROJECT` ... :data:`OPTIONS`) filled with a
@@ -48,7 +53,7 @@ requires-python = ">=3.11"
 dependencies = [{dependencies}]
 
 [project.optional-dependencies]
-test = ["pytest>=7"]
+test = [{test_dependencies}]
 
 [project.entry-points.plasmid]
 {name} = "{module}.plugin"
@@ -118,6 +123,9 @@ class Spec:
     :ivar test: ``tests/test_<name>_<family>.py``, subclassing the family's contract suite.
     :ivar usage: README lines showing the provider in use.
     :ivar dependencies: requirements besides the kernel.
+    :ivar test_dependencies: requirements of the tests besides pytest (the ``[test]`` extra).
+    :ivar plugin: the ``plugin.py`` template (default :data:`PLUGIN`: options and the
+        provider's registration; observers register no provider).
     """
 
     hook: str
@@ -128,6 +136,8 @@ class Spec:
     test: str
     usage: str
     dependencies: tuple[str, ...] = ()
+    test_dependencies: tuple[str, ...] = ()
+    plugin: str = PLUGIN
 
 
 # ------------------------------------------------------------------------------------------ reward
@@ -594,8 +604,564 @@ def test_the_loss_is_the_token_mean_of_advantage_times_logprob():
     dependencies=("plasmid-torch", "torch"),
 )
 
+# ------------------------------------------------------------------------------------------ generate
+GENERATE = Spec(
+    hook="plasmid_generate_fns",
+    suffix="Generate",
+    summary="one engine call per prompt, like the built-in single-turn, whose response is trained "
+            "on only up to `--{flag}-max-trained-tokens` tokens (0: every token; the rest keep "
+            "`loss_mask` 0).",
+    options='''\
+    {option}_max_trained_tokens: int = option(0, "train on at most N response tokens (0: all)", min=0)''',
+    implementation='''\
+"""The ``{name}`` generate function."""
+
+from __future__ import annotations
+
+from plasmid.config import Config
+from plasmid.protocols import RolloutView
+from plasmid.types import Sample, SamplingParams, Status
+from {module}.options import {cls}Options
+
+
+class {cls}:
+    """One engine call per sample; the response's first ``--{flag}-max-trained-tokens`` tokens
+    are trained on (``loss_mask`` 1), the rest are not (0 means every token is).
+
+    Built once per run as ``{cls}(config)``; called concurrently as
+    ``await generate(ctx, sample, params)`` for every prompt sample. It must set ``tokens``
+    (prompt + response), ``response``, ``response_length``, ``loss_mask``, ``rollout_logprobs``,
+    ``status`` and ``weight_version`` (:class:`plasmid.protocols.GenerateFn`). Multi-turn logic
+    (tools, environments) goes here: await ``ctx.engine_for(sample).generate`` per turn, give
+    tokens the policy did not write ``loss_mask`` 0, and stop starting engine calls once
+    ``ctx.aborting`` is set (return the sample ``ABORTED`` as it stands).
+    """
+
+    option_classes = ({cls}Options,)
+
+    def __init__(self, config: Config) -> None:
+        self.max_trained = {cls}Options.of(config).{option}_max_trained_tokens
+
+    async def __call__(self, ctx: RolloutView, sample: Sample, params: SamplingParams) -> Sample:
+        if sample.status in (Status.COMPLETED, Status.TRUNCATED):
+            return sample                       # finished earlier (a resumed step)
+        if ctx.aborting.is_set():
+            sample.status = Status.ABORTED
+            return sample
+        prompt = sample.prompt_tokens
+        output = await ctx.engine_for(sample).generate(prompt, params)
+        generated = list(output.token_ids)
+        trained = len(generated) if self.max_trained == 0 else min(self.max_trained, len(generated))
+        sample.tokens = prompt + generated
+        sample.response_length = len(generated)
+        sample.response = ctx.tokenizer.decode(generated, skip_special_tokens=True)
+        sample.loss_mask = [1] * trained + [0] * (len(generated) - trained)
+        sample.rollout_logprobs = list(output.logprobs)
+        sample.status = output.status
+        sample.weight_version = output.weight_version
+        return sample
+''',
+    test='''\
+"""The ``{name}`` generate function keeps plasmid's generate-function contract and masks what
+its docstring says."""
+
+from __future__ import annotations
+
+import {module}.plugin
+from plasmid.testing import build, make_config, run
+from plasmid.testing.contracts.generate import GenerateContract, make_context
+from plasmid.testing.scripted import Reply, ScriptedEngine
+from plasmid.types import Sample, SamplingParams, Status
+
+
+class Test{cls}Contract(GenerateContract):
+    plugin = {module}.plugin
+    provider = "{name}"
+
+
+def generate_once(max_trained, reply):
+    config = make_config({module}.plugin, generate="{name}", {option}_max_trained_tokens=max_trained)
+    generate = build("generate", "{name}", {module}.plugin, config=config)
+    engine = ScriptedEngine([reply])
+    sample = Sample(prompt="ab", tokens=[1, 5, 6], response_length=0, status=Status.PENDING)
+    params = SamplingParams(max_new_tokens=8, stop_token_ids=(2,))
+    return run(generate(make_context(config, engine, generate), sample, params)), engine
+
+
+def test_every_token_is_trained_by_default():
+    sample, engine = generate_once(0, Reply([7, 8, 2]))
+    assert engine.calls[0].prompt_ids == [1, 5, 6]
+    assert sample.tokens == [1, 5, 6, 7, 8, 2] and sample.response_length == 3
+    assert sample.loss_mask == [1, 1, 1] and sample.status is Status.COMPLETED
+
+
+def test_tokens_past_the_limit_are_not_trained():
+    sample, _ = generate_once(2, Reply([7, 8, 9, 10]))
+    assert sample.loss_mask == [1, 1, 0, 0] and len(sample.rollout_logprobs) == 4
+''',
+    usage='''\
+    plasmid train --generate {name} --{flag}-max-trained-tokens 256 ...''',
+)
+
+# ------------------------------------------------------------------------------------------ observer
+OBSERVER_PLUGIN = '''\
+"""Hook implementations of plasmid-{name}: an observer (no provider to choose; its hooks run in
+every run that loads the plugin, so each does nothing unless ``--{flag}`` is on)."""
+
+from __future__ import annotations
+
+from plasmid import hookimpl
+from plasmid.config import Config
+from {module}.observer import {cls}
+from {module}.options import {cls}Options
+
+#: The observer of the run in progress (one run per process), or ``None``.
+_observer: {cls} | None = None
+
+
+@hookimpl
+def plasmid_addoption(parser):
+    parser.add_options({cls}Options)
+
+
+@hookimpl
+def plasmid_run_start(config: Config, run_dir: str) -> None:
+    global _observer
+    if {cls}Options.of(config).{option}:
+        _observer = {cls}(config, run_dir)
+
+
+@hookimpl
+def plasmid_metrics(step: int, metrics: dict[str, float]) -> None:
+    if _observer is not None:
+        _observer.metrics(step, metrics)
+
+
+@hookimpl
+def plasmid_run_end(run_dir: str, metrics: dict[str, float], error: str | None) -> None:
+    global _observer
+    if _observer is not None:
+        observer, _observer = _observer, None
+        observer.close(error)
+'''
+
+OBSERVER = Spec(
+    hook="",
+    suffix="Observer",
+    summary="with `--{flag}`, every step's metrics whose names start with `--{flag}-prefix` "
+            "(default `rollout/`) are appended to `<run dir>/{name}.tsv` (step, name, value), and "
+            "the run's end (`ok` or its error) is the last line.",
+    options='''\
+    {option}: bool = option(False, "append the run's metrics to <run dir>/{name}.tsv")
+    {option}_prefix: str = option("rollout/", "only metrics whose names start with this")''',
+    implementation='''\
+"""The ``{name}`` observer: what it does with the run's events."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from plasmid.config import Config
+from {module}.options import {cls}Options
+
+
+class {cls}:
+    """Appends ``step<TAB>name<TAB>value`` to ``<run dir>/{name}.tsv`` for every finite metric
+    whose name starts with ``--{flag}-prefix``, flushed after every step; ``close`` writes
+    ``end<TAB>ok`` (or ``end<TAB>error<TAB><error>``) and closes the file.
+
+    Opened at run start (:func:`plasmid.hookspecs.plasmid_run_start`), fed every step's metrics
+    (``plasmid_metrics``), closed at run end (``plasmid_run_end``, also after a failure).
+    Observers run in the driver, between steps: keep every call cheap, and never raise for a
+    metric you do not understand (``metrics.jsonl`` is the run's record; this is a view of it).
+    """
+
+    def __init__(self, config: Config, run_dir: str) -> None:
+        self.prefix = {cls}Options.of(config).{option}_prefix
+        self.path = Path(run_dir) / "{name}.tsv"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = self.path.open("a", encoding="utf-8")
+
+    def metrics(self, step: int, metrics: dict[str, float]) -> None:
+        for key, value in sorted(metrics.items()):
+            if not key.startswith(self.prefix) or isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            if math.isfinite(value):
+                self.file.write(f"{{step}}\\t{{key}}\\t{{float(value)!r}}\\n")
+        self.file.flush()
+
+    def close(self, error: str | None) -> None:
+        self.file.write("end\\tok\\n" if error is None else f"end\\terror\\t{{error}}\\n")
+        self.file.close()
+''',
+    test='''\
+"""The ``{name}`` observer keeps plasmid's observer contract and writes what its docstring says."""
+
+from __future__ import annotations
+
+import {module}.plugin
+from plasmid.testing import make_config
+from plasmid.testing.contracts.observer import ObserverContract
+
+
+class Test{cls}Contract(ObserverContract):
+    plugin = {module}.plugin
+    config_options = {{"{option}": True}}
+
+
+def lines(run_dir):
+    return (run_dir / "{name}.tsv").read_text().splitlines()
+
+
+def test_writes_the_prefixed_finite_metrics_of_every_step_then_the_end(tmp_path):
+    plugin = {module}.plugin
+    plugin.plasmid_run_start(config=make_config(plugin, {option}=True), run_dir=str(tmp_path))
+    plugin.plasmid_metrics(step=0, metrics={{"rollout/reward_mean": 0.5, "train/loss": 1.0}})
+    plugin.plasmid_metrics(step=1, metrics={{"rollout/reward_mean": float("nan"), "rollout/len": 3}})
+    plugin.plasmid_run_end(run_dir=str(tmp_path), metrics={{}}, error="RuntimeError: boom")
+    assert lines(tmp_path) == ["0\\trollout/reward_mean\\t0.5", "1\\trollout/len\\t3.0",
+                               "end\\terror\\tRuntimeError: boom"]
+
+
+def test_off_by_default_it_writes_nothing(tmp_path):
+    plugin = {module}.plugin
+    plugin.plasmid_run_start(config=make_config(plugin), run_dir=str(tmp_path))
+    plugin.plasmid_metrics(step=0, metrics={{"rollout/reward_mean": 0.5}})
+    plugin.plasmid_run_end(run_dir=str(tmp_path), metrics={{}}, error=None)
+    assert not (tmp_path / "{name}.tsv").exists()
+''',
+    usage='''\
+    plasmid train --{flag} --{flag}-prefix train/ ...''',
+    plugin=OBSERVER_PLUGIN,
+)
+
+# ------------------------------------------------------------------------------------------ engine
+ENGINE = Spec(
+    hook="plasmid_generators",
+    suffix="Engine",
+    summary="a rollout engine that serves `--model` with plain Hugging Face transformers in this "
+            "process (one request at a time, token by token with the KV cache; float32 on CPU, or "
+            "`--{flag}-device`), for a start: replace the decoding loop with your inference server's client.",
+    options='''\
+    {option}_device: str = option("cpu", "the torch device the model is served on (cpu, cuda, cuda:1)")''',
+    implementation='''\
+"""The ``{name}`` rollout engine (imports torch: engines run where the model is served)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import transformers
+
+from plasmid.config import Config
+from plasmid.errors import UsageError
+from plasmid.kernel_options import GeneralOptions
+from plasmid.protocols import NamedTensor
+from plasmid.types import GenerationOutput, SamplingParams, Status
+from plasmid_torch.hf import load_causal_lm
+from plasmid_torch.ops import logprobs_from_logits
+from {module}.options import {cls}Options
+
+
+class {cls}:
+    """A :class:`plasmid.protocols.RolloutEngine` on ``--model``, built as ``{cls}(config)``.
+
+    ``generate`` decodes one token per forward pass (with the KV cache) and yields to the event
+    loop between tokens, so requests interleave and ``abort_all`` ends them at the next token
+    (status ``ABORTED``). Sampling applies ``temperature`` (0: greedy), ``top_k`` and ``top_p``;
+    the reported log-prob of each token is under ``softmax(logits / temperature)`` without the
+    top-k/top-p cut (temperature 1 when greedy), which is what ``score`` and the trainer
+    compute. ``update_weights`` copies tensors (torch or numpy) into the served model by Hugging
+    Face name, after checking every name and shape, and sets ``weight_version``.
+    """
+
+    option_classes = ({cls}Options, GeneralOptions)
+
+    def __init__(self, config: Config) -> None:
+        model = GeneralOptions.of(config).model
+        if not model:
+            raise UsageError("engine '{name}': --model is not set; give a local Hugging Face model directory")
+        self.device = torch.device({cls}Options.of(config).{option}_device)
+        self.model = load_causal_lm(str(model)).to(self.device)
+        self.tensors = dict(self.model.state_dict(keep_vars=True))
+        parameters = inspect.signature(self.model.forward).parameters
+        self.cache_argument = "cache" if "cache" in parameters else "past_key_values"
+        self.weight_version = 0
+        self.in_flight = 0
+        self.aborts = 0          # generations started before the latest abort_all end ABORTED
+
+    @torch.inference_mode()
+    def _forward(self, ids: list[int], cache: Any) -> torch.Tensor:
+        """The next token's logits after ``ids``, which are appended to ``cache`` (a
+        ``transformers.DynamicCache``; newer transformers call the argument ``cache``)."""
+        out = self.model(input_ids=torch.tensor([ids], device=self.device), use_cache=True,
+                         **{{self.cache_argument: cache}})
+        return out.logits[0, -1].float()
+
+    @staticmethod
+    def _pick(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> int:
+        if params.temperature == 0:
+            return int(logits.argmax())
+        scaled = logits / params.temperature
+        if params.top_k and params.top_k > 0:
+            kth = torch.topk(scaled, min(params.top_k, scaled.numel())).values[-1]
+            scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+        if params.top_p < 1.0:
+            ordered, order = torch.sort(scaled, descending=True)
+            cumulative = torch.softmax(ordered, -1).cumsum(-1)
+            cut = cumulative - torch.softmax(ordered, -1) > params.top_p
+            scaled[order[cut]] = float("-inf")
+        probs = torch.softmax(scaled, -1).cpu()
+        return int(torch.multinomial(probs, 1, generator=generator))
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerationOutput:
+        generator = torch.Generator()
+        if params.seed is not None:
+            generator.manual_seed(params.seed)
+        else:
+            generator.seed()
+        started_at_abort, version = self.aborts, self.weight_version
+        tokens: list[int] = []
+        logprobs: list[float] = []
+        status = Status.TRUNCATED
+        self.in_flight += 1
+        try:
+            cache = transformers.DynamicCache()
+            logits = self._forward(list(prompt_ids), cache)
+            while len(tokens) < params.max_new_tokens:
+                token = self._pick(logits, params, generator)
+                tokens.append(token)
+                logprobs.append(float(logprobs_from_logits(logits, torch.tensor(token, device=self.device),
+                                                           params.temperature)))
+                if token in params.stop_token_ids:
+                    status = Status.COMPLETED
+                    break
+                await asyncio.sleep(0)      # let other requests and abort_all run
+                if self.aborts != started_at_abort:
+                    status = Status.ABORTED
+                    break
+                if len(tokens) < params.max_new_tokens:
+                    logits = self._forward([token], cache)
+        finally:
+            self.in_flight -= 1
+        return GenerationOutput(token_ids=tokens, logprobs=logprobs, status=status, weight_version=version)
+
+    async def score(self, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
+        with torch.inference_mode():
+            ids = torch.tensor([token_ids], device=self.device)
+            logits = self.model(input_ids=ids).logits[0, prompt_length - 1:-1]
+            return [float(v) for v in logprobs_from_logits(logits, ids[0, prompt_length:], temperature).cpu()]
+
+    async def abort_all(self) -> int:
+        self.aborts += 1
+        return self.in_flight
+
+    async def update_weights(self, named_tensors: Iterable[NamedTensor], weight_version: int) -> None:
+        updates = []
+        for name, value in named_tensors:
+            if name not in self.tensors:
+                raise ValueError(f"engine '{name}': no tensor named '{{name}}' in the served model")
+            tensor = value.detach() if isinstance(value, torch.Tensor) else torch.from_numpy(np.array(value))
+            if tuple(tensor.shape) != tuple(self.tensors[name].shape):
+                raise ValueError(f"engine '{name}': tensor '{{name}}' has shape {{tuple(tensor.shape)}}, the model's "
+                                 f"is {{tuple(self.tensors[name].shape)}}")
+            updates.append((self.tensors[name], tensor))
+        with torch.no_grad():
+            for target, tensor in updates:
+                target.copy_(tensor)
+        self.weight_version = weight_version
+
+    async def get_weights(self, names: Sequence[str]) -> dict[str, Any]:
+        return {{name: self.tensors[name].detach().float().cpu().numpy().copy()
+                 if self.tensors[name].dtype == torch.bfloat16 else self.tensors[name].detach().cpu().numpy().copy()
+                 for name in names}}
+
+    async def flush_cache(self) -> None:
+        """No cache outlives a request here."""
+
+    async def release_memory(self) -> None:
+        """Nothing to release: the model stays where it is (a server would offload it)."""
+
+    async def resume_memory(self) -> None:
+        """Nothing was released."""
+
+    async def shutdown(self) -> None:
+        self.aborts += 1
+''',
+    test='''\
+"""The ``{name}`` engine keeps plasmid's rollout-engine contract (a tiny model on CPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import {module}.plugin
+from plasmid.errors import UsageError
+from plasmid.testing import GeneratorContract, build, make_config
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+class Test{cls}Contract(GeneratorContract):
+    plugin = {module}.plugin
+    provider = "{name}"
+    logprob_atol = 1e-4
+
+
+def test_without_a_model_it_is_a_usage_error():
+    with pytest.raises(UsageError, match="--model is not set"):
+        build("engine", "{name}", {module}.plugin, config=make_config({module}.plugin))
+''',
+    usage='''\
+    plasmid train --engine {name} --model PATH ...''',
+    dependencies=("plasmid-torch", "torch", "transformers"),
+)
+
+# ------------------------------------------------------------------------------------------ weight sync
+WEIGHT_SYNC = Spec(
+    hook="plasmid_weight_syncs",
+    suffix="Sync",
+    summary="the trainer's weights, in buckets of `--update-weight-buffer-size` bytes, handed to "
+            "every engine in this process (all at once, or one engine after another with "
+            "`--no-{flag}-concurrent`), then every engine's cache flushed.",
+    options='''\
+    {option}_concurrent: bool = option(True, "update all engines at once (else one after another)")''',
+    implementation='''\
+"""The ``{name}`` weight sync."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from plasmid.config import Config
+from plasmid.kernel_options import ScheduleOptions
+from plasmid.protocols import RolloutEngine, Trainer
+from plasmid.types import SyncReport
+from {module}.options import {cls}Options
+
+
+def nbytes(tensor: Any) -> int:
+    """Bytes of a torch tensor's or numpy array's data."""
+    return int(tensor.nbytes)
+
+
+class {cls}:
+    """A :class:`plasmid.protocols.WeightSync`, built as ``{cls}(config)``.
+
+    ``await sync(trainer, engines, weight_version)``: for each bucket of
+    ``trainer.export_weights(--update-weight-buffer-size)``, ``engine.update_weights(bucket,
+    weight_version)`` on every engine, then ``flush_cache`` on each. Buckets are made one at a
+    time, so the extra memory is about one bucket. The report counts the tensors' bytes, the
+    buckets and the seconds. Engines in other processes or machines need a transport here
+    (serialise each bucket, or broadcast it over a process group) instead of handing tensors over.
+    """
+
+    option_classes = ({cls}Options, ScheduleOptions)
+
+    def __init__(self, config: Config) -> None:
+        self.bucket_bytes = ScheduleOptions.of(config).update_weight_buffer_size
+        self.concurrent = {cls}Options.of(config).{option}_concurrent
+
+    async def sync(self, trainer: Trainer, engines: Sequence[RolloutEngine], weight_version: int) -> SyncReport:
+        started = time.perf_counter()
+        moved = buckets = 0
+        for bucket in trainer.export_weights(self.bucket_bytes):
+            if self.concurrent:
+                await asyncio.gather(*(engine.update_weights(bucket, weight_version) for engine in engines))
+            else:
+                for engine in engines:
+                    await engine.update_weights(bucket, weight_version)
+            moved += sum(nbytes(tensor) for _, tensor in bucket)
+            buckets += 1
+        for engine in engines:
+            await engine.flush_cache()
+        return SyncReport(bytes=moved, seconds=time.perf_counter() - started, weight_version=weight_version,
+                          buckets=buckets)
+''',
+    test='''\
+"""The ``{name}`` weight sync keeps plasmid's weight-sync contract, moving weights from the
+torchtrain trainer into torchgen engines in this process (the test needs those plugins)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import {module}.plugin
+from plasmid import testing
+from plasmid.testing import WeightSyncContract
+
+grpo = pytest.importorskip("plasmid_grpo.plugin")
+torchtrain = pytest.importorskip("plasmid_torchtrain.plugin")
+torchgen = pytest.importorskip("plasmid_torchgen.plugin")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+class Test{cls}Contract(WeightSyncContract):
+    plugin = {module}.plugin
+    provider = "{name}"
+    extra_plugins = (grpo, torchtrain, torchgen)
+
+    def make_trainer(self, config):
+        loss = testing.build("loss", "grpo", grpo, config=config)
+        return testing.build("trainer", "torchtrain", torchtrain, config=config, args=(loss,))
+
+    def make_engines(self, config, count):
+        return [testing.build("engine", "torchgen", torchgen, config=config) for _ in range(count)]
+
+
+class Recorder:
+    """A stand-in trainer and engine: two buckets out, every call recorded."""
+
+    def __init__(self, calls, name="trainer"):
+        self.calls, self.name = calls, name
+
+    def export_weights(self, bucket_bytes):
+        yield [("a", torch.zeros(4)), ("b", torch.zeros(2))]
+        yield [("c", torch.zeros(8, dtype=torch.float16))]
+
+    async def update_weights(self, bucket, weight_version):
+        self.calls.append((self.name, [name for name, _ in bucket], weight_version))
+
+    async def flush_cache(self):
+        self.calls.append((self.name, "flush", None))
+
+
+def test_one_after_another_sends_each_bucket_to_each_engine_in_turn_then_flushes():
+    calls = []
+    config = testing.make_config({module}.plugin, {option}_concurrent=False)
+    sync = testing.build("weight_sync", "{name}", {module}.plugin, config=config)
+    report = testing.run(sync.sync(Recorder(calls), [Recorder(calls, "e0"), Recorder(calls, "e1")], 5))
+    assert calls == [("e0", ["a", "b"], 5), ("e1", ["a", "b"], 5), ("e0", ["c"], 5), ("e1", ["c"], 5),
+                     ("e0", "flush", None), ("e1", "flush", None)]
+    assert (report.bytes, report.buckets, report.weight_version) == (4 * 4 + 2 * 4 + 8 * 2, 2, 5)
+''',
+    usage='''\
+    plasmid train --weight-sync {name} ...''',
+    test_dependencies=("plasmid-torch", "torch", "plasmid-torchtrain", "plasmid-torchgen", "plasmid-grpo"),
+)
+
+
 #: Family -> what its scaffold differs in; :func:`write_package` accepts exactly these.
-SPECS: dict[str, Spec] = {"reward": REWARD, "filter": FILTER, "tool": TOOL, "datasource": DATASOURCE, "loss": LOSS}
+SPECS: dict[str, Spec] = {"reward": REWARD, "filter": FILTER, "tool": TOOL, "datasource": DATASOURCE, "loss": LOSS,
+                          "generate": GENERATE, "engine": ENGINE, "weight-sync": WEIGHT_SYNC, "observer": OBSERVER}
 FAMILIES = tuple(SPECS)
 
 
@@ -607,11 +1173,12 @@ def kernel_range() -> str:
 
 def values(family: str, name: str) -> dict[str, str]:
     """The template keys of provider ``name`` of ``family``: ``name``, ``module``, ``option``
-    (Python identifier), ``flag`` (option-flag prefix), ``cls``, ``family``, ``hook``, ``impl``."""
+    (Python identifier), ``flag`` (option-flag prefix), ``cls``, ``family``, ``hook``, ``impl``
+    (the provider's module: the family with underscores)."""
     spec = SPECS[family]
     return {"name": name, "module": "plasmid_" + name.replace("-", "_"), "option": name.replace("-", "_"),
             "flag": name, "cls": "".join(part.capitalize() for part in name.split("-")) + spec.suffix,
-            "family": family, "hook": spec.hook, "impl": family}
+            "family": family, "hook": spec.hook, "impl": family.replace("-", "_")}
 
 
 def package_files(name: str, family: str = "reward") -> dict[str, str]:
@@ -624,16 +1191,17 @@ def package_files(name: str, family: str = "reward") -> dict[str, str]:
         "options": spec.options.format(**keys),
         "usage": spec.usage.format(**keys),
         "dependencies": ", ".join(f'"{requirement}"' for requirement in requirements),
+        "test_dependencies": ", ".join(f'"{requirement}"' for requirement in ("pytest>=7", *spec.test_dependencies)),
     }
-    module, short = keys["module"], keys["option"]
+    module, short, impl = keys["module"], keys["option"], keys["impl"]
     return {
         "pyproject.toml": PYPROJECT.format(**filled),
         "README.md": README.format(**filled),
         f"src/{module}/__init__.py": INIT.format(**filled),
-        f"src/{module}/plugin.py": PLUGIN.format(**filled),
+        f"src/{module}/plugin.py": spec.plugin.format(**filled),
         f"src/{module}/options.py": OPTIONS.format(**filled),
-        f"src/{module}/{family}.py": spec.implementation.format(**keys),
-        f"tests/test_{short}_{family}.py": spec.test.format(**keys),
+        f"src/{module}/{impl}.py": spec.implementation.format(**keys),
+        f"tests/test_{short}_{impl}.py": spec.test.format(**keys),
     }
 
 

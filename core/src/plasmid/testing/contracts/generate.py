@@ -1,0 +1,143 @@
+"""The contract every generate function (registered with ``plasmid_generate_fns``) must meet.
+
+Subclass it in the plugin's tests, naming the plugin module and the provider::
+
+    from plasmid.testing.contracts.generate import GenerateContract
+
+    class TestMyGenerate(GenerateContract):
+        plugin = my_package.plugin        # the module with the hookimpls
+        provider = "my-generate"          # the registered name
+        config_options = {"my_generate_turns": 1}
+
+The generate function runs on a :class:`plasmid.testing.scripted.ScriptedEngine` that answers
+every call with :attr:`GenerateContract.reply` (a stop token ends it), with a byte tokenizer
+(:class:`ByteTokenizer`) and no tools. What it checks, as :class:`plasmid.protocols.GenerateFn`
+promises: every returned sample starts with its prompt's tokens and has ``response_length``,
+``loss_mask`` and ``rollout_logprobs`` of one length, a finished status, the engine's
+``weight_version``, at least one trained token and a ``response`` string; the first engine call
+gets the prompt and at most ``max_new_tokens``; concurrent samples are kept apart; and an engine
+output ending ``ABORTED`` gives an ``ABORTED`` sample that is still consistent. Imports no torch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from plasmid.config import Config
+from plasmid.context import RolloutContext
+from plasmid.protocols import GenerateFn, RolloutEngine
+from plasmid.testing import build, make_config, run
+from plasmid.testing.scripted import Reply, ScriptedEngine
+from plasmid.types import Sample, SamplingParams, Status
+
+#: The stop token of the contract's sampling parameters.
+STOP = 2
+
+
+class ByteTokenizer:
+    """A :class:`plasmid.protocols.Tokenizer` of byte values (id = byte + 3; 0-2 special)."""
+
+    eos_token_id = STOP
+
+    def encode(self, text: str, *args: Any, **kwargs: Any) -> list[int]:
+        return [byte + 3 for byte in text.encode()]
+
+    def decode(self, token_ids: Sequence[int], *args: Any, **kwargs: Any) -> str:
+        return bytes(token - 3 for token in token_ids if token >= 3).decode(errors="replace")
+
+    def __call__(self, text: str, **kwargs: Any) -> dict[str, list[int]]:
+        return {"input_ids": self.encode(text)}
+
+
+def make_context(config: Config, engine: RolloutEngine, generate: GenerateFn) -> RolloutContext:
+    """A rollout context of one engine, a :class:`ByteTokenizer`, no data source, rewards or tools."""
+    return RolloutContext(config=config, engines=[engine], data_source=None,  # type: ignore[arg-type]
+                          tokenizer=ByteTokenizer(), generate=generate, rewards=None)  # type: ignore[arg-type]
+
+
+def prompt_sample(text: str, index: int = 0) -> Sample:
+    """A pending prompt sample of ``text`` (its tokens: :class:`ByteTokenizer`'s, no response)."""
+    return Sample(prompt=text, tokens=ByteTokenizer().encode(text), response_length=0, index=index,
+                  group_index=index, status=Status.PENDING)
+
+
+class GenerateContract:
+    """Checks of a generate function; see the module docstring for how to use it."""
+
+    plugin: Any = None
+    provider: str = ""
+    #: option values (Python names) on top of the defaults.
+    config_options: dict[str, Any] = {}
+    #: what the scripted engine answers every call with (ends on the stop token).
+    reply: tuple[int, ...] = (70, 71, 72, STOP)
+    params = SamplingParams(temperature=1.0, max_new_tokens=16, stop_token_ids=(STOP,), seed=0)
+
+    def make(self) -> tuple[Config, GenerateFn]:
+        config = make_config(self.plugin, generate=self.provider, **self.config_options)
+        return config, build("generate", self.provider, self.plugin, config=config)
+
+    def generate(self, samples: list[Sample], engine: ScriptedEngine) -> list[Sample]:
+        config, generate = self.make()
+        ctx = make_context(config, engine, generate)
+
+        async def scenario() -> list[Any]:
+            return list(await asyncio.gather(*(generate(ctx, sample, self.params) for sample in samples)))
+
+        done: list[Sample] = []
+        for result in run(scenario()):
+            done.extend(result if isinstance(result, list) else [result])
+        return done
+
+    def check(self, sample: Sample, prompt_tokens: list[int]) -> None:
+        assert isinstance(sample, Sample)
+        assert sample.tokens[:len(prompt_tokens)] == prompt_tokens, "the response follows the prompt's tokens"
+        assert sample.response_length == len(sample.tokens) - len(prompt_tokens)
+        assert sample.loss_mask is not None and len(sample.loss_mask) == sample.response_length
+        assert set(sample.loss_mask) <= {0, 1}
+        assert sample.rollout_logprobs is not None and len(sample.rollout_logprobs) == sample.response_length
+        assert isinstance(sample.response, str)
+
+    def test_a_prompt_becomes_a_finished_consistent_sample(self) -> None:
+        engine = ScriptedEngine(lambda ids, params: Reply(list(self.reply)), weight_version=3)
+        prompt = prompt_sample("2+2=")
+        tokens = list(prompt.tokens)
+        (sample,) = self.generate([prompt], engine)[:1]
+        self.check(sample, tokens)
+        assert sample.status in (Status.COMPLETED, Status.TRUNCATED)
+        assert sample.weight_version == 3, "weight_version is the engine output's"
+        assert sum(sample.loss_mask or []) >= 1, "the policy's tokens are trained on"
+        assert engine.calls and engine.calls[0].prompt_ids == tokens, "the first engine call gets the prompt"
+        assert all(call.params.max_new_tokens <= self.params.max_new_tokens for call in engine.calls)
+
+    def test_a_length_limit_gives_a_truncated_sample(self) -> None:
+        engine = ScriptedEngine(lambda ids, params: Reply([70] * 40))
+        prompt = prompt_sample("count:")
+        tokens = list(prompt.tokens)
+        (sample,) = self.generate([prompt], engine)[:1]
+        self.check(sample, tokens)
+        assert sample.status is Status.TRUNCATED
+
+    def test_concurrent_samples_are_kept_apart(self) -> None:
+        def reply(ids: list[int], params: SamplingParams) -> Reply:
+            return Reply([ids[-1], ids[-1], STOP])     # echoes the prompt's last token
+
+        prompts = [prompt_sample(f"q{i}", index=i) for i in range(6)]
+        tokens = [list(p.tokens) for p in prompts]
+        done = self.generate(prompts, ScriptedEngine(reply))
+        assert len(done) >= len(prompts)
+        for sample in done:
+            self.check(sample, tokens[sample.index])
+            assert sample.tokens[len(tokens[sample.index])] == tokens[sample.index][-1]
+
+    def test_an_aborted_engine_output_gives_an_aborted_consistent_sample(self) -> None:
+        engine = ScriptedEngine(lambda ids, params: Reply([70, 71], status=Status.ABORTED))
+        prompt = prompt_sample("slow")
+        tokens = list(prompt.tokens)
+        (sample,) = self.generate([prompt], engine)[:1]
+        self.check(sample, tokens)
+        assert sample.status is Status.ABORTED
+
+
+__all__ = ["ByteTokenizer", "GenerateContract", "make_context", "prompt_sample"]
