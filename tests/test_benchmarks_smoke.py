@@ -1,0 +1,130 @@
+"""Cheap checks of benchmarks/run.py and benchmarks/bench_vs_trl.py: argument checks, the summary
+arithmetic on a made-up curve, skip/fail reporting. Nothing is timed and no benchmark runs here
+(benchmarks measure; tests assert)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def vs_trl() -> ModuleType:
+    return load("bench_vs_trl")
+
+
+@pytest.fixture(scope="module")
+def runner() -> ModuleType:
+    return load("run")
+
+
+def test_vs_trl_needs_a_trl_python_unless_trl_is_left_out(vs_trl: ModuleType, capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(SystemExit) as exit_info:
+        vs_trl.parse_args(["--systems", "plasmid", "trl", "--trl-python", "/nonexistent/python"])
+    assert exit_info.value.code == 2
+    assert "--trl-python /nonexistent/python: no such file" in capsys.readouterr().err
+    args = vs_trl.parse_args(["--systems", "plasmid", "raw", "--trl-python", "/nonexistent/python"])
+    assert args.systems == ["plasmid", "raw"]
+    with pytest.raises(SystemExit):
+        vs_trl.parse_args(["--systems", "raw", "--steady", "30", "10"])
+
+
+def test_vs_trl_worker_seed_is_not_taken_for_seeds(vs_trl: ModuleType):
+    """``--seed`` (a worker's) must not be read as an abbreviation of ``--seeds``."""
+    args = vs_trl.parse_args(["--worker", "raw", "--seed", "3"])
+    assert args.seed == 3 and args.seeds == [0, 1, 2]
+
+
+def curve(times: dict[int, float], evals: dict[int, float], last: int) -> list[dict]:
+    return [{"step": step, "reward": 0.5, "tokens": 256, **({"t": times[step]} if step in times else {}),
+             **({"eval_accuracy": evals[step]} if step in evals else {})} for step in range(1, last + 1)]
+
+
+def test_summary_of_a_curve(vs_trl: ModuleType):
+    # arrival every 10th step and on eval steps (like plasmid's progress lines): 2 s start-up, 50 ms/step
+    times = {step: 2.0 + 0.05 * step for step in range(1, 401) if step % 10 in (0, 1)}
+    evals = {step: (0.95 if step >= 370 else 0.5) for step in range(10, 401, 10)}
+    task = {"target": 0.9, "steady": [100, 300]}
+    summary = vs_trl.summarize(curve(times, evals, 370), task, None)
+    assert summary["reached_bar"] and summary["steps_to_bar"] == 370
+    assert summary["samples_to_bar"] == 370 * 256
+    assert summary["seconds_to_bar"] == pytest.approx(2.0 + 0.05 * 370)
+    assert summary["steady_window"] == [100, 300]
+    assert summary["steady_ms_per_step"] == pytest.approx(50.0)
+    assert summary["steady_samples_per_s"] == pytest.approx(256 / 0.05)
+    assert summary["steady_tokens_per_s"] == pytest.approx(256 / 0.05)
+    assert summary["first_step_seconds"] == pytest.approx(2.05)
+
+
+def test_summary_of_a_run_that_stops_before_the_window_ends(vs_trl: ModuleType):
+    times = {step: 0.1 * step for step in range(1, 51)}
+    summary = vs_trl.summarize(curve(times, {50: 0.2}, 50), {"target": 0.9, "steady": [100, 300]}, None)
+    assert not summary["reached_bar"] and summary["seconds_to_bar"] is None
+    assert summary["steady_window"] == [10, 50]  # K = a fifth of the last step
+    assert summary["steady_ms_per_step"] == pytest.approx(100.0)
+    no_bar = vs_trl.summarize(curve(times, {}, 50), {"target": None, "steady": [10, 50]}, None)
+    assert no_bar["reached_bar"] is False and no_bar["last_eval_accuracy"] is None
+
+
+def test_ratios_of_medians(vs_trl: ModuleType):
+    def run(system: str, seconds: float, ms: float) -> dict:
+        return {"system": system, "reached_bar": True, "seconds_to_bar": seconds, "steps_to_bar": 100,
+                "samples_to_bar": 25600, "first_step_seconds": 1.0, "steady_ms_per_step": ms,
+                "steady_samples_per_s": 1.0, "steady_tokens_per_s": 1.0}
+    runs = [run("plasmid", s, 60.0) for s in (10.0, 12.0, 30.0)] + [run("raw", s, 30.0) for s in (6.0, 8.0, 9.0)]
+    runs += [run("trl", s, 90.0) for s in (24.0, 24.0, 1.0)]
+    table = vs_trl.summary_table(runs, ["plasmid", "trl", "raw"])
+    assert table["ratios"]["plasmid/raw seconds_to_bar"] == pytest.approx(12.0 / 8.0)
+    assert table["ratios"]["trl/plasmid seconds_to_bar"] == pytest.approx(24.0 / 12.0)
+    assert table["ratios"]["trl/plasmid steady_ms_per_step"] == pytest.approx(1.5)
+    assert table["medians"]["raw"]["reached_bar"] == "3/3"
+
+
+def test_run_skips_absent_scripts_and_reports_failures(runner: ModuleType, tmp_path: Path, monkeypatch):
+    (tmp_path / "fails.py").write_text("import sys\nprint('half')\nsys.exit('fails: the engine would not start')\n")
+    (tmp_path / "works.py").write_text(
+        "import argparse, json, pathlib\np = argparse.ArgumentParser()\np.add_argument('--json')\n"
+        "a = p.parse_args()\npathlib.Path(a.json).write_text(json.dumps({'x': 1}))\nprint('x 1')\n")
+    monkeypatch.setattr(runner, "HERE", tmp_path)
+    args = runner.parse_args(["--out", str(tmp_path / "out")])
+    args.out.mkdir()
+    absent = runner.run_one(runner.Bench("absent", "absent.py", lambda a: []), args)
+    assert absent["status"] == "skipped" and "does not exist" in absent["reason"]
+    missing = runner.run_one(runner.Bench("needs", "works.py", lambda a: [], needs=lambda a: "no TRL here"), args)
+    assert missing == {"name": "needs", "script": "benchmarks/works.py", "status": "skipped",
+                       "reason": "no TRL here"}
+    failed = runner.run_one(runner.Bench("fails", "fails.py", lambda a: []), args)
+    assert failed["status"] == "failed"
+    assert failed["reason"] == "exit status 1: fails: the engine would not start"
+    works = runner.run_one(runner.Bench("works", "works.py", lambda a: [],
+                                        optional=[("--json", "{out}/{name}.json"), ("--quick", "")],
+                                        writes_json="{name}.json"), args)
+    assert works["status"] == "ok" and works["json"] == {"x": 1}
+    assert "--quick" not in works["command"]  # not in works.py's --help: not passed
+
+
+def test_scripts_answer_help():
+    for script in ("run.py", "bench_vs_trl.py"):
+        done = subprocess.run([sys.executable, str(BENCHMARKS / script), "--help"], capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0 and "usage:" in done.stdout, done.stderr
+    plan = subprocess.run([sys.executable, str(BENCHMARKS / "run.py"), "--dry-run", "--only", "vs_trl"],
+                          capture_output=True, text=True, timeout=60)
+    assert plan.returncode == 0, plan.stderr
+    assert "bench_vs_trl.py --seeds 0 1 2" in plan.stdout
