@@ -96,9 +96,22 @@ class FaultOptions(Options, group="faults", description="when the loop stops a r
                                   "(or --max-staleness) dropped every group", min=1)
 
 
+class ProfileOptions(Options, group="profiling", description="where each step's time goes"):
+    """``--profile`` adds the per-step time breakdown to the metrics (see :mod:`plasmid.loop`);
+    ``--profile-step N`` has a plugin that can (plasmid-torchtrain) write a PyTorch profiler
+    trace of step ``N`` to ``<run dir>/profile/``."""
+
+    profile: bool = option(False, "add each step's time breakdown to the metrics: time/step_seconds = rollout + "
+                           "train + sync_wall + eval + checkpoint + overhead seconds, time/reward_seconds, and the "
+                           "trainer's train/forward_backward_seconds and train/optimizer_seconds (device synchronised)")
+    profile_step: int | None = option(None, "write a PyTorch profiler trace (chrome trace JSON) of step N to "
+                                      "<run dir>/profile/ (plasmid-torchtrain writes it)", min=0,
+                                      default_text="no trace")
+
+
 #: The kernel's own option classes, in ``--help`` order.
 KERNEL_OPTIONS: tuple[type[Options], ...] = (GeneralOptions, RolloutOptions, ScheduleOptions, EvalOptions,
-                                             CheckpointOptions, FaultOptions)
+                                             CheckpointOptions, FaultOptions, ProfileOptions)
 
 
 def reward_spec(text: str) -> tuple[str, float]:
@@ -140,6 +153,15 @@ def plasmid_addoption(parser: OptionParser) -> None:
     add_choice_options(parser)
     for cls in KERNEL_OPTIONS[1:]:
         parser.add_options(cls)
+
+
+@hookimpl
+def plasmid_configure(config: Config) -> None:
+    """``--profile-step`` names a step the run makes (steps are numbered from 0)."""
+    step, steps = ProfileOptions.of(config).profile_step, RolloutOptions.of(config).num_rollouts
+    if step is not None and step >= steps:
+        raise UsageError(f"--profile-step {step}: the run makes steps 0-{steps - 1} (--num-rollouts {steps}); "
+                         f"choose one of them")
 
 
 def default_run_dir(cwd: str | None = None) -> Path:

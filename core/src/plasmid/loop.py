@@ -3,6 +3,19 @@
 Everything it calls is a provider chosen by plugins; this file only orders the beats. With
 ``--schedule async`` the rollout of step k+1 runs while step k trains; weights are synced every
 ``--update-weights-interval`` steps, once the rollout in flight has finished.
+
+Every step reports ``time/rollout_seconds`` (waiting for the step's rollout), ``time/train_seconds``
+(the train step, with a colocated engine's memory release) and, when it syncs, ``time/sync_seconds``.
+With ``--profile`` it adds (:class:`StepClock`) ``time/step_seconds``, the wall time from the point
+the previous step's metrics were taken to this step's, which is the sum of ``time/rollout_seconds``,
+``time/train_seconds``, ``time/sync_wall_seconds`` (the loop's wall time of the weight sync, with
+the wait for a rollout in flight; ``time/sync_seconds`` is the sync's own figure),
+``time/eval_seconds``, ``time/checkpoint_seconds``
+(the previous step's checkpoint, written after its metrics) and ``time/overhead_seconds``: the rest,
+the loop's own work (batch bookkeeping, metrics and observer hooks, the metrics log, engine memory
+resume). ``time/reward_seconds`` is the wall time within the rollout in which at least one group
+was being scored (it overlaps generation). The trainer adds its own (torchtrain:
+``train/forward_backward_seconds``, ``train/optimizer_seconds``).
 """
 
 from __future__ import annotations
@@ -10,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import TextIO
 
@@ -21,6 +35,7 @@ from plasmid.kernel_options import (
     EvalOptions,
     FaultOptions,
     GeneralOptions,
+    ProfileOptions,
     RolloutOptions,
     ScheduleOptions,
 )
@@ -46,6 +61,7 @@ async def train(session: Session, log: RunLog) -> dict[str, float]:
     stalls = Stalls(config, trainer_label)
     eval_groups = ctx.data_source.eval_groups() if evaluation.eval_interval else []
     colocated, overlap = schedule.placement == "colocate", schedule.schedule == "async"
+    clock = StepClock(getattr(ctx, "rewards", None)) if ProfileOptions.of(config).profile else None
 
     start, version, saved = 0, 0, -1
     if GeneralOptions.of(config).resume and (latest := checkpoints.latest()) is not None:
@@ -110,6 +126,7 @@ async def train(session: Session, log: RunLog) -> dict[str, float]:
                 trained = time.perf_counter()
                 if colocated:
                     await asyncio.gather(*(engine.resume_memory() for engine in session.engines))
+                sync_began = time.perf_counter()
                 if (rollout_id + 1) % schedule.update_weights_interval == 0 or last:
                     if in_flight is not None:  # never change weights under a rollout in flight
                         await asyncio.wait([in_flight])
@@ -121,8 +138,12 @@ async def train(session: Session, log: RunLog) -> dict[str, float]:
                 metrics.update({"time/rollout_seconds": rolled - began, "time/train_seconds": trained - rolled,
                                 "weight_version": float(version)})
 
+                sync_wall, evaluated = time.perf_counter() - sync_began, time.perf_counter()
                 if eval_groups and ((rollout_id + 1) % evaluation.eval_interval == 0 or last):
                     metrics.update(await session.driver.evaluate(ctx, eval_groups, ctx.eval_sampling()))
+                if clock is not None:
+                    metrics.update(clock.step(metrics, sync_seconds=sync_wall,
+                                              eval_seconds=time.perf_counter() - evaluated))
                 target = evaluation.stop_at_eval_acc
                 done = target is not None and metrics.get("eval/accuracy", -1.0) >= target
                 manager.metrics(rollout_id, metrics)
@@ -130,7 +151,7 @@ async def train(session: Session, log: RunLog) -> dict[str, float]:
                 stalled, stopping = stalls.observe(rollout_id, metrics, trained=bool(batch.groups)), stop.requested
                 if last or done or stalled or stopping or (
                         saving.save_interval and (rollout_id + 1) % saving.save_interval == 0):
-                    path = await save(rollout_id)
+                    path = await save(rollout_id) if clock is None else await clock.saving(save(rollout_id))
                 manager.step_end(rollout_id, str(config.run_dir), entry)
                 if stalled:
                     raise RunStopped(f"{stalled}; checkpoint {path} written (continue with --resume)")
@@ -145,6 +166,48 @@ async def train(session: Session, log: RunLog) -> dict[str, float]:
             if in_flight is not None:
                 in_flight.cancel()
     return metrics
+
+
+class StepClock:
+    """The ``--profile`` breakdown of each step's wall time (see the module docstring).
+
+    Windows are contiguous: each :meth:`step` closes the window opened by the previous one (the
+    first opens when the clock is made), so a run's ``time/step_seconds`` add up to its wall time
+    from the first step's start to the last step's metrics.
+    """
+
+    #: the parts of a step's window that are measured, not derived
+    PARTS = ("time/rollout_seconds", "time/train_seconds", "time/sync_wall_seconds", "time/eval_seconds",
+             "time/checkpoint_seconds")
+
+    def __init__(self, rewards: object | None = None) -> None:
+        self.rewards = rewards
+        self.opened = time.perf_counter()
+        self.checkpoint_seconds = 0.0
+        if callable(busy := getattr(rewards, "pop_busy_seconds", None)):
+            busy()  # reward time before the first step (start-up checks) is not a step's
+
+    def step(self, metrics: dict[str, float], *, sync_seconds: float, eval_seconds: float) -> dict[str, float]:
+        """Close the window: the profile metrics of the step whose ``metrics`` hold its
+        ``time/rollout_seconds`` and ``time/train_seconds``; ``sync_seconds`` and ``eval_seconds``
+        are the loop's wall time of its weight sync (0 when it made none) and evaluation."""
+        now = time.perf_counter()
+        found = {"time/sync_wall_seconds": sync_seconds, "time/eval_seconds": eval_seconds,
+                 "time/checkpoint_seconds": self.checkpoint_seconds, "time/step_seconds": now - self.opened}
+        busy = getattr(self.rewards, "pop_busy_seconds", None)
+        found["time/reward_seconds"] = float(busy()) if callable(busy) else 0.0
+        measured = sum(metrics.get(name, found.get(name, 0.0)) for name in self.PARTS)
+        found["time/overhead_seconds"] = max(0.0, found["time/step_seconds"] - measured)
+        self.opened, self.checkpoint_seconds = now, 0.0
+        return found
+
+    async def saving(self, save: Awaitable[Path]) -> Path:
+        """Await the checkpoint ``save``, its time counted in the next window's ``time/checkpoint_seconds``."""
+        began = time.perf_counter()
+        try:
+            return await save
+        finally:
+            self.checkpoint_seconds += time.perf_counter() - began
 
 
 def provider_label(session: Session, family: str, name: str | None) -> str:

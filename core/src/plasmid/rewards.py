@@ -162,6 +162,11 @@ class RewardSet:
     _workers: Workers = field(default_factory=Workers, init=False, repr=False)
     #: where workers hand results back: the mailbox of the loop that last called score_group.
     _reply: Mailbox | None = field(default=None, init=False, repr=False)
+    #: score_group calls in progress, since when at least one was, and the seconds of such time
+    #: before that (see :meth:`pop_busy_seconds`).
+    _busy_calls: int = field(default=0, init=False, repr=False)
+    _busy_since: float = field(default=0.0, init=False, repr=False)
+    _busy_seconds: float = field(default=0.0, init=False, repr=False)
 
     def __post_init__(self) -> None:
         weakref.finalize(self, stop_workers, self._workers)
@@ -177,6 +182,26 @@ class RewardSet:
         if not samples or not self.components:
             self._combine(samples, [])
             return
+        if not self._busy_calls:
+            self._busy_since = time.perf_counter()
+        self._busy_calls += 1
+        try:
+            await self._score_group(samples)
+        finally:
+            self._busy_calls -= 1
+            if not self._busy_calls:
+                self._busy_seconds += time.perf_counter() - self._busy_since
+
+    def pop_busy_seconds(self) -> float:
+        """Wall-clock seconds since the last call during which at least one :meth:`score_group`
+        was in progress (groups scored at once count once; the time overlaps the generation of
+        other groups); a call still in progress counts up to now."""
+        now = time.perf_counter()
+        busy = self._busy_seconds + (now - self._busy_since if self._busy_calls else 0.0)
+        self._busy_seconds, self._busy_since = 0.0, now
+        return busy
+
+    async def _score_group(self, samples: list[Sample]) -> None:
         grace = self.timeout
         loop = asyncio.get_running_loop()
         reply = self._reply

@@ -29,7 +29,7 @@ from plasmid import loop
 from plasmid.config import Config
 from plasmid.errors import PluginError
 from plasmid.families import FAMILIES
-from plasmid.kernel_options import EvalOptions, GeneralOptions, RolloutOptions
+from plasmid.kernel_options import EvalOptions, GeneralOptions, ProfileOptions, RolloutOptions
 from plasmid.plugins import PluginManager
 from plasmid.replay import add_save_option, saving
 from plasmid.rundir import StartupWrites, check_run_dir, write_header
@@ -121,6 +121,18 @@ async def observed_train(session: Session, log: RunLog) -> dict[str, float]:
     return metrics
 
 
+def warn_missing_trace(config: Config, stream: TextIO | None = None) -> None:
+    """One warning line when ``--profile-step N`` was asked for and ``<run dir>/profile/`` holds no
+    trace of step N: the trace is a plugin's work (plasmid-torchtrain), and the run may have
+    stopped (or resumed) before that step."""
+    step = ProfileOptions.of(config).profile_step
+    if step is None or any((Path(config.run_dir) / "profile").glob(f"step_{step}.*")):
+        return
+    (stream or sys.stderr).write(f"plasmid: warning: --profile-step {step}: no trace was written to "
+                                 f"{Path(config.run_dir) / 'profile'} (the run did not reach step {step}, or no "
+                                 f"loaded plugin writes traces: plasmid-torchtrain does)\n")
+
+
 async def run_training(argv: list[str]) -> dict[str, float]:
     startup = start(argv, add_options=add_save_option)
     config = startup.config
@@ -134,6 +146,7 @@ async def run_training(argv: list[str]) -> dict[str, float]:
     finally:
         log.close()
         await session.shutdown()
+    warn_missing_trace(config)
     summary = {k: v for k, v in metrics.items() if k.startswith(("eval/", "rollout/reward_mean"))}
     print("final: " + json.dumps(summary), file=sys.stderr)
     return metrics

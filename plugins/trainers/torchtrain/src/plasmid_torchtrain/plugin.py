@@ -1,4 +1,5 @@
-"""Hook implementations of plasmid-torchtrain (torch is imported only when the trainer is chosen)."""
+"""Hook implementations of plasmid-torchtrain (torch is imported only when the trainer is chosen, or a
+``--profile-step`` trace is asked for: :mod:`plasmid_torchtrain.profiling`)."""
 
 from __future__ import annotations
 
@@ -19,3 +20,25 @@ def plasmid_addoption(parser: OptionParser) -> None:
 @hookimpl
 def plasmid_trainers(register):
     register("torchtrain", "plasmid_torchtrain.trainer:TorchTrainer", default=True)
+
+
+@hookimpl
+def plasmid_run_start(config, run_dir):
+    """``--profile-step``: arm the step's PyTorch profiler trace (:mod:`plasmid_torchtrain.profiling`)."""
+    from plasmid_torchtrain import profiling
+
+    profiling.run_start(config, run_dir)
+
+
+@hookimpl
+def plasmid_step_end(step, run_dir):
+    from plasmid_torchtrain import profiling
+
+    profiling.step_end(step, run_dir)
+
+
+@hookimpl
+def plasmid_run_end(run_dir):
+    from plasmid_torchtrain import profiling
+
+    profiling.run_end(run_dir)

@@ -12,7 +12,9 @@ taken at the sampling temperature, as the engine reports them) and ``--num-rollo
 "device" group (:class:`plasmid_torch.device_options.DeviceOptions`: ``--device``, ``--precision``,
 ``--attn-implementation``, shared with torchgen; AdamW is fused on CUDA) and its own
 (:class:`plasmid_torchtrain.options.TorchtrainOptions`: ``--gradient-checkpointing``,
-``--optimizer-offload``).
+``--optimizer-offload``); ``--profile`` (:class:`plasmid.kernel_options.ProfileOptions`): each
+update also reports ``train/forward_backward_seconds`` and ``train/optimizer_seconds``
+(:func:`plasmid_torch.training.timed_update`; with a critic, ``train/critic_...`` too).
 
 Batches are padded on the CPU; each forward pass moves its micro-batch's ids to the device and
 brings the ``[B, T]`` log-probs back, so the losses and the step recipe compute on CPU tensors
@@ -43,7 +45,7 @@ import torch
 
 from plasmid.config import Config
 from plasmid.errors import UsageError
-from plasmid.kernel_options import GeneralOptions, RolloutOptions
+from plasmid.kernel_options import GeneralOptions, ProfileOptions, RolloutOptions
 from plasmid.options import Options
 from plasmid.protocols import Loss
 from plasmid.types import LossBatch, RolloutBatch, Sample
@@ -54,7 +56,7 @@ from plasmid_torch.optimizer_update import optimizer_update
 from plasmid_torch.step_guard import TorchSnapshot
 from plasmid_torch.train_step import CriticParts, StepCounters, TrainerParts, TrainStep
 from plasmid_torch.trainer_options import TrainerOptions
-from plasmid_torch.training import check_trainer_setup, index_chunks
+from plasmid_torch.training import check_trainer_setup, index_chunks, timed_update
 from plasmid_torchtrain import batching, checkpoint, critic, distributed, lora, schedule, weights
 from plasmid_torchtrain.options import TorchtrainOptions
 
@@ -80,7 +82,7 @@ class TorchTrainer(StepCounters):
     """
 
     option_classes: ClassVar[tuple[type[Options], ...]] = (TrainerOptions, GeneralOptions, RolloutOptions,
-                                                                 DeviceOptions, TorchtrainOptions)
+                                                                 DeviceOptions, TorchtrainOptions, ProfileOptions)
     #: whether the policy is sharded with FSDP2 (:class:`ShardedTorchTrainer`)
     sharded: ClassVar[bool] = False
 
@@ -98,6 +100,8 @@ class TorchTrainer(StepCounters):
         self.options = options = TrainerOptions.of(config)
         self.config = config
         self.loss = loss
+        #: ``--profile``: each update reports its forward/backward and optimizer seconds (device synchronised)
+        self.profile = ProfileOptions.of(config).profile
         self.model_dir = Path(general.model)
         self.temperature: float = rollout.temperature
         #: this process's data-parallel rank (:mod:`.distributed`; one rank unless a runtime started more)
@@ -313,8 +317,11 @@ class TorchTrainer(StepCounters):
                 value, metrics = self.loss.policy_loss(chunk_batch.select(micro), logprobs, entropy)
                 yield value, {"loss": float(value.detach()), **metrics}
 
-        return optimizer_update(self.optimizer, self.scheduler, self._policy_parameters(), micro_losses(),
-                                clip_grad=self.options.clip_grad, sync=self.sync)
+        def update(losses: Iterator[tuple[torch.Tensor, dict[str, float]]]) -> dict[str, float]:
+            return optimizer_update(self.optimizer, self.scheduler, self._policy_parameters(), losses,
+                                    clip_grad=self.options.clip_grad, sync=self.sync)
+
+        return timed_update(update, micro_losses(), self.place.device) if self.profile else update(micro_losses())
 
     def _policy_parameters(self) -> list[torch.nn.Parameter]:
         """The policy's parameters as its optimizer holds them (an FSDP2 model's sharded DTensors,
@@ -341,8 +348,13 @@ class TorchTrainer(StepCounters):
                 values = critic.response_values(self.critic, chunk_rows.rows(micro), self.place)
                 yield self.loss.value_loss(chunk_batch.select(micro), values)
 
-        return optimizer_update(self.critic_optimizer, self.critic_scheduler, self.critic.parameters(),
-                                micro_losses(), clip_grad=self.options.clip_grad, sync=self.dp, prefix="critic_")
+        def update(losses: Iterator[tuple[torch.Tensor, dict[str, float]]]) -> dict[str, float]:
+            return optimizer_update(self.critic_optimizer, self.critic_scheduler, self.critic.parameters(), losses,
+                                    clip_grad=self.options.clip_grad, sync=self.dp, prefix="critic_")
+
+        if self.profile:
+            return timed_update(update, micro_losses(), self.place.device, prefix="critic_")
+        return update(micro_losses())
 
     # ---------------------------------------------------------------------------------------------
 
