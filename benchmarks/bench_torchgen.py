@@ -1,6 +1,7 @@
 """Throughput of the torchgen engine against Hugging Face ``generate`` on the same batch.
 
-Builds the quickstart's tiny model (``plasmid_torch.tiny.build_tiny_model``, 132k parameters) in a
+Builds a model from a config (``plasmid_torch.tiny.build_tiny_model``; ``--model-size tiny``: the
+quickstart's, 132k parameters; ``20m``: hidden 512, 5 layers, 8 heads, 21M parameters) in a
 temporary directory and times, alternately in one process:
 
 (a) the ``torchgen`` engine answering ``--batch`` concurrent ``generate`` calls of exactly
@@ -14,6 +15,7 @@ a GPU when torch sees one; ``--precision`` as the engine's option). Needs plasmi
 plasmid-torchgen installed.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_torchgen.py --batch 256 --new-tokens 16
+    OMP_NUM_THREADS=1 python benchmarks/bench_torchgen.py --batch 256 --new-tokens 16 --model-size 20m
     python benchmarks/bench_torchgen.py --device cuda --precision bf16 --batch 256 --new-tokens 64
 """
 
@@ -34,6 +36,10 @@ from plasmid.testing import build, make_config
 from plasmid.types import SamplingParams
 from plasmid_torch.hf import load_tokenizer
 from plasmid_torch.tiny import PAD_ID, build_tiny_model
+
+
+#: ``--model-size``: tiny_config fields of each size (the vocabulary is the char tokenizer's)
+MODEL_SIZES = {"tiny": {}, "20m": {"hidden_size": 512, "num_layers": 5, "num_heads": 8}}
 
 
 def addition_prompts(tokenizer, count: int, seed: int) -> list[list[int]]:
@@ -89,7 +95,7 @@ async def benchmark(args: argparse.Namespace, model_dir: Path, run_dir: Path) ->
 
     print(f"device {place.device} ({torch.cuda.get_device_name(place.device) if place.is_cuda else 'CPU'}), "
           f"precision {place.precision}")
-    print(f"tiny model: {sum(p.numel() for p in baseline.parameters())} parameters; batch {args.batch}, "
+    print(f"{args.model_size} model: {sum(p.numel() for p in baseline.parameters())} parameters; batch {args.batch}, "
           f"{args.new_tokens} new tokens, torch threads {torch.get_num_threads()}, median of {args.repeats}")
     rates = {}
     for name, runs in (("torchgen engine", engine_runs), ("HF generate", hf_runs)):
@@ -109,6 +115,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256, help="concurrent requests / batch rows")
     parser.add_argument("--new-tokens", type=int, default=16, help="tokens generated per request")
     parser.add_argument("--repeats", type=int, default=5, help="timed repetitions (the median is reported)")
+    parser.add_argument("--model-size", choices=sorted(MODEL_SIZES), default="tiny",
+                        help="tiny: the quickstart's model; 20m: 21M parameters, built from a config")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="the engine's --device")
@@ -117,7 +125,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="bench-torchgen-") as tmp:
-        model_dir = build_tiny_model(Path(tmp) / "model", seed=args.seed)
+        size = MODEL_SIZES[args.model_size]
+        positions = max(64, 16 + args.new_tokens)       # prompts are at most 8 tokens
+        model_dir = build_tiny_model(Path(tmp) / "model", seed=args.seed, max_positions=positions, **size)
         asyncio.run(benchmark(args, model_dir, Path(tmp) / "run"))
 
 
