@@ -37,7 +37,6 @@ from plasmid.types import SamplingParams
 from plasmid_torch.hf import load_tokenizer
 from plasmid_torch.tiny import PAD_ID, build_tiny_model
 
-
 #: ``--model-size``: tiny_config fields of each size (the vocabulary is the char tokenizer's)
 MODEL_SIZES = {"tiny": {}, "20m": {"hidden_size": 512, "num_layers": 5, "num_heads": 8}}
 
