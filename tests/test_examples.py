@@ -7,7 +7,10 @@ plugins are installed (skipped otherwise), on a tiny stand-in model and on CPU (
 from __future__ import annotations
 
 import json
+import re
 import string
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,13 +25,15 @@ CPU_RECIPES = sorted(EXAMPLES.glob("*.yaml"))
 GPU_RECIPES = sorted((EXAMPLES / "gpu").glob("*.yaml"))
 SMALL = ["--num-rollouts", "2", "--prompts-per-step", "4", "--n-samples-per-prompt", "4", "--eval-interval", "0",
          "--save-interval", "0"]
-#: Extra flags per CPU recipe that only shorten it (the toolcalc recipe's warm start).
-SHORTER = {"toolcalc-multiturn.yaml": ["--toolcalc-warmup-steps", "5"]}
+#: Extra flags per CPU recipe that only shorten it (the toolcalc recipe's warm start; the code
+#: recipe's sandboxed runs, one per response).
+SHORTER = {"toolcalc-multiturn.yaml": ["--toolcalc-warmup-steps", "5"],
+           "tiny-programs-code.yaml": ["--prompts-per-step", "2"]}
 #: The plugin providing each provider a recipe names (family option -> provider -> plugin).
 PROVIDERS = {"torchgen": "torchgen", "torchtrain": "torchtrain", "grpo": "grpo", "dapo": "grpo", "ppo": "ppo",
              "tasks": "tasks", "jsonl": "jsonl", "exact": "match", "math": "math", "calculator": "tools",
-             "multiturn": "multiturn", "zero-std": "dynamic", "sglang": "sglang", "sglang-tensor": "sglang",
-             "sglang-distributed": "sglang", "megatron": "megatron", "ray": "ray"}
+             "multiturn": "multiturn", "zero-std": "dynamic", "code": "code", "sglang": "sglang",
+             "sglang-tensor": "sglang", "sglang-distributed": "sglang", "megatron": "megatron", "ray": "ray"}
 BASE = ["hf", "rollout", "sync"]
 
 
@@ -44,7 +49,8 @@ def recipe_plugins(recipe: Path) -> list[str]:
 
 
 def test_the_recipes_are_there():
-    assert {p.name for p in CPU_RECIPES} == {"quickstart-grpo.yaml", "toolcalc-multiturn.yaml"}
+    assert {p.name for p in CPU_RECIPES} == {"quickstart-grpo.yaml", "toolcalc-multiturn.yaml",
+                                             "tiny-programs-code.yaml"}
     assert {p.name for p in GPU_RECIPES} == {"grpo-gsm8k-torchtrain.yaml", "grpo-gsm8k-sglang.yaml",
                                              "dapo-math-dynamic-sampling.yaml", "ppo-megatron-critic.yaml"}
     for recipe in CPU_RECIPES + GPU_RECIPES:
@@ -53,17 +59,37 @@ def test_the_recipes_are_there():
         assert header.startswith("# "), recipe
 
 
+def built_model(recipe: Path, where: Path) -> list[str]:
+    """``--model DIR`` for a recipe whose header builds its model (``python -c "..."`` writing
+    the recipe's ``model:``), run as written with the directory moved to ``where``; else nothing."""
+    model = yaml.safe_load(recipe.read_text()).get("model")
+    command = re.search(r'^#\s+python -c "(.*)"$', recipe.read_text(), re.MULTILINE)
+    if model is None:
+        return []
+    assert command is not None and f"'{model}'" in command.group(1), f"{recipe.name}: how is {model} built?"
+    target = where / "model"
+    subprocess.run([sys.executable, "-c", command.group(1).replace(f"'{model}'", repr(str(target)))], check=True,
+                   timeout=300)
+    return ["--model", str(target)]
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("recipe", CPU_RECIPES, ids=lambda p: p.stem)
 def test_a_cpu_recipe_trains(recipe, tmp_path):
     run_dir = tmp_path / "run"
-    proc = run_plasmid("train", "--config", str(recipe), "--plugins", ",".join(recipe_plugins(recipe)), *SMALL,
-                       *SHORTER.get(recipe.name, []), "--run-dir", str(run_dir), cwd=ROOT)
+    model = built_model(recipe, tmp_path)
+    shorter = [*SMALL, *SHORTER.get(recipe.name, []), *model]
+    proc = run_plasmid("train", "--config", str(recipe), "--plugins", ",".join(recipe_plugins(recipe)), *shorter,
+                       "--run-dir", str(run_dir), cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
-    assert len(read_metrics(run_dir)) == 2
+    steps = read_metrics(run_dir)
+    assert len(steps) == 2
+    options = yaml.safe_load(recipe.read_text())
+    for name in options.get("reward", []):
+        assert all(0.0 <= step[f"rollout/reward/{name}"] <= 1.0 for step in steps), name
     written = json.loads((run_dir / "config.json").read_text())["option"]
-    for key, value in yaml.safe_load(recipe.read_text()).items():
-        if f"--{key.replace('_', '-')}" not in SMALL:
+    for key, value in options.items():
+        if f"--{key.replace('_', '-')}" not in shorter:
             assert written[key] == value, key
 
 
