@@ -13,6 +13,7 @@ from conftest import RecordingEngine, make_ctx
 from plasmid_agent.generate import AgentGenerate
 
 from plasmid.testing import build, make_config
+from plasmid.testing.conversation import EngineCall, check_token_in_token_out
 from plasmid.types import Sample, SamplingParams, Status
 from plasmid_torch.hf import load_tokenizer
 
@@ -50,10 +51,7 @@ def test_two_turns_through_the_openai_client_are_one_sample_of_the_engines_exact
     assert prompt2[:len(prompt1) + len(out1.token_ids)] == prompt1 + out1.token_ids, "the model's ids are reused"
     between = prompt2[len(prompt1) + len(out1.token_ids):]
     assert tokenizer.decode(between) == ("" if out1.token_ids[-1:] == [2] else "<eos>") + "<bos>1+1="
-    assert out.tokens == prompt2 + out2.token_ids
-    assert out.response_length == len(out.tokens) - len(prompt1)
-    assert out.loss_mask == [1] * len(out1.token_ids) + [0] * len(between) + [1] * len(out2.token_ids)
-    assert out.rollout_logprobs == out1.logprobs + [0.0] * len(between) + out2.logprobs
+    check_token_in_token_out(out, [EngineCall(*seen) for seen in engine.seen], environment=[between])
     assert out.status == out2.status and out.weight_version == 0
     assert out.index == 5 and out.group_index == 2 and out.label == "7"
     assert out.metadata["agent_reward"]["calls"] == 2.0 and out.metadata["agent_calls"] == 2
