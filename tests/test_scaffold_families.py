@@ -1,6 +1,6 @@
 """``plasmid new-plugin FAMILY NAME`` for every family it scaffolds: the package it writes passes
-its own tests, which run the family's contract suite (:mod:`plasmid.testing`; the loss, engine and
-weight-sync suites from plasmid-torch) on the example provider, with the package's ``src`` on
+its own tests, which run the family's contract suite (:mod:`plasmid.testing`; the loss, engine,
+trainer and weight-sync suites from plasmid-torch) on the example provider, with the package's ``src`` on
 ``sys.path`` (installing it with pip and training with it is checked for the reward package in
 tests/test_new_plugin.py)."""
 
@@ -16,7 +16,8 @@ from plasmid.scaffold import FAMILIES, SPECS, write_package
 #: The contract suite each family's generated test must subclass.
 SUITES = {"reward": "RewardContract", "filter": "FilterContract", "tool": "ToolContract",
           "datasource": "DataSourceContract", "loss": "LossContract", "generate": "GenerateContract",
-          "engine": "GeneratorContract", "weight-sync": "WeightSyncContract", "observer": "ObserverContract"}
+          "engine": "GeneratorContract", "trainer": "TrainerContract", "weight-sync": "WeightSyncContract",
+          "observer": "ObserverContract"}
 
 
 class Outcomes:
@@ -65,7 +66,7 @@ def test_the_scaffold_passes_its_own_tests_and_contract_suite(tmp_path, family):
     contract = [node for node in reports if "Contract::" in node]
     own = [node for node in reports if "Contract::" not in node]
     assert len(contract) >= 4 and own, reports
-    assert set(reports.values()) <= {"passed", "skipped"}, reports  # the loss suite skips its critic checks
+    assert set(reports.values()) <= {"passed", "skipped"}, reports  # loss and trainer skip their critic checks
     assert "passed" in set(reports.values())
 
 

@@ -46,9 +46,9 @@ def test_it_refuses_to_overwrite_and_to_scaffold_other_families(tmp_path):
     write_package("reward", "twice", tmp_path)
     with pytest.raises(UsageError, match="already exists"):
         write_package("reward", "twice", tmp_path)
-    with pytest.raises(UsageError, match="only reward, filter, tool, datasource, loss, generate, engine, "
+    with pytest.raises(UsageError, match="only reward, filter, tool, datasource, loss, generate, engine, trainer, "
                                          "weight-sync, observer packages"):
-        write_package("trainer", "mine", tmp_path)
+        write_package("runtime", "mine", tmp_path)
 
 
 def test_the_cli_lists_what_it_wrote(tmp_path, capsys):

@@ -1,12 +1,12 @@
 """``plasmid new-plugin FAMILY NAME``: write a working third-party plugin package to start from.
 
 Families (:data:`SPECS`): ``reward``, ``filter``, ``tool``, ``datasource``, ``loss``,
-``generate``, ``engine``, ``weight-sync`` and ``observer`` (hooks, no provider); not
-``trainer``, whose contract (a critic, refused bad steps, bit-identical resume) no small
-package keeps. The package (``<dir>/plasmid-NAME/``) installs with pip, registers provider
-``NAME`` of its family under the entry-point group ``plasmid``, and passes its own tests, which
-subclass the family's contract suite (:mod:`plasmid.testing`; the loss, engine and weight-sync
-suites live in the plasmid-torch library, the generate and observer suites in
+``generate``, ``engine``, ``trainer`` (no critic: its test skips the suite's two critic checks),
+``weight-sync`` and ``observer`` (hooks, no provider). The package (``<dir>/plasmid-NAME/``)
+installs with pip, registers provider ``NAME`` of its family under the entry-point group
+``plasmid``, and passes its own tests, which subclass the family's contract suite
+(:mod:`plasmid.testing`; the loss, engine, trainer and weight-sync suites live in the
+plasmid-torch library, the generate and observer suites in
 :mod:`plasmid.testing.contracts.generate` and :mod:`plasmid.testing.contracts.observer`)::
 
     plasmid-NAME/
@@ -1158,10 +1158,265 @@ def test_one_after_another_sends_each_bucket_to_each_engine_in_turn_then_flushes
     test_dependencies=("plasmid-torch", "torch", "plasmid-torchtrain", "plasmid-torchgen", "plasmid-grpo"),
 )
 
+# ------------------------------------------------------------------------------------------ trainer
+TRAINER_PLUGIN = '''\
+"""Hook implementations of plasmid-{name}."""
+
+from __future__ import annotations
+
+from plasmid import hookimpl
+from plasmid_torch.trainer_options import TrainerOptions
+from {module}.options import {cls}Options
+
+
+@hookimpl
+def plasmid_addoption(parser):
+    parser.add_options({cls}Options)
+    parser.add_options(TrainerOptions)      # --lr, --clip-grad, ...: shared by every trainer
+
+
+@hookimpl
+def {hook}(register):
+    # A "module:attr" string: the module is imported only when the {family} is chosen.
+    register("{name}", "{module}.{impl}:{cls}")
+'''
+
+TRAINER = Spec(
+    hook="plasmid_trainers",
+    suffix="Trainer",
+    summary="trains `--model` (a Hugging Face causal LM, float32 on the CPU) with the run's loss and "
+            "AdamW, through plasmid-torch's train-step recipe (refused bad steps included); "
+            "checkpoints hold a loadable `model/` directory. No critic, one process: a start.",
+    options='''\
+    {option}_micro_batch_samples: int = option(0, "samples per forward/backward (0: --micro-batch-size)", min=0)''',
+    implementation='''\
+"""The ``{name}`` trainer (imports torch: it runs in the trainer's process)."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+
+from plasmid.config import Config
+from plasmid.errors import UsageError
+from plasmid.kernel_options import GeneralOptions, RolloutOptions
+from plasmid.protocols import Loss
+from plasmid.types import LossBatch, RolloutBatch, Sample
+from plasmid_torch.hf import load_causal_lm, load_tokenizer
+from plasmid_torch.ops import entropy_from_logits, logprobs_from_logits
+from plasmid_torch.optimizer_update import optimizer_update
+from plasmid_torch.step_guard import TorchSnapshot
+from plasmid_torch.train_step import StepCounters, TrainerParts, TrainStep
+from plasmid_torch.trainer_options import TrainerOptions
+from plasmid_torch.training import check_trainer_setup, index_chunks, scheduled_updates
+from {module}.options import {cls}Options
+
+STATE = "trainer_state.pt"
+
+
+def lr_multiplier(options: TrainerOptions, rollout: RolloutOptions) -> Callable[[int], float]:
+    """``update -> lr / --lr``: linear warm-up over ``--lr-warmup-steps`` updates, then
+    ``--lr-schedule`` (constant, linear or cosine to ``--min-lr``) over the run's updates."""
+    total, warmup = scheduled_updates(options, rollout), options.lr_warmup_steps
+
+    def multiplier(update: int) -> float:
+        if update < warmup:
+            return (update + 1) / warmup
+        if options.lr_schedule == "constant":
+            return 1.0
+        progress = min(1.0, (update - warmup) / max(1, total - warmup))
+        shape = 1.0 - progress if options.lr_schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+        return (options.min_lr + (options.lr - options.min_lr) * shape) / options.lr
+
+    return multiplier
+
+
+def response_logprobs(model: Any, samples: list[Sample], temperature: float, width: int,
+                      with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``[B, width]`` log-probs (and entropies) of each sample's response tokens under ``model``
+    at ``temperature``, one forward pass per sample, zero beyond each response."""
+    rows, entropies = [], []
+    for sample in samples:
+        ids = torch.tensor([sample.tokens])
+        logits = model(input_ids=ids).logits[0, sample.prompt_length - 1:-1]
+        pad = (0, width - sample.response_length)
+        rows.append(torch.nn.functional.pad(logprobs_from_logits(logits, ids[0, sample.prompt_length:],
+                                                                 temperature), pad))
+        if with_entropy:
+            entropies.append(torch.nn.functional.pad(entropy_from_logits(logits, temperature), pad))
+    return torch.stack(rows), (torch.stack(entropies) if with_entropy else None)
+
+
+class {cls}(StepCounters):
+    """A :class:`plasmid.protocols.Trainer`, built by the kernel as ``{cls}(config, loss)``.
+
+    ``train_step`` is :class:`plasmid_torch.train_step.TrainStep` with this trainer's parts
+    (:meth:`_logprobs`, :meth:`_update`, :meth:`_snapshot`): old and reference log-probs,
+    advantages, one AdamW update per ``--global-batch-size`` samples accumulated over
+    micro-batches, and a bad step (non-finite loss or gradients, weights moved more than
+    ``--max-update-ratio``) refused with weights, optimizer and schedule as they were. The model
+    stays in eval mode (no dropout), so its log-probs match the engine's. ``save`` writes
+    ``model/`` (weights and tokenizer, loadable with transformers) and the optimizer, schedule
+    and counters; ``load`` restores them, so training continues bit for bit. A loss that needs a
+    critic is refused: add a value model and :class:`plasmid_torch.train_step.CriticParts` for one.
+    """
+
+    option_classes = ({cls}Options, TrainerOptions, GeneralOptions, RolloutOptions)
+
+    def __init__(self, config: Config, loss: Loss) -> None:
+        general, rollout = GeneralOptions.of(config), RolloutOptions.of(config)
+        check_trainer_setup("{name}", general, loss)
+        if loss.needs_critic:
+            raise UsageError(f"trainer '{name}': the loss {{type(loss).__name__}} needs a critic, which this trainer "
+                             f"does not train")
+        self.options = options = TrainerOptions.of(config)
+        self.micro_batch = {cls}Options.of(config).{option}_micro_batch_samples or options.micro_batch_size
+        self.loss, self.temperature = loss, rollout.temperature
+        self.model_dir = Path(str(general.model))
+        self.model = load_causal_lm(str(self.model_dir)).requires_grad_(True)
+        self.reference = copy.deepcopy(self.model).requires_grad_(False) if loss.needs_ref else None
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=options.lr, weight_decay=options.weight_decay,
+                                           betas=(options.adam_beta1, options.adam_beta2))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_multiplier(options, rollout))
+        self.recipe = TrainStep(TrainerParts(loss=loss, policy=self.model, reference=self.reference,
+                                             logprobs=self._logprobs, policy_update=self._update,
+                                             snapshot=self._snapshot), options, temperature=self.temperature)
+
+    # ------------------------------------------------------------------------------ the protocol
+    async def logprobs(self, samples: list[Sample], temperature: float) -> list[list[float]]:
+        if not samples:
+            return []
+        values = self._logprobs(self.model, samples, temperature)
+        return [values[row, :sample.response_length].tolist() for row, sample in enumerate(samples)]
+
+    async def train_step(self, batch: RolloutBatch) -> dict[str, float]:
+        return self.recipe.run(batch)
+
+    def export_weights(self, bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+        """Copies of the weights by Hugging Face name (a tied tensor once, under its first name),
+        in buckets of at most ``bucket_bytes`` bytes (a larger tensor alone)."""
+        bucket: list[tuple[str, torch.Tensor]] = []
+        size, seen = 0, set()
+        for name, tensor in self.model.state_dict().items():
+            if tensor.data_ptr() in seen:
+                continue
+            seen.add(tensor.data_ptr())
+            nbytes = tensor.numel() * tensor.element_size()
+            if bucket and size + nbytes > bucket_bytes:
+                yield bucket
+                bucket, size = [], 0
+            bucket.append((name, tensor.detach().clone()))
+            size += nbytes
+        if bucket:
+            yield bucket
+
+    async def save(self, path: str) -> None:
+        root = Path(path)
+        self.model.save_pretrained(root / "model")
+        load_tokenizer(str(self.model_dir)).save_pretrained(root / "model")
+        torch.save({{"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                    **self.recipe.counters()}}, root / STATE)
+
+    async def load(self, path: str) -> None:
+        root = Path(path)
+        saved = transformers.AutoModelForCausalLM.from_pretrained(str(root / "model"), dtype=torch.float32)
+        with torch.no_grad():
+            self.model.load_state_dict(saved.state_dict())
+        state = torch.load(root / STATE, weights_only=True)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.recipe.restore(state)
+
+    async def offload(self) -> None:
+        """Nothing to do on the CPU (a GPU trainer colocated with engines moves its state here)."""
+
+    async def onload(self) -> None:
+        """Nothing was offloaded."""
+
+    # ------------------------------------------------------------------- the train step's parts
+    def _logprobs(self, model: Any, samples: list[Sample], temperature: float) -> torch.Tensor:
+        with torch.no_grad():
+            width = max(sample.response_length for sample in samples)
+            return response_logprobs(model, samples, temperature, width)[0]
+
+    def _update(self, batch: LossBatch, samples: list[Sample], chunk: list[int]) -> dict[str, float]:
+        chunk_batch, chunk_samples = batch.select(torch.tensor(chunk)), [samples[i] for i in chunk]
+        width = batch.response_mask.shape[1]
+
+        def micro_losses() -> Iterator[tuple[torch.Tensor, dict[str, float]]]:
+            for micro in index_chunks(len(chunk), self.micro_batch):
+                logprobs, entropy = response_logprobs(self.model, [chunk_samples[i] for i in micro],
+                                                      self.temperature, width, with_entropy=True)
+                value, metrics = self.loss.policy_loss(chunk_batch.select(torch.tensor(micro)), logprobs, entropy)
+                yield value, {{"loss": float(value.detach()), **metrics}}
+
+        return optimizer_update(self.optimizer, self.scheduler, list(self.model.parameters()), micro_losses(),
+                                clip_grad=self.options.clip_grad)
+
+    def _snapshot(self) -> TorchSnapshot:
+        return TorchSnapshot([p for p in self.model.parameters() if p.requires_grad], optimizers=[self.optimizer],
+                             schedulers=[self.scheduler])
+''',
+    test='''\
+"""The ``{name}`` trainer keeps plasmid's trainer contract (a tiny model on CPU), except the
+critic checks: it trains no critic, and refuses a loss that needs one."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import {module}.plugin
+from plasmid.errors import UsageError
+from plasmid.testing import TrainerContract, build, make_config
+from plasmid_torch.testing.contracts.trainer import ContractCriticLoss
+
+NO_CRITIC = "this trainer trains no critic (refused: test_a_critic_loss_is_refused)"
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+class Test{cls}Contract(TrainerContract):
+    plugin = {module}.plugin
+    provider = "{name}"
+
+    @pytest.mark.skip(reason=NO_CRITIC)
+    def test_critic_warmup_trains_only_the_critic_then_the_policy(self):
+        pass
+
+    @pytest.mark.skip(reason=NO_CRITIC)
+    def test_a_nan_critic_loss_refuses_the_step_and_undoes_the_policy_update(self):
+        pass
+
+
+def test_a_critic_loss_is_refused(tmp_path):
+    from plasmid_torch.tiny import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "tiny")
+    config = make_config({module}.plugin, model=str(model), run_dir=tmp_path / "run")
+    with pytest.raises(UsageError, match="needs a critic"):
+        build("trainer", "{name}", {module}.plugin, config=config, args=(ContractCriticLoss(),))
+''',
+    usage='''\
+    plasmid train --trainer {name} --model PATH ...''',
+    dependencies=("plasmid-torch", "torch", "transformers"),
+    plugin=TRAINER_PLUGIN,
+)
+
 
 #: Family -> what its scaffold differs in; :func:`write_package` accepts exactly these.
 SPECS: dict[str, Spec] = {"reward": REWARD, "filter": FILTER, "tool": TOOL, "datasource": DATASOURCE, "loss": LOSS,
-                          "generate": GENERATE, "engine": ENGINE, "weight-sync": WEIGHT_SYNC, "observer": OBSERVER}
+                          "generate": GENERATE, "engine": ENGINE, "trainer": TRAINER, "weight-sync": WEIGHT_SYNC,
+                          "observer": OBSERVER}
 FAMILIES = tuple(SPECS)
 
 
