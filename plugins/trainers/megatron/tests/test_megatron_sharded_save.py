@@ -97,3 +97,19 @@ def test_buckets_are_lazy_and_bounded():
     assert seen == [(["t0", "t1"], 3), (["t2"], 4), (["t3"], 5), (["t4"], 6), (["t5"], 6)]
     with pytest.raises(ValueError, match="update-weight-buffer-size"):
         next(hf_export.buckets(stream(), 0))
+
+
+def test_the_host_memory_arithmetic_counts_the_published_sizes():
+    """``python -m plasmid_megatron.host_memory`` (the README's table): parameter counts from the
+    config shapes within 1% of the published totals (GLM-4.5's 355B includes its multi-token-prediction
+    layer, not counted here), and the bound is bucket + largest tensor + allowance."""
+    from plasmid_megatron import host_memory
+
+    published = {"Qwen2.5-7B": 7.62e9, "Qwen3-30B-A3B": 30.5e9, "GLM-4.5-355B": 355e9}
+    for name, shapes in host_memory.MODELS.items():
+        figures = host_memory.per_rank(shapes)
+        assert figures["parameters"] == pytest.approx(published[name], rel=0.01), name
+        assert figures["before"] == 2 * figures["parameters"]
+        assert figures["now"] == host_memory.DEFAULT_BUCKET + shapes.largest_tensor() + host_memory.ALLOWANCE
+    assert host_memory.per_rank(host_memory.MODELS["Qwen3-30B-A3B"])["before"] * 8 == pytest.approx(489e9, rel=0.01)
+    assert "| Qwen3-30B-A3B | 30.5 B | 0.62 GB |" in host_memory.table()
