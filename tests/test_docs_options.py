@@ -26,7 +26,7 @@ def embedded_plugins() -> str:
         match = re.match(r"-e \./(plugins/\S+)", line)
         if match:
             project = tomllib.loads((ROOT / match.group(1) / "pyproject.toml").read_text())["project"]
-            names += list(project["entry-points"]["plasmid"])
+            names += list(project["entry-points"].get("plasmid", {}))   # plasmid-scaffold: commands only
     return ",".join(names)
 
 

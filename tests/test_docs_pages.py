@@ -8,9 +8,9 @@ import re
 from pathlib import Path
 
 import pytest
+from plasmid_scaffold.templates import FAMILIES as SCAFFOLDED
 
 from plasmid.families import FAMILIES
-from plasmid.scaffold import FAMILIES as SCAFFOLDED
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

@@ -10,8 +10,7 @@ import sys
 import tomllib
 
 import pytest
-
-from plasmid.scaffold import FAMILIES, SPECS, write_package
+from plasmid_scaffold.templates import FAMILIES, SPECS, write_package
 
 #: The contract suite each family's generated test must subclass.
 SUITES = {"reward": "RewardContract", "filter": "FilterContract", "tool": "ToolContract",

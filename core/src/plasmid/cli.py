@@ -6,11 +6,17 @@
     plasmid plugins show NAME [--json] one plugin: providers, hooks, options
     plasmid plugins check [--json]     import each plugin in a fresh process; report failures, times
     plasmid score --reward NAME [--label L] < lines   score responses read from stdin (JSON or text lines)
-    plasmid new-plugin FAMILY NAME [--dir D]   write a working plugin package (reward, engine, ...) to start from
+    plasmid new-plugin FAMILY NAME [--dir D]   write a working plugin package (reward, engine, ...) to start
+                                       from (from plasmid-scaffold, a package command)
     plasmid rollout [OPTIONS] [--save-rollouts DIR]   generate and score with the train options, no training
     plasmid replay DIR [OPTIONS]       train on rollouts saved with --save-rollouts, no engine
     plasmid eval --checkpoint DIR | --model DIR [--eval-data NAME=PATH] [--eval-n-samples K]   JSON results
     plasmid --version                  the kernel's and every installed plugin's version
+
+Commands besides the kernel's come from installed packages: entry points of group
+``plasmid.commands`` (:data:`COMMAND_GROUP`), ``name = "module:function"`` with ``function(argv)
+-> int`` (plasmid-scaffold's ``new-plugin``); a kernel command keeps its name. A package command
+that fails to import is one line naming its distribution.
 
 Every command answers ``--help``. Errors that a user can fix (:class:`plasmid.errors.PlasmidError`,
 and a full disk, exceeded quota, read-only or forbidden path: an ``OSError`` with one of
@@ -24,6 +30,7 @@ import errno
 import sys
 import traceback
 from collections.abc import Callable
+from typing import Any
 
 from plasmid.errors import PlasmidError
 
@@ -33,25 +40,36 @@ USAGE = __doc__.split("\n\n")[1]
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage:\n" + USAGE)
+        extra = [f"    plasmid {name:<30} (from {ep.dist.name if ep.dist else '?'})"
+                 for name, ep in sorted(package_commands().items()) if f"plasmid {name} " not in USAGE]
+        print("usage:\n" + "\n".join([USAGE, *extra]))
         return 0
     if argv[0] in ("-V", "--version"):
         print(version_text())
         return 0
     command, rest = argv[0], argv[1:]
     commands: dict[str, Callable[[list[str]], int]] = {
-                "train": cmd_train, "plugins": cmd_plugins, "score": cmd_score, "new-plugin": cmd_new_plugin,
+                "train": cmd_train, "plugins": cmd_plugins, "score": cmd_score,
                 "config": cmd_config,
                 "rollout": lambda a: int(__import__("plasmid.replay", fromlist=["_"]).rollout_command(a)),
                 "replay": lambda a: int(__import__("plasmid.replay", fromlist=["_"]).replay_command(a)),
                 "eval": lambda a: int(__import__("plasmid.evaluate", fromlist=["_"]).eval_command(a))}
-    if command not in commands:
+    packaged = {name: ep for name, ep in package_commands().items() if name not in commands}
+    if command not in commands and command not in packaged:
         from plasmid.plugins import did_you_mean
 
-        print(f"plasmid: error: unknown command {command!r}{did_you_mean(command, commands)} ('plasmid --help' "
+        if command in PACKAGED_COMMANDS:
+            dist = PACKAGED_COMMANDS[command]
+            print(f"plasmid: error: 'plasmid {command}' comes with the {dist} package, which is not installed: "
+                  f"pip install {dist} (requirements/embedded.txt installs it)", file=sys.stderr)
+            return 2
+        known = {*commands, *packaged}
+        print(f"plasmid: error: unknown command {command!r}{did_you_mean(command, known)} ('plasmid --help' "
               f"lists the commands)", file=sys.stderr)
         return 2
     try:
+        if command in packaged:
+            return int(load_command(packaged[command])(rest))
         return commands[command](rest)
     except PlasmidError as exc:
         if debug_requested(rest):
@@ -137,10 +155,36 @@ def version_text() -> str:
     return "\n".join(lines)
 
 
-def cmd_new_plugin(argv: list[str]) -> int:
-    from plasmid.scaffold import new_plugin_command
+#: Entry-point group of commands from installed packages (``plasmid new-plugin``: plasmid-scaffold).
+COMMAND_GROUP = "plasmid.commands"
 
-    return new_plugin_command(argv)
+#: Package commands the README names -> the distribution that provides each (for the hint when
+#: it is not installed).
+PACKAGED_COMMANDS = {"new-plugin": "plasmid-scaffold"}
+
+
+def package_commands() -> dict[str, Any]:
+    """Name -> entry point of every command of group :data:`COMMAND_GROUP` (nothing imported)."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=COMMAND_GROUP)}
+
+
+def load_command(ep: Any) -> Callable[[list[str]], int]:
+    """The function of package command ``ep``; a failing import or a target that is not callable
+    is a :class:`plasmid.errors.PluginError` naming the command and its distribution."""
+    from plasmid.errors import PluginError
+
+    dist = f"{ep.dist.name} {ep.dist.version}" if getattr(ep, "dist", None) else "?"
+    try:
+        function = ep.load()
+    except Exception as exc:
+        raise PluginError(f"command '{ep.name}' ({dist}, {ep.value}) failed to import: "
+                          f"{type(exc).__name__}: {exc}") from exc
+    if not callable(function):
+        raise PluginError(f"command '{ep.name}' ({dist}): {ep.value} is not a function of argv")
+    command: Callable[[list[str]], int] = function
+    return command
 
 
 def debug_requested(argv: list[str]) -> bool:

@@ -8,11 +8,11 @@ import ast
 import tomllib
 
 import pytest
+from plasmid_scaffold.templates import FAMILIES, package_files, write_package
 
 import plasmid
 from plasmid.cli import main
 from plasmid.errors import UsageError
-from plasmid.scaffold import FAMILIES, package_files, write_package
 
 
 def test_the_package_has_an_entry_point_a_module_and_a_contract_test(tmp_path):
