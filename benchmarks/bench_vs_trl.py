@@ -30,7 +30,8 @@ this part measures throughput (steady samples/s and tokens/s), where per-sample 
 weighs less than in mod10's one-token responses; its reward curves stay near 0.
 
 Writes ``<out>/vs_trl.json`` (every run's per-step curves and the summary) and ``<out>/vs_trl.png``
-(rollout reward and eval accuracy of all three against the step, same axes, one row per task).
+(rollout reward, eval accuracy and wall-clock of all three against the step, same axes, one row per
+task).
 
 What could not be matched with TRL 1.16 (``GRPOTrainer`` as of that version):
 
@@ -141,8 +142,14 @@ def greedy_accuracy(model: Any, tokenizer: Any, examples: list[tuple[str, str]],
 
 # ============================================================================ raw loop worker
 def worker_raw(args: argparse.Namespace) -> None:
-    """The algorithm in plain PyTorch + ``model.generate``: no framework (benchmarks/raw_grpo_loop.py's
-    loop, for any task of plasmid-tasks, on the data source's prompt order, printing every step)."""
+    """The algorithm in plain PyTorch + ``model.generate``: no framework.
+
+    benchmarks/raw_grpo_loop.py's loop (bench_quickstart.py's baseline), generalised so that the three
+    systems see the same thing: any task of plasmid-tasks, the data source's prompt order (not iid
+    draws), responses of up to the answer length that stop at ``<eos>`` (no ``min_new_tokens``; the
+    ``<eos>`` is trained, what follows it is masked), group std ``+ 1e-6`` as plasmid's, the old
+    log-probs taken from the same forward (one update per step, so they are the detached new ones),
+    the token-mean loss, and one line per step."""
     import torch
     import transformers
 
@@ -385,27 +392,39 @@ def print_table(title: str, table: dict[str, Any]) -> None:
 
 
 def plot(path: Path, parts: list[tuple[str, list[dict[str, Any]]]], target: float) -> None:
-    """Rollout reward and eval accuracy against the step, every run of every system on shared axes."""
+    """Per task (a row): rollout reward, eval accuracy (when the task is evaluated) and wall-clock since
+    spawn against the step, every run of every system on shared axes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     colors = {"plasmid": "tab:blue", "trl": "tab:orange", "raw": "tab:green"}
-    figure, axes = plt.subplots(len(parts), 2, figsize=(12, 4 * len(parts)), squeeze=False)
+    figure, axes = plt.subplots(len(parts), 3, figsize=(16, 4 * len(parts)), squeeze=False)
     for row, (title, runs) in enumerate(parts):
+        reward, accuracy, clock = axes[row]
         for run in runs:
-            steps = run["steps"]
+            steps, color = run["steps"], colors[run["system"]]
             label = f"{run['system']} seed {run['seed']}"
-            axes[row][0].plot([s["step"] for s in steps], [s["reward"] for s in steps], color=colors[run["system"]],
-                              alpha=0.6, linewidth=0.8, label=label)
+            reward.plot([s["step"] for s in steps], [s["reward"] for s in steps], color=color, alpha=0.6,
+                        linewidth=0.8, label=label)
             evals = [s for s in steps if "eval_accuracy" in s]
-            axes[row][1].plot([s["step"] for s in evals], [s["eval_accuracy"] for s in evals],
-                              color=colors[run["system"]], alpha=0.8, marker=".", label=label)
-        axes[row][0].set(title=f"{title}: rollout reward", xlabel="step", ylabel="mean reward", ylim=(-0.02, 1.02))
-        axes[row][1].set(title=f"{title}: greedy eval accuracy", xlabel="step", ylabel="accuracy", ylim=(-0.02, 1.02))
-        axes[row][1].axhline(target, color="grey", linestyle="--", linewidth=0.8)
-        axes[row][1].legend(fontsize=7)
+            accuracy.plot([s["step"] for s in evals], [s["eval_accuracy"] for s in evals], color=color, alpha=0.8,
+                          marker=".", label=label)
+            timed = [s for s in steps if "t" in s]
+            clock.plot([s["step"] for s in timed], [s["t"] for s in timed], color=color, alpha=0.8, marker=".",
+                       markersize=3, label=label)
+        reward.set(title=f"{title}: rollout reward", xlabel="step", ylabel="mean reward", ylim=(-0.02, 1.02))
+        reward.legend(fontsize=7)
+        if any("eval_accuracy" in s for run in runs for s in run["steps"]):
+            accuracy.set(title=f"{title}: greedy eval accuracy", xlabel="step", ylabel="accuracy",
+                         ylim=(-0.02, 1.02))
+            accuracy.axhline(target, color="grey", linestyle="--", linewidth=0.8)
+        else:
+            accuracy.set_axis_off()
+            accuracy.text(0.5, 0.5, f"{title}: not evaluated (throughput only)", ha="center", va="center",
+                          transform=accuracy.transAxes)
+        clock.set(title=f"{title}: wall-clock since spawn", xlabel="step", ylabel="seconds")
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
