@@ -1446,7 +1446,7 @@ def package_files(name: str, family: str = "reward") -> dict[str, str]:
         "options": spec.options.format(**keys),
         "usage": spec.usage.format(**keys),
         "dependencies": ", ".join(f'"{requirement}"' for requirement in requirements),
-        "test_dependencies": ", ".join(f'"{requirement}"' for requirement in ("pytest>=7", *spec.test_dependencies)),
+        "test_dependencies": ", ".join(f'"{requirement}"' for requirement in ("pytest>=9.2", *spec.test_dependencies)),
     }
     module, short, impl = keys["module"], keys["option"], keys["impl"]
     return {
