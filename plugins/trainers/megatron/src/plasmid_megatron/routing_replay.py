@@ -1,0 +1,105 @@
+"""MoE routing replay for the megatron trainer: record each router's top-k expert choices in one
+forward pass and make a later pass route the same tokens to the same experts.
+
+A later pass of the same step (after an optimizer update, or with another micro-batch layout)
+can flip near-tie routing decisions, and a flipped token's log-prob jumps by far more than the
+weights moved; replaying the recorded choices keeps the experts fixed, so only the gate
+probabilities (recomputed from the current router logits at the recorded experts) and the
+experts' weights change. R2 replays the trainer's own first pass; R3 replays choices the rollout
+engine reported (same layout: per MoE layer, ``[tokens, top_k]`` expert indices in the order the
+router sees the tokens, sequence-major ``[s, b]`` flattened).
+
+Built on megatron-core's own ``RouterReplay`` (``moe_enable_routing_replay``, which each
+``TopKRouter`` consults in ``topk_routing_with_score_function``); this module drives the
+instances of ONE model (megatron keeps a process-global list of every router ever built, which
+would mix models in one process). Only forward replay is used: the trainer does not recompute
+activations, so the backward pass never re-runs routing.
+
+Status: the mechanism and its measurement (``tests/test_megatron_routing_replay.py``); the
+trainer does not yet call it per micro-batch (no ``--routing-replay`` option yet).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+#: ``TransformerConfig`` fields that make every router of a model replayable.
+CONFIG_KWARGS = {"moe_enable_routing_replay": True}
+
+
+def replay_instances(model: Any) -> list[Any]:
+    """The ``RouterReplay`` of each MoE layer of ``model`` (a ``GPTModel``, DDP-wrapped or not),
+    in layer order; ``ValueError`` when the model has routers built without
+    ``moe_enable_routing_replay`` (:data:`CONFIG_KWARGS`); empty for a dense model."""
+    from megatron.core.transformer.moe.router import TopKRouter
+
+    routers = [module for module in model.modules() if isinstance(module, TopKRouter)]
+    missing = [position for position, router in enumerate(routers) if router.router_replay is None]
+    if missing:
+        raise ValueError(f"routing replay: the model's routers {missing} were built without "
+                         f"moe_enable_routing_replay (TransformerConfig); build it with {CONFIG_KWARGS}")
+    return [router.router_replay for router in routers]
+
+
+@contextmanager
+def recording(model: Any) -> Iterator[list[torch.Tensor]]:
+    """Record the forward passes run inside the block; the yielded list is filled on exit with
+    each MoE layer's ``[tokens, top_k]`` int64 expert indices of the LAST pass (CPU copies)."""
+    from megatron.core.transformer.moe.router_replay import RouterReplayAction
+
+    instances = replay_instances(model)
+    recorded: list[torch.Tensor] = []
+    for instance in instances:
+        instance.clear_indices()
+        instance.set_router_replay_action(RouterReplayAction.RECORD)
+    try:
+        yield recorded
+    finally:
+        for position, instance in enumerate(instances):
+            indices = instance.get_recorded_indices()
+            instance.clear_router_replay_action()
+            instance.clear_indices()
+            if indices is None:
+                raise ValueError(f"routing replay: MoE layer {position} routed no tokens while recording")
+            recorded.append(indices.detach().to("cpu", torch.int64).clone())
+
+
+@contextmanager
+def replaying(model: Any, indices: Sequence[torch.Tensor]) -> Iterator[None]:
+    """Run the forward passes inside the block with each MoE layer routing to ``indices`` (one
+    ``[tokens, top_k]`` tensor per layer, as :func:`recording` yields them or an engine reports
+    them); ``ValueError`` when the count of layers or the top-k does not match the model."""
+    from megatron.core.transformer.moe.router_replay import RouterReplayAction
+
+    instances = replay_instances(model)
+    if len(indices) != len(instances):
+        raise ValueError(f"routing replay: {len(indices)} layers of expert indices for a model with "
+                         f"{len(instances)} MoE layers")
+    routers = _routers(model)
+    for position, (layer, router) in enumerate(zip(indices, routers, strict=True)):
+        if layer.dim() != 2 or layer.shape[1] != router.topk:
+            raise ValueError(f"routing replay: MoE layer {position} expects [tokens, {router.topk}] expert indices, "
+                             f"got shape {list(layer.shape)}")
+    for instance, layer in zip(instances, indices, strict=True):
+        instance.clear_indices()
+        instance.set_target_indices(layer.to(torch.int64))
+        instance.set_router_replay_action(RouterReplayAction.REPLAY_FORWARD)
+    try:
+        yield
+    finally:
+        for instance in instances:
+            instance.clear_router_replay_action()
+            instance.clear_indices()
+
+
+def _routers(model: Any) -> list[Any]:
+    from megatron.core.transformer.moe.router import TopKRouter
+
+    return [module for module in model.modules() if isinstance(module, TopKRouter)]
+
+
+__all__ = ["CONFIG_KWARGS", "recording", "replay_instances", "replaying"]
