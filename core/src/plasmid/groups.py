@@ -16,13 +16,34 @@ from plasmid.types import Group, Sample, Status
 _SAMPLE_FIELDS = tuple(field.name for field in dataclasses.fields(Sample))
 
 
+#: values shared between samples as they are: nothing in them can change
+_ATOMIC = (str, int, float, bool, bytes, type(None))
+
+
+def independent_copy(value: Any) -> Any:
+    """A copy of ``value`` that shares nothing mutable with it, equal to ``copy.deepcopy(value)``
+    and cheaper for the usual prompts, labels and metadata: atomic values (str, numbers, None)
+    are returned as they are, a dict or list of atomic values is copied shallowly, anything
+    else deeply (a data source builds every sample of every step with it)."""
+    kind = type(value)
+    if kind in _ATOMIC:
+        return value
+    if kind is dict:
+        if all(type(v) in _ATOMIC for v in value.values()) and all(type(k) in _ATOMIC for k in value):
+            return dict(value)
+    elif kind is list and all(type(v) in _ATOMIC for v in value):
+        return list(value)
+    return copy.deepcopy(value)
+
+
 def make_group(prompt: Any, tokens: list[int], label: Any, metadata: dict[str, Any], *, copies: int,
                first_sample_index: int, group_index: int) -> Group:
-    """``copies`` independent samples of one prompt (nothing mutable is shared between them),
-    numbered ``first_sample_index, first_sample_index + 1, ...``, all in group ``group_index``."""
+    """``copies`` independent samples of one prompt (nothing mutable is shared between them:
+    :func:`independent_copy`), numbered ``first_sample_index, first_sample_index + 1, ...``, all in
+    group ``group_index``."""
     samples = [
-        Sample(prompt=copy.deepcopy(prompt), tokens=list(tokens), label=copy.deepcopy(label),
-               metadata=copy.deepcopy(metadata), index=first_sample_index + offset, group_index=group_index)
+        Sample(prompt=independent_copy(prompt), tokens=list(tokens), label=independent_copy(label),
+               metadata=independent_copy(metadata), index=first_sample_index + offset, group_index=group_index)
         for offset in range(copies)
     ]
     return Group(samples=samples, index=group_index)

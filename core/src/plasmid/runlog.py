@@ -29,9 +29,11 @@ class RunLog:
     """Appends one JSON object per step to ``metrics.jsonl`` and keeps the curve and progress.
 
     A resumed run appends: entries for steps at or after the resume point are dropped first,
-    so the file always reads as one uninterrupted run. The curve is redrawn at most every
-    ``plot_seconds`` (on a step that is a multiple of ``plot_every``) and when the run ends:
-    drawing takes a few hundred milliseconds, which a fast loop should not pay every few steps.
+    so the file always reads as one uninterrupted run. The curve is drawn when the run ends and,
+    before that, on a step that is a multiple of ``plot_every`` once ``plot_seconds`` have passed
+    since the log was made or last drew: drawing takes a few hundred milliseconds (the first
+    also imports matplotlib), which a fast loop should not pay every few steps, nor a short run
+    before its end.
     """
 
     def __init__(self, run_dir: Path, total_steps: int, stream: TextIO | None = None,
@@ -63,7 +65,8 @@ class RunLog:
         self.history.append(entry)
         append_line(self.path, json.dumps(entry))
         self._progress(step, entry)
-        due = self.plotted_at is None or time.perf_counter() - self.plotted_at >= self.plot_seconds
+        last = self.started if self.plotted_at is None else self.plotted_at
+        due = time.perf_counter() - last >= self.plot_seconds
         if (step % self.plot_every == 0 and due and step > 0) or step + 1 == self.total_steps:
             self.plot()
         return entry
