@@ -97,3 +97,52 @@ def test_replay_refuses_a_model_built_without_it_and_a_wrong_layer_count(tmp_pat
     with pytest.raises(ValueError, match=r"expects \[tokens, 2\] expert indices, got shape \[3, 1\]"):
         with replaying(replayable.model, [torch.zeros((3, 1), dtype=torch.int64)] * 2):
             pass
+
+
+def test_choices_recorded_in_one_micro_batch_layout_replay_in_another(tmp_path):
+    """R2's case: the old-log-prob pass packs all rows in one micro-batch, then the routers move
+    and an update packs 4 rows at a time; without replay some samples route elsewhere, with the
+    per-sample choices packed for the new layout every real token routes as recorded."""
+    model_dir = build_moe_model(tmp_path / "model", "qwen2_moe")
+    trainer = make_trainer(model_dir, tmp_path, micro_batch_size=64, megatron_moe_enable_routing_replay=True)
+    samples = make_rollout_batch(VOCAB, groups=3, seed=5).samples
+    width = max(sample.response_length for sample in samples)
+    lengths = [len(sample.tokens) for sample in samples]
+    model = trainer.model
+    model.eval()
+    (whole,) = trainer._micro_batches(samples, range(len(samples)), width)
+    with torch.no_grad(), recording(model) as recorded:
+        model(whole.input_ids, whole.position_ids, None)
+    per_sample = routing_replay.split_by_sample(recorded, whole.input_ids, whole.rows.tolist(),
+                                                [lengths[row] for row in whole.rows.tolist()])
+    assert sorted(per_sample) == list(range(len(samples)))
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():                                 # the update moved the routers
+        for name, tensor in model.named_parameters():
+            if ".router." in name:
+                tensor.mul_(1 + NOISE * torch.randn(tensor.shape, generator=generator))
+    trainer.micro_batch_size = 4
+    micro_batches = trainer._micro_batches(samples, range(len(samples)), width)
+    assert len(micro_batches) == 3
+    seen, handles = routed_experts(model)
+    flipped = 0
+    for micro in micro_batches:
+        rows = micro.rows.tolist()
+        seen.clear()
+        with torch.no_grad():
+            model(micro.input_ids, micro.position_ids, None)
+        free = routing_replay.split_by_sample([layer.cpu() for layer in seen], micro.input_ids, rows,
+                                              [lengths[row] for row in rows])
+        flipped += sum(not torch.equal(free[row], per_sample[row].sort(-1).values) for row in rows)
+        seen.clear()
+        with torch.no_grad(), replaying(model, routing_replay.pack_for(per_sample, micro.input_ids, rows)):
+            model(micro.input_ids, micro.position_ids, None)
+        got = routing_replay.split_by_sample([layer.cpu() for layer in seen], micro.input_ids, rows,
+                                             [lengths[row] for row in rows])
+        for row in rows:
+            assert torch.equal(got[row], per_sample[row].sort(-1).values), f"sample {row} routed elsewhere"
+    for handle in handles:
+        handle.remove()
+    assert flipped > 0, "without replay every sample would have routed as recorded: nothing was tested"
+    with pytest.raises(ValueError, match=r"no recorded expert choices for the samples at rows \[99\]"):
+        routing_replay.pack_for(per_sample, micro_batches[0].input_ids, [99])

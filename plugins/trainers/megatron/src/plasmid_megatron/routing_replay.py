@@ -15,6 +15,11 @@ instances of ONE model (megatron keeps a process-global list of every router eve
 would mix models in one process). Only forward replay is used: the trainer does not recompute
 activations, so the backward pass never re-runs routing.
 
+Per-sample routing (:func:`split_by_sample`, :func:`pack_for`) carries the choices from one
+micro-batch layout to another (R2: the old-log-prob pass packs all rows, an update only its
+chunk) and is the form an engine would report them in (R3): ``[sequence_length, layers, top_k]``
+per sample, every token of prompt and response.
+
 Status: the mechanism and its measurement (``tests/test_megatron_routing_replay.py``); the
 trainer does not yet call it per micro-batch (no ``--routing-replay`` option yet).
 """
@@ -96,10 +101,45 @@ def replaying(model: Any, indices: Sequence[torch.Tensor]) -> Iterator[None]:
             instance.clear_indices()
 
 
+def split_by_sample(recorded: Sequence[torch.Tensor], input_ids: torch.Tensor, rows: Sequence[int],
+                    lengths: Sequence[int]) -> dict[int, torch.Tensor]:
+    """``{row: [length, layers, top_k]}``: one micro-batch's recorded choices (per layer
+    ``[s * b, top_k]``, sequence-major as the router sees the ``[s, b]`` tokens) cut per sample.
+
+    :param input_ids: the micro-batch's ``[b, s]`` right-padded ids (no context parallelism).
+    :param rows: ``[b]`` the samples' rows; ``lengths``: each sample's unpadded token count."""
+    batch, width = input_ids.shape
+    stacked = torch.stack([layer.view(width, batch, -1) for layer in recorded], dim=2)      # [s, b, layers, k]
+    return {int(row): stacked[:length, column].clone()
+            for column, (row, length) in enumerate(zip(rows, lengths, strict=True))}
+
+
+def pack_for(per_sample: dict[int, torch.Tensor], input_ids: torch.Tensor, rows: Sequence[int]) -> list[torch.Tensor]:
+    """Per layer ``[s * b, top_k]`` targets of a micro-batch (``[b, s]`` ``input_ids`` of the
+    samples ``rows``) from :func:`split_by_sample`'s per-sample choices; padding positions route to
+    experts ``0 .. top_k - 1`` (right padding: no real token attends to them). ``ValueError`` when
+    a sample has no recorded choices or they are longer than the micro-batch."""
+    batch, width = input_ids.shape
+    missing = [int(row) for row in rows if int(row) not in per_sample]
+    if missing:
+        raise ValueError(f"routing replay: no recorded expert choices for the samples at rows {missing}")
+    first = per_sample[int(rows[0])]
+    layers, top_k = first.shape[1], first.shape[2]
+    packed = torch.arange(top_k, dtype=torch.int64).expand(width, batch, layers, top_k).clone()
+    for column, row in enumerate(rows):
+        choices = per_sample[int(row)]
+        if choices.shape[0] > width or choices.shape[1:] != (layers, top_k):
+            raise ValueError(f"routing replay: sample at row {int(row)} has expert choices of shape "
+                             f"{list(choices.shape)} for a micro-batch of {width} positions, {layers} layers, "
+                             f"top-{top_k}")
+        packed[:choices.shape[0], column] = choices
+    return [packed[:, :, layer].reshape(width * batch, top_k) for layer in range(layers)]
+
+
 def _routers(model: Any) -> list[Any]:
     from megatron.core.transformer.moe.router import TopKRouter
 
     return [module for module in model.modules() if isinstance(module, TopKRouter)]
 
 
-__all__ = ["CONFIG_KWARGS", "recording", "replay_instances", "replaying"]
+__all__ = ["CONFIG_KWARGS", "pack_for", "recording", "replay_instances", "replaying", "split_by_sample"]
