@@ -7,7 +7,9 @@ within what it held before (the process, and on the CPU its own shards) plus
     ``bucket + largest tensor + allowance``
 
 (the bucket being handed on, the Hugging Face tensor read past it, and a fixed allowance for
-communication buffers and bookkeeping). Before, every rank collected the whole model in host
+communication buffers and bookkeeping) on a GPU, where the tensor-parallel gather and the merge
+happen in device memory; on the CPU (the test) the gathered pieces and the merged tensor are host
+memory too: ``bucket + 3 x largest tensor + allowance``. Before, every rank collected the whole model in host
 memory at save time: ``total bytes`` per rank. On a GPU the shards live in device memory, so the
 host figure per rank is the bound itself.
 
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 #: --update-weight-buffer-size's default: the bucket (and safetensors shard) size
 DEFAULT_BUCKET = 512 * 1024**2
 #: the allowance the test asserts (tests/test_megatron_export_memory.py ALLOWANCE)
-ALLOWANCE = 24 * 1024**2
+ALLOWANCE = 16 * 1024**2
 
 
 @dataclass(frozen=True)
