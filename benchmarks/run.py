@@ -1,6 +1,7 @@
 """Every benchmark in benchmarks/, one after another, with settings that fit in about 20 minutes on 2 cores.
 
-Each runs as a subprocess of this Python (``sys.executable``) from the repository root. A benchmark
+Each runs as a subprocess of this Python (``sys.executable``) from the repository root, with the
+thread count its comparison needs (bench_vs_trl.py and bench_torchgen.py set their own, ``--threads``). A benchmark
 whose script is not there, or that needs something absent (a TRL Python, SGLang, ...), is skipped
 with a line saying why; one that fails or runs past ``--timeout`` is reported as such and the rest
 still run. Afterwards a table is printed (status, seconds, the benchmark's last output lines) and
@@ -42,6 +43,7 @@ class Bench:
         output directory) and ``{name}``.
     :ivar needs: returns ``None`` when the benchmark can run, else why not (one line).
     :ivar writes_json: a file under ``{out}`` that the benchmark writes, read into the summary.
+    :ivar env: environment variables of its process (over this one's).
     """
 
     name: str
@@ -50,6 +52,7 @@ class Bench:
     optional: list[tuple[str, str]] = field(default_factory=list)
     needs: Callable[[argparse.Namespace], str | None] = lambda _: None
     writes_json: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
     minutes: float = 1.0  # expected on an idle 2-core machine, for the plan printed first
 
 
@@ -85,10 +88,13 @@ def benchmarks() -> list[Bench]:
     return [
         Bench("torchgen", "bench_torchgen.py", lambda a: ["--batch", "256", "--new-tokens", "16", "--repeats", "3"],
               minutes=1.0),
-        Bench("quickstart", "bench_quickstart.py", lambda a: ["--seeds", "0", "1", "2"], minutes=1.5),
+        # raw_grpo_loop.py sets 2 torch threads; plasmid train takes torch's default, from OMP_NUM_THREADS
+        Bench("quickstart", "bench_quickstart.py", lambda a: ["--seeds", "0", "1", "2"],
+              env={"OMP_NUM_THREADS": "2"}, minutes=1.5),
         Bench("vs_trl", "bench_vs_trl.py", vs_trl_args, needs=needs_trl, writes_json="vs_trl/vs_trl.json",
               minutes=6.0),
-        Bench("weight_sync", "bench_weight_sync.py", lambda a: ["--repeats", "3"], minutes=2.0),
+        Bench("weight_sync", "bench_weight_sync.py", lambda a: ["--repeats", "3"], env={"OMP_NUM_THREADS": "1"},
+              minutes=2.0),
         Bench("scaling", "bench_scaling.py", lambda a: ["--quick"],
               optional=[("--json", "{out}/{name}.json"), ("--out", "{out}/{name}")], writes_json="{name}.json",
               minutes=5.0),
@@ -137,8 +143,7 @@ def run_one(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     record["command"] = " ".join(command[1:]).replace(str(ROOT) + "/", "")
     print(f"== {bench.name}: {record['command']}", flush=True)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "MPLBACKEND": "Agg",
-           "PYTHONUNBUFFERED": "1"}
-    env.setdefault("OMP_NUM_THREADS", "1")
+           "PYTHONUNBUFFERED": "1", **bench.env}
     started = time.perf_counter()
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout, cwd=ROOT, env=env)
