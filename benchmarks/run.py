@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
         lines = headline(record)
         print(f"{record['name']:12} {record['status']:8} {seconds:>8}  {lines[0] if lines else ''}")
         for line in lines[1:]:
-            print(f"{'':31}{line}")
+            print(f"{'':32}{line}")
     print(f"\ntotal {total / 60:.1f} min; wrote {args.out / 'summary.json'}")
     if any(r["status"] in ("failed", "timeout") for r in records):
         sys.exit(1)
