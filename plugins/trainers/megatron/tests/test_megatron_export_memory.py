@@ -10,7 +10,7 @@ tensor`` (the bucket being handed on, the tensor read past it, :func:`plasmid_me
 and the gather's transient copies) + :data:`ALLOWANCE`. glibc is told to map every allocation over
 64 KiB on its own, so that RSS counts live tensors. The earlier save, which collected every Hugging
 Face tensor on every rank, grew by the whole model and more (pp2-ep2: 50-52 MiB for a 36 MiB
-model; tp2-pp2 with 6 layers: 79-81 MiB for 57 MiB) and fails this.
+model; tp2-pp2: 55.6-56.6 MiB for 40 MiB) and fails this (the bound is 28.8 MiB).
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ BUCKET = 4_000_000
 #: are device memory, and the host holds only the copy: 1)
 GATHER_COPIES = 3
 #: what a rank's RSS grows by beyond that: megatron's distributed-checkpoint save (its metadata and
-#: the planner's bookkeeping; the writer is a forked process), gloo's buffers. Measured (MiB): save
-#: 6-8 over ``bucket + largest``, sync under 1 (pp2-ep2, 4 ranks).
+#: the planner's bookkeeping; the writer is a forked process), gloo's buffers. Measured: peak growth
+#: minus ``bucket + 3 x largest`` (12.8 MiB here) at most 3.8 MiB in a save and 1.9 MiB in a sync
+#: (over the 8 ranks of both layouts); 16 MiB leaves room for a loaded machine and other allocators.
 ALLOWANCE = 16 << 20
 #: layout -> (architecture, layers, trainer options)
 LAYOUTS = {
