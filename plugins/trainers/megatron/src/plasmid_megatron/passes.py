@@ -8,6 +8,7 @@ pipeline stage, and give every rank the whole ``[rows, T]`` table": :func:`forwa
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
@@ -24,7 +25,8 @@ def no_tokens(device: torch.device) -> torch.Tensor:
 
 def forward_rows(model: Any, micro_batches: Sequence[batching.MicroBatch], count: int, width: int,
                  read: Callable[[torch.Tensor, batching.MicroBatch], torch.Tensor], groups: Groups,
-                 device: torch.device) -> torch.Tensor:
+                 device: torch.device,
+                 around: Callable[[batching.MicroBatch], AbstractContextManager[Any]] | None = None) -> torch.Tensor:
     """``[count, width]`` float32 CPU table, the same on every rank (a collective over the pipeline
     and data-parallel groups).
 
@@ -33,6 +35,8 @@ def forward_rows(model: Any, micro_batches: Sequence[batching.MicroBatch], count
         collectives in step, and not read).
     :param read: ``read(output, micro) -> [b, width]`` from the last stage's output of one micro-batch
         (logits ``[b, s, V_local]`` or values ``[b, s, 1]``); zeros beyond each response.
+    :param around: ``around(micro)``, a context each micro-batch's forward runs in (MoE routing
+        replay records there: :mod:`plasmid_megatron.routing_replay`).
     Rows no data-parallel rank holds stay zero.
     """
     from megatron.core.pipeline_parallel import get_forward_backward_func
@@ -41,7 +45,8 @@ def forward_rows(model: Any, micro_batches: Sequence[batching.MicroBatch], count
 
     def forward_step(data_iterator: Iterator[batching.MicroBatch], chunk: Any) -> tuple[Any, Callable]:
         micro = next(data_iterator)
-        output = chunk(micro.input_ids, micro.position_ids, None)
+        with around(micro) if around is not None else nullcontext():
+            output = chunk(micro.input_ids, micro.position_ids, None)
 
         def collect(output: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
             return (output.new_zeros(()), no_tokens(device),

@@ -20,8 +20,10 @@ micro-batch layout to another (R2: the old-log-prob pass packs all rows, an upda
 chunk) and is the form an engine would report them in (R3): ``[sequence_length, layers, top_k]``
 per sample, every token of prompt and response.
 
-Status: the mechanism and its measurement (``tests/test_megatron_routing_replay.py``); the
-trainer does not yet call it per micro-batch (no ``--routing-replay`` option yet).
+In the trainer (``--routing-replay r2``, :class:`StepRouting`): the step's old-log-prob pass
+records every sample's choices, and each update's micro-batches replay them; a step without that
+pass (a loss that trains on the rollout's log-probs) routes freely. R3 (the engine's choices on
+the sample) is not wired yet: no engine here reports them.
 """
 
 from __future__ import annotations
@@ -136,10 +138,58 @@ def pack_for(per_sample: dict[int, torch.Tensor], input_ids: torch.Tensor, rows:
     return [packed[:, :, layer].reshape(width * batch, top_k) for layer in range(layers)]
 
 
+class StepRouting:
+    """R2 for one trainer: what the step's old-log-prob pass recorded, per sample, replayed in the
+    step's updates.
+
+    :meth:`recording_pass` starts a step (forgets the previous one's choices, remembers which
+    samples list it records); :meth:`record` and :meth:`replay` are the per-micro-batch contexts
+    of the old-log-prob pass and of the updates. An update of another samples list than the one
+    recorded (no old-log-prob pass this step) routes freely; ``replayed`` and ``free`` count the
+    micro-batches of each kind (for tests and diagnostics).
+    """
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        replay_instances(model)                        # refuses a model built without replay
+        self.per_sample: dict[int, torch.Tensor] = {}
+        self._samples: object = None
+        self.replayed = 0
+        self.free = 0
+
+    def recording_pass(self, samples: object) -> None:
+        """The old-log-prob pass of a new step over ``samples`` starts."""
+        self.per_sample = {}
+        self._samples = samples
+
+    @contextmanager
+    def record(self, micro: Any, lengths: Sequence[int]) -> Iterator[None]:
+        """Record ``micro``'s forward (``lengths``: every step sample's token count)."""
+        with recording(self.model) as recorded:
+            yield
+        if micro.counts:
+            rows = [int(row) for row in micro.rows]
+            self.per_sample.update(split_by_sample(recorded, micro.input_ids.cpu(), rows,
+                                                   [lengths[row] for row in rows]))
+
+    @contextmanager
+    def replay(self, micro: Any, samples: object) -> Iterator[None]:
+        """Route ``micro``'s forward as recorded when ``samples`` is the recorded step's list and
+        every row of ``micro`` was recorded; freely otherwise."""
+        rows = [int(row) for row in micro.rows]
+        if samples is not self._samples or not micro.counts or any(row not in self.per_sample for row in rows):
+            self.free += 1
+            yield
+            return
+        self.replayed += 1
+        with replaying(self.model, pack_for(self.per_sample, micro.input_ids.cpu(), rows)):
+            yield
+
+
 def _routers(model: Any) -> list[Any]:
     from megatron.core.transformer.moe.router import TopKRouter
 
     return [module for module in model.modules() if isinstance(module, TopKRouter)]
 
 
-__all__ = ["CONFIG_KWARGS", "pack_for", "recording", "replay_instances", "replaying", "split_by_sample"]
+__all__ = ["CONFIG_KWARGS", "StepRouting", "pack_for", "recording", "replay_instances", "replaying", "split_by_sample"]

@@ -76,6 +76,7 @@ is refused with an explanation unless the process was prepared for it (only the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -92,7 +93,7 @@ from plasmid.kernel_options import GeneralOptions, RolloutOptions, ScheduleOptio
 from plasmid.options import Options
 from plasmid.protocols import Loss
 from plasmid.types import LossBatch, RolloutBatch, Sample
-from plasmid_megatron import batching, checkpoint, hf_export, moe, offload, passes, sharded_state
+from plasmid_megatron import batching, checkpoint, hf_export, moe, offload, passes, routing_replay, sharded_state
 from plasmid_megatron.context_parallel import check_attention, sum_over_context_parallel
 from plasmid_megatron.converter import Converter
 from plasmid_megatron.critic import MegatronCritic, critic_lr_settings
@@ -170,6 +171,18 @@ class MegatronTrainer(StepCounters):
                              f"model (qwen2_moe, qwen3_moe); {self.model_dir} is a dense {self.spec.family} model: "
                              f"use --expert-model-parallel-size 1")
         check_attention(self.spec, self.sizes, self.native["TransformerConfig"])   # CP > 1: TransformerEngine's
+        #: ``--routing-replay`` (:mod:`plasmid_megatron.routing_replay`); its per-step state, built with the model
+        self.routing_replay_mode: str = megatron.routing_replay
+        self.step_routing: routing_replay.StepRouting | None = None
+        if self.routing_replay_mode != "none":
+            if not self.spec.is_moe:
+                raise UsageError(f"megatron: --routing-replay {self.routing_replay_mode} needs a mixture-of-experts "
+                                 f"model (qwen2_moe, qwen3_moe); {self.model_dir} is a dense {self.spec.family} "
+                                 f"model: use --routing-replay none")
+            if (self.sizes.tp, self.sizes.pp, self.sizes.cp, self.sizes.ep) != (1, 1, 1, 1):
+                raise UsageError(f"megatron: --routing-replay {self.routing_replay_mode} is implemented for "
+                                 f"tensor/pipeline/context/expert-parallel sizes 1 only (got {self.sizes.tp}/"
+                                 f"{self.sizes.pp}/{self.sizes.cp}/{self.sizes.ep}); use --routing-replay none")
         #: the critic (:mod:`plasmid_megatron.critic`), built when the loss needs_critic; else None.
         self.critic: MegatronCritic | None = None
         #: the process's compute thread (plasmid_torch.compute): all torch and megatron work runs on it
@@ -251,7 +264,10 @@ class MegatronTrainer(StepCounters):
         try:
             self.converter = Converter(self.spec, self.sizes.tp, padded, ep_size=self.sizes.ep,
                                        etp_size=self.sizes.expert_tp)
-            self.transformer_config = transformer_config(self.spec, self.sizes, self.native["TransformerConfig"])
+            native_config = self.native["TransformerConfig"]
+            if self.routing_replay_mode != "none":
+                native_config = {**native_config, **routing_replay.CONFIG_KWARGS}
+            self.transformer_config = transformer_config(self.spec, self.sizes, native_config)
         except ValueError as exc:
             raise UsageError(f"megatron: {exc}") from None
         read = hf_tensor_reader(self.model_dir)
@@ -264,6 +280,8 @@ class MegatronTrainer(StepCounters):
         self.model = DistributedDataParallel(self.transformer_config, DistributedDataParallelConfig(**ddp_values),
                                              model)
         self.transformer_config.no_sync_func = self.model.no_sync
+        if self.routing_replay_mode != "none":
+            self.step_routing = routing_replay.StepRouting(self.model)
         self.transformer_config.finalize_model_grads_func = _finalize_model_grads
 
         optimizer_values = with_dtypes(self.native["OptimizerConfig"])
@@ -361,14 +379,14 @@ class MegatronTrainer(StepCounters):
         return self.critic.values(self._micro_batches(samples, rows, width), len(samples), width)
 
     def _forward_logprobs(self, model: Any, samples: Sequence[Sample], rows: Sequence[int], width: int,
-                          temperature: float) -> torch.Tensor:
+                          temperature: float, around: Any = None) -> torch.Tensor:
         """``[len(samples), width]`` float32 CPU log-probs of ``rows`` (zeros elsewhere and beyond each
         response), without gradient, identical on every rank."""
         def read(logits: torch.Tensor, micro: batching.MicroBatch) -> torch.Tensor:
             return self._logprobs_of(logits, micro, temperature, with_entropy=False)[0]
 
         return passes.forward_rows(model, self._micro_batches(samples, rows, width), len(samples), width, read,
-                                   self.groups, self.device)
+                                   self.groups, self.device, around)
 
     def _logprobs_of(self, logits: torch.Tensor, micro: batching.MicroBatch, temperature: float, *,
                      with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -418,7 +436,14 @@ class MegatronTrainer(StepCounters):
     def _step_logprobs(self, model: Any, samples: Sequence[Sample], temperature: float) -> torch.Tensor:
         """The recipe's ``logprobs`` part: ``[B, T]`` float32 CPU log-probs of every sample, on every rank."""
         width = max(s.response_length for s in samples)
-        return self._forward_logprobs(model, samples, range(len(samples)), width, temperature)
+        around = None
+        if self.step_routing is not None and model is self.model:      # R2: the step's routing is recorded here
+            routing, lengths = self.step_routing, [len(sample.tokens) for sample in samples]
+            routing.recording_pass(samples)
+
+            def around(micro: batching.MicroBatch) -> Any:
+                return routing.record(micro, lengths)
+        return self._forward_logprobs(model, samples, range(len(samples)), width, temperature, around)
 
     def _step_values(self, samples: Sequence[Sample]) -> torch.Tensor:
         """The recipe's critic ``values`` part: ``[B, T]`` float32 CPU values of every sample, on every rank."""
@@ -437,7 +462,9 @@ class MegatronTrainer(StepCounters):
 
         def forward_step(data_iterator: Iterator[batching.MicroBatch], chunk_model: Any) -> tuple[Any, Callable]:
             micro = next(data_iterator)
-            output = chunk_model(micro.input_ids, micro.position_ids, None)
+            with (self.step_routing.replay(micro, samples) if self.step_routing is not None
+                  else contextlib.nullcontext()):
+                output = chunk_model(micro.input_ids, micro.position_ids, None)
             return output, functools.partial(self._micro_loss, micro, step_batch)
 
         outputs = get_forward_backward_func()(
