@@ -64,6 +64,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -108,13 +109,13 @@ def train_stream(task: Any, split: Any) -> Any:
         epoch += 1
 
 
-def build_model(seed: int) -> str:
-    """The quickstart recipe's tiny model for ``seed``, in a fresh temporary directory."""
+def build_model(seed: int, scratch: str) -> str:
+    """The quickstart recipe's tiny model for ``seed``, in ``<scratch>/model``."""
     from plasmid_tasks.recipe import TINY_MODEL_SHAPE
 
     from plasmid_torch.tiny import build_tiny_model
 
-    return str(build_tiny_model(Path(tempfile.mkdtemp(prefix="bench-vs-trl-")) / "model", seed=seed,
+    return str(build_tiny_model(Path(scratch) / "model", seed=seed,
                                 **TINY_MODEL_SHAPE))
 
 
@@ -156,7 +157,7 @@ def worker_raw(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
     task, split, evals = task_parts(args.task, args.task_length, args.task_digits, args.seed)
-    directory = build_model(args.seed)
+    directory = build_model(args.seed, args.scratch)
     tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
     model = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, weight_decay=0.0)
@@ -209,7 +210,7 @@ def worker_trl(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
     task, split, evals = task_parts(args.task, args.task_length, args.task_digits, args.seed)
-    directory = build_model(args.seed)
+    directory = build_model(args.seed, args.scratch)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(directory)
     stream = train_stream(task, split)
     rows = [next(stream) for _ in range(args.steps * PROMPTS_PER_STEP)]
@@ -234,7 +235,7 @@ def worker_trl(args: argparse.Namespace) -> None:
                 control.should_training_stop = True
 
     config = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="bench-vs-trl-out-"), seed=args.seed, use_cpu=True,
+        output_dir=str(Path(args.scratch) / "trl-out"), seed=args.seed, use_cpu=True,
         bf16=False, fp16=False, gradient_checkpointing=False,
         per_device_train_batch_size=PROMPTS_PER_STEP * GROUP_SIZE, gradient_accumulation_steps=1,
         num_generations=GROUP_SIZE, max_completion_length=task.answer_length, shuffle_dataset=False,
@@ -278,10 +279,12 @@ def run_system(system: str, seed: int, task: dict[str, Any], args: argparse.Name
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "OMP_NUM_THREADS": str(args.threads)}  # plasmid takes torch's default thread count from it
     what = f"{system} (seed {seed}, task {task['name']})"
+    scratch = Path(args.scratch) / f"{task['name']}-{system}-seed{seed}"
+    scratch.mkdir(parents=True)
     common = ["--task", task["name"], "--task-length", str(task["length"]), "--task-digits", str(task["digits"]),
               "--seed", str(seed), "--eval-interval", str(task["eval_interval"])]
     if system == "plasmid":
-        run_dir = Path(tempfile.mkdtemp(prefix="bench-vs-trl-plasmid-")) / "run"
+        run_dir = scratch / "run"
         command = [sys.executable, "-m", "plasmid.cli", "train", *common, "--num-rollouts", str(task["steps"]),
                    "--save-interval", "0", "--run-dir", str(run_dir)]
         if task["target"] is not None:
@@ -309,7 +312,7 @@ def run_system(system: str, seed: int, task: dict[str, Any], args: argparse.Name
         python = sys.executable if system == "raw" else args.trl_python
         target = task["target"] if task["target"] is not None else 2.0
         command = [python, str(Path(__file__).resolve()), "--worker", system, *common, "--steps", str(task["steps"]),
-                   "--target", str(target), "--threads", str(args.threads)]
+                   "--target", str(target), "--threads", str(args.threads), "--scratch", str(scratch)]
         lines, total = timed_lines(command, env, what)
         steps = [{**json.loads(line[len(MARK):]), "t": t} for t, line in lines if line.startswith(MARK)]
     if not steps:
@@ -460,7 +463,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--worker", choices=["raw", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, default=1000, help=argparse.SUPPRESS)
+    parser.add_argument("--scratch", help=argparse.SUPPRESS)  # models and run directories, deleted at the end
     args = parser.parse_args(argv)
+    if args.worker is not None and not args.scratch:
+        parser.error("--worker needs --scratch DIR (this script passes both to its workers)")
     if args.worker is None:
         if "trl" in args.systems and not args.trl_python:
             parser.error("no TRL python: pass --trl-python PATH (a Python with trl==1.16.0 and the embedded plugins; "
@@ -490,6 +496,7 @@ def main(argv: list[str] | None = None) -> None:
     report: dict[str, Any] = {"command": sys.argv, "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                               "cpus": os.cpu_count(), "settings": vars(args), "tasks": []}
     parts = []
+    args.scratch = tempfile.mkdtemp(prefix="bench-vs-trl-")
     try:
         for task in tasks:
             title = f"{task['name']}" + (f" length {task['length']}" if task["name"] == "reverse" else "")
@@ -509,6 +516,8 @@ def main(argv: list[str] | None = None) -> None:
     except BenchError as error:
         print(f"bench_vs_trl: error: {error}", file=sys.stderr)
         sys.exit(2)
+    finally:
+        shutil.rmtree(args.scratch, ignore_errors=True)
     (out / "vs_trl.json").write_text(json.dumps(report, indent=1))
     plot(out / "vs_trl.png", parts, args.target)
     print(f"\nwrote {out / 'vs_trl.json'} and {out / 'vs_trl.png'}")

@@ -47,7 +47,7 @@ def test_vs_trl_needs_a_trl_python_unless_trl_is_left_out(vs_trl: ModuleType, ca
 
 def test_vs_trl_worker_seed_is_not_taken_for_seeds(vs_trl: ModuleType):
     """``--seed`` (a worker's) must not be read as an abbreviation of ``--seeds``."""
-    args = vs_trl.parse_args(["--worker", "raw", "--seed", "3"])
+    args = vs_trl.parse_args(["--worker", "raw", "--seed", "3", "--scratch", "/tmp/x"])
     assert args.seed == 3 and args.seeds == [0, 1, 2]
 
 
