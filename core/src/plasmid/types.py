@@ -71,6 +71,12 @@ class GenerationOutput:
 #: set by data sources that mix, it makes the rollout driver log reward and accuracy per part.
 SUBSET_KEY = "subset"
 
+#: ``Sample.metadata`` key of the rollout engine's mixture-of-experts routing, when the engine
+#: reports it: a list with one entry per token of ``tokens`` (the last may be left out: it predicts
+#: nothing), each a list per MoE layer of the ``top_k`` expert indices (ints) that token was routed
+#: to. A trainer may replay it (the megatron trainer's ``--routing-replay r3``).
+ROUTED_EXPERTS_KEY = "routed_experts"
+
 
 @dataclass
 class Sample:
@@ -78,7 +84,8 @@ class Sample:
 
     ``tokens`` holds prompt and response ids; the response is its last ``response_length``
     tokens. ``loss_mask`` and ``rollout_logprobs`` are aligned with the response tokens.
-    ``metadata`` is free-form; :data:`SUBSET_KEY` has a meaning there.
+    ``metadata`` is free-form; :data:`SUBSET_KEY` and :data:`ROUTED_EXPERTS_KEY` have a meaning
+    there.
     """
 
     prompt: str | list[dict[str, str]] = ""

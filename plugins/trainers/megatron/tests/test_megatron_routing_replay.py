@@ -7,6 +7,9 @@ another kernel's or precision's router logits would be) records each layer's exp
 routes), routes exactly the recorded experts under replay, and its log-probs are then closer to
 the engine's: mean |diff| 1.41e-2 with replay against 1.50e-2 without (measured; most of the
 difference left is the gate probabilities, recomputed from the trainer's own router logits).
+In the trainer: ``--routing-replay r3`` lowers ``train/logprob_abs_diff_mean`` against such an
+engine from 1.554e-2 to 1.452e-2; ``r2`` replays the old-log-prob pass in every update (its
+effect on a later update's ppo_kl is measured, and documented, below).
 """
 
 from __future__ import annotations
@@ -200,3 +203,48 @@ def test_r2_is_refused_for_a_dense_model(tmp_path, model_dir):
 
     with pytest.raises(UsageError, match="--routing-replay r2 needs a mixture-of-experts model"):
         make_trainer(model_dir, tmp_path, routing_replay="r2")
+
+
+@pytest.mark.timeout(300)
+def test_r3_replays_the_engines_routing_and_lowers_the_train_rollout_mismatch(tmp_path):
+    """The "engine" (router weights off by NOISE, as in the first test) reports its log-probs and
+    each token's experts (``metadata[ROUTED_EXPERTS_KEY]``, the last token left out); the trainer's
+    old-log-prob pass under R3 routes as the engine did, and ``train/logprob_abs_diff_mean``
+    (engine against trainer) is lower than without replay."""
+    from plasmid.types import ROUTED_EXPERTS_KEY
+
+    model_dir = build_moe_model(tmp_path / "model", "qwen2_moe")
+    batch = make_rollout_batch(VOCAB, groups=3, seed=5)
+    samples = batch.samples
+    engine = make_trainer(model_dir, tmp_path / "engine", micro_batch_size=64, megatron_moe_enable_routing_replay=True)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, tensor in engine.model.named_parameters():
+            if ".router." in name:
+                tensor.mul_(1 + NOISE * torch.randn(tensor.shape, generator=generator))
+    with recording(engine.model) as recorded:
+        logprobs = testing.run(engine.logprobs(samples, 1.0))
+    (whole,) = engine._micro_batches(samples, range(len(samples)), max(s.response_length for s in samples))
+    rows = whole.rows.tolist()
+    per_sample = routing_replay.split_by_sample(recorded, whole.input_ids, rows, [len(samples[r].tokens) for r in rows])
+    for row, sample in enumerate(samples):
+        sample.rollout_logprobs = logprobs[row]
+        sample.metadata[ROUTED_EXPERTS_KEY] = per_sample[row][:-1].tolist()
+    diff = {}
+    for mode in ("none", "r3"):
+        trainer = make_trainer(model_dir, tmp_path / mode, micro_batch_size=4, routing_replay=mode)
+        diff[mode] = testing.run(trainer.train_step(batch))["train/logprob_abs_diff_mean"]
+        if mode == "r3":
+            assert trainer.step_routing.free == 0 and trainer.step_routing.replayed == 6   # 3 old-pass + 3 update
+    print(f"train/logprob_abs_diff_mean: without replay {diff['none']:.3e}, with R3 {diff['r3']:.3e}")
+    assert diff["r3"] < diff["none"]
+
+
+def test_engine_routing_that_does_not_fit_the_sample_is_named():
+    from plasmid.types import ROUTED_EXPERTS_KEY, Sample
+
+    sample = Sample(tokens=[1, 2, 3], response_length=1, index=7, metadata={ROUTED_EXPERTS_KEY: [[[0, 1]]]})
+    with pytest.raises(ValueError, match=r"sample 0 \(index 7\): metadata\['routed_experts'\] has shape \[1, 1, 2\]"):
+        routing_replay.engine_routing([sample])
+    sample.metadata[ROUTED_EXPERTS_KEY] = [[[0, 1]], [[1, 2]]]      # the last token left out
+    assert routing_replay.engine_routing([sample])[0].tolist() == [[[0, 1]], [[1, 2]], [[0, 1]]]

@@ -31,10 +31,11 @@ class MegatronOptions(Options, group="megatron", description="the megatron-core 
     max_tokens_per_micro_batch: int | None = option(
         None, "pack micro-batches by a budget of padded tokens (samples x longest) instead of --micro-batch-size "
         "samples each", min=1, default_text="off")
-    routing_replay: Literal["none", "r2"] = option(
-        "none", "mixture-of-experts routing replay: r2 records each token's experts in the step's old-log-prob "
-        "pass and routes every update of the step the same way (plasmid_megatron.routing_replay); one process "
-        "and expert-parallel size 1 only for now")
+    routing_replay: Literal["none", "r2", "r3"] = option(
+        "none", "mixture-of-experts routing replay (plasmid_megatron.routing_replay): r2 records each token's "
+        "experts in the step's old-log-prob pass and routes every update of the step the same way; r3 routes "
+        "every pass as the rollout engine did (the samples' metadata['routed_experts'], where the engine "
+        "reports it); parallel sizes 1 only for now")
     make_vocab_size_divisible_by: int = option(128, "pad the embedding rows to a multiple of this x "
                                                "tensor-parallel size", min=1)
 

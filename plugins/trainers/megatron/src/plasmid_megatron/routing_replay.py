@@ -20,19 +20,23 @@ micro-batch layout to another (R2: the old-log-prob pass packs all rows, an upda
 chunk) and is the form an engine would report them in (R3): ``[sequence_length, layers, top_k]``
 per sample, every token of prompt and response.
 
-In the trainer (``--routing-replay r2``, :class:`StepRouting`): the step's old-log-prob pass
-records every sample's choices, and each update's micro-batches replay them; a step without that
-pass (a loss that trains on the rollout's log-probs) routes freely. R3 (the engine's choices on
-the sample) is not wired yet: no engine here reports them.
+In the trainer (``--routing-replay``, :class:`StepRouting`): with ``r2`` the step's
+old-log-prob pass records every sample's choices and each update's micro-batches replay them (a
+step without that pass, a loss that trains on the rollout's log-probs, routes freely); with ``r3``
+every pass of the step (old log-probs and updates) replays the engine's choices, read from each
+sample's ``metadata[plasmid.types.ROUTED_EXPERTS_KEY]``; a micro-batch with a sample that has
+none routes freely. No engine in this repository reports them yet.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import torch
+
+from plasmid.types import ROUTED_EXPERTS_KEY
 
 #: ``TransformerConfig`` fields that make every router of a model replayable.
 CONFIG_KWARGS = {"moe_enable_routing_replay": True}
@@ -138,9 +142,35 @@ def pack_for(per_sample: dict[int, torch.Tensor], input_ids: torch.Tensor, rows:
     return [packed[:, :, layer].reshape(width * batch, top_k) for layer in range(layers)]
 
 
+def engine_routing(samples: Sequence[Any]) -> dict[int, torch.Tensor]:
+    """``{row: [length, layers, top_k]}`` from the samples' ``metadata[ROUTED_EXPERTS_KEY]``
+    (those without it are left out); a missing last token's entry is filled with experts
+    ``0 .. top_k - 1`` (its output predicts nothing). ``ValueError`` naming the sample when the
+    entry count is not ``len(tokens)`` or ``len(tokens) - 1`` or the entries are not ``[layers][top_k]``."""
+    found: dict[int, torch.Tensor] = {}
+    for row, sample in enumerate(samples):
+        routed = sample.metadata.get(ROUTED_EXPERTS_KEY)
+        if routed is None:
+            continue
+        where = f"sample {row} (index {sample.index}): metadata[{ROUTED_EXPERTS_KEY!r}]"
+        try:
+            choices = torch.tensor(routed, dtype=torch.int64)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{where} is not a [tokens][layers][top_k] list of ints: {exc}") from None
+        length = len(sample.tokens)
+        if choices.dim() != 3 or choices.shape[0] not in (length, length - 1):
+            raise ValueError(f"{where} has shape {list(choices.shape)}; expected [{length} or {length - 1} tokens, "
+                             f"layers, top_k]")
+        if choices.shape[0] == length - 1:
+            last = torch.arange(choices.shape[2], dtype=torch.int64).expand(1, choices.shape[1], -1)
+            choices = torch.cat([choices, last])
+        found[row] = choices
+    return found
+
+
 class StepRouting:
-    """R2 for one trainer: what the step's old-log-prob pass recorded, per sample, replayed in the
-    step's updates.
+    """``--routing-replay`` for one trainer: the step's per-sample expert choices (R2: recorded
+    in its old-log-prob pass; R3: the engine's, from the samples) replayed in its passes.
 
     :meth:`recording_pass` starts a step (forgets the previous one's choices, remembers which
     samples list it records); :meth:`record` and :meth:`replay` are the per-micro-batch contexts
@@ -149,18 +179,27 @@ class StepRouting:
     micro-batches of each kind (for tests and diagnostics).
     """
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, mode: str = "r2") -> None:
+        if mode not in ("r2", "r3"):
+            raise ValueError(f"routing replay: unknown mode {mode!r} (r2, r3)")
         self.model = model
+        self.mode = mode
         replay_instances(model)                        # refuses a model built without replay
         self.per_sample: dict[int, torch.Tensor] = {}
         self._samples: object = None
         self.replayed = 0
         self.free = 0
 
-    def recording_pass(self, samples: object) -> None:
-        """The old-log-prob pass of a new step over ``samples`` starts."""
-        self.per_sample = {}
+    def recording_pass(self, samples: Sequence[Any]) -> None:
+        """The old-log-prob pass of a new step over ``samples`` starts (R3: their choices are read)."""
+        self.per_sample = engine_routing(samples) if self.mode == "r3" else {}
         self._samples = samples
+
+    def old_pass(self, micro: Any, lengths: Sequence[int]) -> AbstractContextManager[None]:
+        """The old-log-prob pass's context for ``micro``: R2 records, R3 replays the engine's choices."""
+        if self.mode == "r3":
+            return self.replay(micro, self._samples)
+        return self.record(micro, lengths)
 
     @contextmanager
     def record(self, micro: Any, lengths: Sequence[int]) -> Iterator[None]:
@@ -177,6 +216,8 @@ class StepRouting:
         """Route ``micro``'s forward as recorded when ``samples`` is the recorded step's list and
         every row of ``micro`` was recorded; freely otherwise."""
         rows = [int(row) for row in micro.rows]
+        if self.mode == "r3" and samples is not self._samples:
+            self.recording_pass(samples)             # a step without an old-log-prob pass
         if samples is not self._samples or not micro.counts or any(row not in self.per_sample for row in rows):
             self.free += 1
             yield
@@ -192,4 +233,5 @@ def _routers(model: Any) -> list[Any]:
     return [module for module in model.modules() if isinstance(module, TopKRouter)]
 
 
-__all__ = ["CONFIG_KWARGS", "StepRouting", "pack_for", "recording", "replay_instances", "replaying", "split_by_sample"]
+__all__ = ["CONFIG_KWARGS", "StepRouting", "engine_routing", "pack_for", "recording", "replay_instances",
+           "replaying", "split_by_sample"]

@@ -281,7 +281,7 @@ class MegatronTrainer(StepCounters):
                                              model)
         self.transformer_config.no_sync_func = self.model.no_sync
         if self.routing_replay_mode != "none":
-            self.step_routing = routing_replay.StepRouting(self.model)
+            self.step_routing = routing_replay.StepRouting(self.model, self.routing_replay_mode)
         self.transformer_config.finalize_model_grads_func = _finalize_model_grads
 
         optimizer_values = with_dtypes(self.native["OptimizerConfig"])
@@ -437,12 +437,12 @@ class MegatronTrainer(StepCounters):
         """The recipe's ``logprobs`` part: ``[B, T]`` float32 CPU log-probs of every sample, on every rank."""
         width = max(s.response_length for s in samples)
         around = None
-        if self.step_routing is not None and model is self.model:      # R2: the step's routing is recorded here
+        if self.step_routing is not None and model is self.model:      # R2 records the step's routing, R3 replays
             routing, lengths = self.step_routing, [len(sample.tokens) for sample in samples]
             routing.recording_pass(samples)
 
             def around(micro: batching.MicroBatch) -> Any:
-                return routing.record(micro, lengths)
+                return routing.old_pass(micro, lengths)
         return self._forward_logprobs(model, samples, range(len(samples)), width, temperature, around)
 
     def _step_values(self, samples: Sequence[Sample]) -> torch.Tensor:
