@@ -103,11 +103,32 @@ class Decoder:
 
     def score(self, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
         """Log-probs of ``token_ids[prompt_length:]`` from one forward pass without a cache."""
+        return self.score_batch([(token_ids, prompt_length, temperature)])[0]
+
+    def score_batch(self, rows: list[tuple[list[int], int, float]]) -> list[list[float]]:
+        """Log-probs of each ``(token_ids, prompt_length, temperature)`` row's ``token_ids[prompt_length:]``,
+        from ONE forward pass without a cache over the rows left-padded to the longest (as in
+        :meth:`prefill`: padded columns are masked out, positions count only real tokens). Equal to
+        scoring each row alone up to float rounding (the padded rows' matrix products differ in
+        shape only). Every row needs ``1 <= prompt_length < len(token_ids)``."""
         with torch.inference_mode():
-            input_ids = self.place.to_device(torch.tensor([token_ids]))
-            with self.place.autocast():
-                logits = self.model(input_ids=input_ids, use_cache=False).logits[0, prompt_length - 1:-1]
-            return logprobs_from_logits(logits, input_ids[0, prompt_length:], temperature).tolist()
+            width = max(len(tokens) for tokens, _, _ in rows)
+            input_ids = torch.tensor([[self.pad_token_id] * (width - len(tokens)) + tokens for tokens, _, _ in rows])
+            attention_mask = torch.tensor([[0] * (width - len(tokens)) + [1] * len(tokens) for tokens, _, _ in rows])
+            place = self.place
+            arguments: dict[str, Any] = {"input_ids": place.to_device(input_ids), "use_cache": False}
+            if len(rows) > 1:  # one row alone keeps the exact single-sequence pass
+                arguments["attention_mask"] = place.to_device(attention_mask)
+                arguments["position_ids"] = place.to_device((attention_mask.cumsum(1) - 1).clamp(min=0))
+            with place.autocast():
+                logits = self.model(**arguments).logits
+            scored: list[list[float]] = []
+            for row, (tokens, prompt_length, temperature) in enumerate(rows):
+                start = width - len(tokens) + prompt_length  # the column of the first scored token
+                row_logits = logits[row, start - 1:-1]
+                scored.append(logprobs_from_logits(row_logits, input_ids[row, start:].to(row_logits.device),
+                                                   temperature).tolist())
+            return scored
 
     def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor,
                  cache: kv_cache.DynamicCache) -> torch.Tensor:

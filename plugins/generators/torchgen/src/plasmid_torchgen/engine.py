@@ -7,6 +7,12 @@ thread runs one decoding step of the running batch followed by the prefill of th
 requests, which then join the running batch (continuous batching: a request waits at most one
 step, never for the batch to drain). Requests that finished in the step are answered at once.
 
+Scoring (``score``, used by teachers and reference models): calls waiting at the same time are
+run as ONE left-padded forward pass (at most ``--torchgen-max-batch-size`` rows and
+:data:`SCORE_TOKEN_BUDGET` padded tokens; one longer call runs alone); a scorer task per event
+loop takes every waiting call each time the worker is free, so calls arriving while a pass runs
+make the next one.
+
 Concurrency: every torch call (decoding, scoring, weight copies and reads) runs on that one
 worker thread, so a weight update never overlaps a decoding step, and the event loop stays free
 for other coroutines (rewards, the driver) while the model computes. An ``asyncio.Lock`` held
@@ -44,6 +50,12 @@ from plasmid_torchgen.stats import EngineStats
 from plasmid_torchgen.weights import WeightTable
 
 NamedTensor = tuple[str, Any]
+
+#: most padded tokens (rows x longest row) in one batched ``score`` pass: its logits are
+#: ``[rows, longest, vocab]``, so this bounds their memory (a single longer call still runs, alone).
+SCORE_TOKEN_BUDGET = 16384
+
+ScoreCall = tuple[list[int], int, float, "asyncio.Future[list[float]]"]
 
 
 class TorchEngine:
@@ -87,6 +99,8 @@ class TorchEngine:
         self._batch: DecodeBatch | None = None
         self._batcher: asyncio.Task | None = None
         self._abandoned = False
+        self._scoring: deque[ScoreCall] = deque()
+        self._scorer: asyncio.Task | None = None
 
     # ----------------------------------------------------------------------------------------
     # RolloutEngine
@@ -122,8 +136,13 @@ class TorchEngine:
 
     async def score(self, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
         """Log-probs of ``token_ids[prompt_length:]`` at ``temperature`` (0 counts as 1, as in
-        :func:`plasmid_torch.ops.logprobs_from_logits`), from one forward pass without a cache; equal
-        to what ``generate`` reported for those tokens up to float rounding (~1e-6)."""
+        :func:`plasmid_torch.ops.logprobs_from_logits`), from a forward pass without a cache shared
+        with the other calls waiting at the same time (see the module docs); equal to what
+        ``generate`` reported for those tokens, and to scoring the call alone, up to float rounding
+        (~1e-6).
+
+        :raises ValueError: a token id outside the vocabulary or ``prompt_length`` out of range.
+        """
         self._check_open("score")
         self._check_tokens(token_ids, "token_ids")
         if not 1 <= prompt_length <= len(token_ids):
@@ -132,8 +151,11 @@ class TorchEngine:
         if prompt_length == len(token_ids):
             return []
         loop = self._bind()
-        return await loop.run_in_executor(self._worker, self._decoder.score, list(token_ids), prompt_length,
-                                          temperature)
+        future: asyncio.Future[list[float]] = loop.create_future()
+        self._scoring.append((list(token_ids), prompt_length, temperature, future))
+        if self._scorer is None or self._scorer.done():
+            self._scorer = loop.create_task(self._score_waiting(), name="torchgen-scorer")
+        return await future
 
     async def abort_all(self) -> int:
         """Answer every waiting and running request now with ``Status.ABORTED`` and the tokens
@@ -241,6 +263,51 @@ class TorchEngine:
                 self._stats.add(counts)
                 self._answer(finished)
 
+    async def _score_waiting(self) -> None:
+        """Run the waiting ``score`` calls in batched passes until none waits, then stop.
+
+        A failed pass gives its exception to every call in it; calls whose caller stopped
+        waiting are dropped before their pass."""
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(0)  # calls made in the same tick join the first pass
+        try:
+            while self._scoring:
+                group = self._next_score_group()
+                if not group:
+                    continue
+                try:
+                    results = await loop.run_in_executor(
+                        self._worker, self._decoder.score_batch, [(t, p, temp) for t, p, temp, _ in group])
+                except Exception as error:  # noqa: BLE001 - answered to every caller in the pass
+                    for *_, future in group:
+                        if not future.done():
+                            future.set_exception(error)
+                    continue
+                for (*_, future), result in zip(group, results, strict=True):
+                    if not future.done():
+                        future.set_result(result)
+        finally:  # cancelled (the loop is closing) or a bug: nobody is left waiting forever
+            while self._scoring:
+                *_, future = self._scoring.popleft()
+                if not future.done():
+                    future.cancel()
+
+    def _next_score_group(self) -> list[ScoreCall]:
+        """Waiting calls, oldest first, while the pass stays within the row and token caps."""
+        group: list[ScoreCall] = []
+        width = 0
+        while self._scoring and len(group) < self.max_batch_size:
+            call = self._scoring[0]
+            if call[3].done():  # the caller was cancelled
+                self._scoring.popleft()
+                continue
+            wider = max(width, len(call[0]))
+            if group and wider * (len(group) + 1) > SCORE_TOKEN_BUDGET:
+                break
+            group.append(self._scoring.popleft())
+            width = wider
+        return group
+
     def _batcher_stopped(self, batcher: asyncio.Task) -> None:
         """If the batcher died of a bug, fail its requests instead of leaving them waiting forever."""
         if batcher is not self._batcher or batcher.cancelled() or batcher.exception() is None:
@@ -290,6 +357,8 @@ class TorchEngine:
             self._waiting = deque()
             self._batch = None
             self._batcher = None
+            self._scoring = deque()
+            self._scorer = None
         return loop
 
     def _check_open(self, method: str) -> None:
