@@ -5,8 +5,7 @@ The teacher is the quickstart's tiny model fitted in-process on the task's 100 i
 cross-entropy on the answer, full batch, AdamW lr 3e-3, 60 steps: greedy accuracy 1.0, mean
 p(answer) 0.86). The student is the fresh quickstart model; it learns only from the teacher's
 scores of its own samples (``--opd-reward-weight 0``: the task reward is never used) and must
-climb from chance (0.1) to :data:`TARGET_ACCURACY` (three times chance, as in
-``tests/test_algorithms_learn.py``).
+climb from chance (0.1) to :data:`TARGET_ACCURACY` (near the teacher's 1.0).
 
 Why 8 samples per prompt and ``--advantage-whiten`` (an earlier draft with 2 samples left the
 student at chance; the plugin's advantage is right): the answer is one token, so the sampled
@@ -17,8 +16,12 @@ gradient reaches accuracy 1.0; the sampled one with whitening and 8 samples per 
 with 4 or 2 samples 0.11 to 0.14 (chance); without whitening (no baseline: the raw advantage
 averages -2.6) 0.10 even with 8 samples; lr 1e-2 stalls at chance even with the exact gradient.
 Through ``plasmid train`` (64 prompts x 8 samples) the student stays at chance for about 45 steps,
-then rises: 0.30 at step 59, 0.64 at step 79 (2 CPU cores, heavily shared: 8.5 s a step, most of
-it the teacher's 512 one-sample score calls).
+then rises (measured, eval every 10 steps): 0.17 at step 49, 0.30 at 59, 0.64 at 79, 0.95 at 89,
+0.98 to 1.0 from 99 to 149; so the run stops at the first eval >= 0.8 (about step 85), with
+:data:`MAX_STEPS` leaving ~65 steps of margin. torchgen runs the teacher's 512 concurrent score
+calls of a step as one batched forward pass: ~0.5 s a step on 2 shared CPU cores (it was 8.5 s
+with one pass per call); 150 steps took 82 s under load, the test 52 s. The 420 s limit on the
+run (8x that) would fail the unbatched scoring (~85 steps x 8.5 s).
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ from pathlib import Path
 import pytest
 from plasmid_e2e import read_metrics, run_plasmid
 
-TARGET_ACCURACY = 0.3
-MAX_STEPS = 120
+TARGET_ACCURACY = 0.8
+MAX_STEPS = 150
 TEACHER_STEPS = 60
 CHANCE = 0.1
 
@@ -68,7 +71,7 @@ def fit_teacher(root: Path) -> tuple[Path, float]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)
+@pytest.mark.timeout(600)
 def test_opd_distils_a_trained_tiny_model_into_a_fresh_one(tmp_path):
     teacher, teacher_accuracy = fit_teacher(tmp_path)
     assert teacher_accuracy >= 0.9, f"the teacher should know the task, got accuracy {teacher_accuracy}"
@@ -77,7 +80,7 @@ def test_opd_distils_a_trained_tiny_model_into_a_fresh_one(tmp_path):
                        "--prompts-per-step", "64", "--n-samples-per-prompt", "8", "--lr", "3e-3",
                        "--advantage-whiten", "--eval-interval", "5", "--stop-at-eval-acc", str(TARGET_ACCURACY),
                        "--num-rollouts", str(MAX_STEPS), "--save-interval", "0", "--run-dir", str(run_dir),
-                       timeout=1700)
+                       timeout=420)
     assert proc.returncode == 0, proc.stderr[-3000:]
     metrics = read_metrics(run_dir)
     accuracy = [(m["step"], m["eval/accuracy"]) for m in metrics if "eval/accuracy" in m]
