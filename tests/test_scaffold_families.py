@@ -56,7 +56,7 @@ def test_the_scaffold_passes_its_own_tests_and_contract_suite(tmp_path, family):
     module = "plasmid_" + name.replace("-", "_")
     project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
     assert project["entry-points"]["plasmid"] == {name: f"{module}.plugin"}
-    assert project["optional-dependencies"]["test"][0] == "pytest>=7"
+    assert project["optional-dependencies"]["test"][0] == "pytest>=9.2"
     impl = family.replace("-", "_")
     test_file = root / "tests" / f"test_my_{impl}_{impl}.py"
     assert f"({SUITES[family]}):" in test_file.read_text()
