@@ -26,21 +26,6 @@ def model_dir(tmp_path_factory):
 
 
 @pytest.fixture
-def make_engine(tmp_path):
-    engines = []
-
-    def factory(model_dir, **options):
-        config = make_config(plasmid_torchgen.plugin, run_dir=tmp_path / "run", model=str(model_dir), **options)
-        engine = build("engine", "torchgen", plasmid_torchgen.plugin, config=config)
-        engines.append(engine)
-        return engine
-
-    yield factory
-    for engine in engines:
-        run(engine.shutdown())
-
-
-@pytest.fixture
 def engine(make_engine, model_dir):
     return make_engine(model_dir)
 

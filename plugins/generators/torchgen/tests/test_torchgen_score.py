@@ -4,11 +4,10 @@ log-probs match one-at-a-time calls and what ``generate`` reported."""
 import asyncio
 
 import numpy as np
-import plasmid_torchgen.plugin
 import pytest
 import torch
 
-from plasmid.testing import build, make_config, run
+from plasmid.testing import run
 from plasmid.types import SamplingParams
 from plasmid_torch.tiny import BOS_ID, build_tiny_model
 
@@ -21,21 +20,6 @@ ATOL = 1e-5
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     return build_tiny_model(tmp_path_factory.mktemp("torchgen-score") / "qwen2", seed=0)
-
-
-@pytest.fixture
-def make_engine(tmp_path):
-    engines = []
-
-    def factory(model_dir, **options):
-        config = make_config(plasmid_torchgen.plugin, run_dir=tmp_path / "run", model=str(model_dir), **options)
-        engine = build("engine", "torchgen", plasmid_torchgen.plugin, config=config)
-        engines.append(engine)
-        return engine
-
-    yield factory
-    for engine in engines:
-        run(engine.shutdown())
 
 
 def count_forwards(engine):
