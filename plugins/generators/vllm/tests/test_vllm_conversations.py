@@ -139,7 +139,8 @@ def test_the_agent_gateway_on_vllm_records_the_engines_exact_tokens_and_logprobs
     from plasmid_torch.hf import load_tokenizer
 
     tokenizer = load_tokenizer(str(tiny_qwen))
-    agent = Path(__file__).parent / "vllm_agents.py"
+    # the agent plugin's own two-turn test agent (loaded by path, as --agent loads any agent file)
+    agent = Path(__file__).parents[2] / "agent" / "tests" / "agents.py"
     config = make_config(plasmid_agent_plugin, run_dir=tmp_path / "run", generate="agent", agent=f"{agent}:two_turns")
     generate = build("generate", "agent", plasmid_agent_plugin, config=config)
     seen = []
