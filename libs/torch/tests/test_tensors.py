@@ -6,7 +6,16 @@ import numpy as np
 import pytest
 import torch
 
-from plasmid_torch.tensors import BFLOAT16, as_numpy, from_raw, raw_array, raw_array_of_dtype, raw_dtype, to_transport
+from plasmid_torch.tensors import (
+    BFLOAT16,
+    as_numpy,
+    bucketed,
+    from_raw,
+    raw_array,
+    raw_array_of_dtype,
+    raw_dtype,
+    to_transport,
+)
 
 
 def bf16_values() -> torch.Tensor:
@@ -44,3 +53,23 @@ def test_transport_keeps_bfloat16_a_tensor_and_the_rest_numpy():
     assert isinstance(moved, torch.Tensor) and moved.dtype == torch.bfloat16
     with pytest.raises(TypeError, match="bfloat16"):
         as_numpy(bf16_values())
+
+
+def test_bucketed_keeps_order_bounds_buckets_and_reads_lazily():
+    read = []
+
+    def stream():
+        for index, size in enumerate([3, 3, 5, 1, 9]):
+            read.append(index)
+            yield f"t{index}", np.zeros(size, dtype=np.uint8)
+
+    buckets = bucketed(stream(), 6)
+    first = next(buckets)
+    assert [name for name, _ in first] == ["t0", "t1"] and read == [0, 1, 2], "one tensor past the bucket, no more"
+    rest = [[name for name, _ in bucket] for bucket in buckets]
+    assert rest == [["t2", "t3"], ["t4"]], "a tensor larger than a bucket is a bucket of its own"
+
+
+def test_bucketed_refuses_a_bucket_size_that_is_not_positive():
+    with pytest.raises(ValueError, match=r"bucket_bytes must be > 0, got 0 \(--update-weight-buffer-size\)"):
+        next(bucketed(iter([("t", np.zeros(1))]), 0))

@@ -35,7 +35,7 @@ from plasmid.options import Options, option
 from plasmid.protocols import RolloutEngine, SupportsDiskWeights, Trainer
 from plasmid.remote import run_on
 from plasmid.types import SyncReport
-from plasmid_torch.tensors import as_torch, tensor_bytes
+from plasmid_torch.tensors import as_torch, bucketed, tensor_bytes
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -126,7 +126,7 @@ def write_version(trainer: Any, root: str, weight_version: int, bucket_bytes: in
         save_file(tensors, str(staging / shard), metadata={"format": "pt"})
         shards.append((shard, list(tensors)))
         written += sum(tensor_bytes(tensor) for tensor in tensors.values())
-    _name_shards(staging, shards, written)
+    name_shards(staging, shards, written)
     for name in MODEL_FILES:
         if model_dir and (Path(model_dir) / name).is_file():
             shutil.copy2(Path(model_dir) / name, staging / name)
@@ -140,18 +140,27 @@ def write_version(trainer: Any, root: str, weight_version: int, bucket_bytes: in
     return written, len(shards)
 
 
-def _name_shards(directory: Path, shards: list[tuple[str, list[str]]], total: int) -> None:
-    """Rename ``shard-N`` files as ``save_pretrained`` does and write the index when sharded."""
+def shard_name(index: int, count: int) -> str:
+    """Hugging Face's name of shard ``index`` (1-based) of ``count``."""
+    return f"model-{index:05d}-of-{count:05d}.safetensors"
+
+
+def name_shards(directory: Path, shards: Sequence[tuple[str | Path, Sequence[str]]], total: int) -> None:
+    """Give the written safetensors files ``shards`` (``(file, tensor names)`` in order; a file
+    relative to ``directory`` or absolute) the names ``save_pretrained`` uses: one file becomes
+    ``model.safetensors``; several become ``model-0000i-of-0000N.safetensors`` with
+    ``model.safetensors.index.json`` (``metadata.total_size`` = ``total`` bytes, ``weight_map``).
+    Used by the disk sync and by plasmid-megatron's sharded checkpoint export."""
     if len(shards) == 1:
         os.replace(directory / shards[0][0], directory / SINGLE_FILE)
         return
-    weight_map = {}
+    weight_map: dict[str, str] = {}
     for number, (shard, names) in enumerate(shards, start=1):
-        final_name = f"model-{number:05d}-of-{len(shards):05d}.safetensors"
+        final_name = shard_name(number, len(shards))
         os.replace(directory / shard, directory / final_name)
         weight_map.update({name: final_name for name in names})
-    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    (directory / INDEX_FILE).write_text(json.dumps(index, indent=1))
+    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    (directory / INDEX_FILE).write_text(json.dumps(index, indent=1) + "\n")
 
 
 # ------------------------------------------------------------------------------ in each engine's process
@@ -171,19 +180,13 @@ def read_buckets(directory: str | Path, bucket_bytes: int) -> Iterator[list[tupl
     """The tensors of a version directory in buckets of at most ``bucket_bytes`` bytes."""
     from safetensors import safe_open
 
-    pending: list[tuple[str, Any]] = []
-    size = 0
-    for file in shard_files(directory):
-        with safe_open(str(file), framework="pt") as reader:
-            for name in reader.keys():
-                tensor = reader.get_tensor(name)
-                if pending and size + tensor_bytes(tensor) > bucket_bytes:
-                    yield pending
-                    pending, size = [], 0
-                pending.append((name, tensor))
-                size += tensor_bytes(tensor)
-    if pending:
-        yield pending
+    def tensors() -> Iterator[tuple[str, Any]]:
+        for file in shard_files(directory):
+            with safe_open(str(file), framework="pt") as reader:
+                for name in reader.keys():
+                    yield name, reader.get_tensor(name)
+
+    yield from bucketed(tensors(), bucket_bytes)
 
 
 async def load_version(engine: RolloutEngine, directory: str, weight_version: int, bucket_bytes: int) -> int:

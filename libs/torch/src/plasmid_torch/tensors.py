@@ -10,7 +10,7 @@ run in, never an attribute added to the provider.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from plasmid.errors import UsageError
@@ -27,6 +27,27 @@ def tensor_bytes(tensor: Any) -> int:
     if hasattr(tensor, "element_size"):
         return int(tensor.numel() * tensor.element_size())
     return int(tensor.nbytes)
+
+
+def bucketed(named: Iterable[tuple[str, Any]], bucket_bytes: int) -> Iterator[list[tuple[str, Any]]]:
+    """``(name, tensor)`` pairs in consecutive buckets of at most ``bucket_bytes`` bytes (a tensor
+    larger than that is a bucket of its own), lazily: the stream is read one tensor past the bucket
+    being yielded, never further. Tensors are torch tensors or numpy arrays (:func:`tensor_bytes`).
+
+    :raises ValueError: ``bucket_bytes`` is not positive (``--update-weight-buffer-size``).
+    """
+    if bucket_bytes <= 0:
+        raise ValueError(f"bucket_bytes must be > 0, got {bucket_bytes} (--update-weight-buffer-size)")
+    pending: list[tuple[str, Any]] = []
+    size = 0
+    for name, tensor in named:
+        if pending and size + tensor_bytes(tensor) > bucket_bytes:
+            yield pending
+            pending, size = [], 0
+        pending.append((name, tensor))
+        size += tensor_bytes(tensor)
+    if pending:
+        yield pending
 
 
 def as_torch(value: Any) -> Any:

@@ -19,45 +19,28 @@ every other rank one tensor (the largest Hugging Face tensor, typically the embe
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
 
-#: the single-file name (one shard) and the index name of Hugging Face's safetensors layout
-SINGLE_FILE = "model.safetensors"
-INDEX_FILE = "model.safetensors.index.json"
+from plasmid_torch.disk_sync import INDEX_FILE, SINGLE_FILE, name_shards, shard_name
+from plasmid_torch.tensors import bucketed, tensor_bytes
+
+__all__ = ["INDEX_FILE", "SINGLE_FILE", "buckets", "nbytes", "shard_name", "write_sharded"]
 
 NamedTensor = tuple[str, torch.Tensor]
 
 
 def nbytes(tensor: torch.Tensor) -> int:
-    return tensor.numel() * tensor.element_size()
+    """Bytes of ``tensor``'s data."""
+    return tensor_bytes(tensor)
 
 
 def buckets(tensors: Iterable[NamedTensor], bucket_bytes: int) -> Iterator[list[NamedTensor]]:
-    """``tensors`` in consecutive buckets of at most ``bucket_bytes`` bytes (a tensor larger than
-    that is a bucket of its own), lazily: the stream is read one tensor past the bucket being
-    yielded, never further."""
-    if bucket_bytes <= 0:
-        raise ValueError(f"bucket_bytes must be > 0, got {bucket_bytes} (--update-weight-buffer-size)")
-    pending: list[NamedTensor] = []
-    size = 0
-    for name, tensor in tensors:
-        if pending and size + nbytes(tensor) > bucket_bytes:
-            yield pending
-            pending, size = [], 0
-        pending.append((name, tensor))
-        size += nbytes(tensor)
-    if pending:
-        yield pending
-
-
-def shard_name(index: int, count: int) -> str:
-    """Hugging Face's name of shard ``index`` (1-based) of ``count``."""
-    return f"model-{index:05d}-of-{count:05d}.safetensors"
+    """``tensors`` in consecutive buckets of at most ``bucket_bytes`` bytes, lazily
+    (:func:`plasmid_torch.tensors.bucketed`: read one tensor past the bucket being yielded)."""
+    return bucketed(tensors, bucket_bytes)
 
 
 def write_sharded(tensors: Iterable[NamedTensor], directory: str | Path, shard_bytes: int, *,
@@ -97,20 +80,7 @@ def write_sharded(tensors: Iterable[NamedTensor], directory: str | Path, shard_b
     if failure is not None:
         return failure
     try:
-        _name_shards(directory, written, total)
+        name_shards(directory, written, total)
     except Exception as exc:  # noqa: BLE001 - the caller reports it on every rank
         return exc
     return None
-
-
-def _name_shards(directory: Path, written: list[tuple[Path, list[str]]], total: int) -> None:
-    if len(written) == 1:
-        os.replace(written[0][0], directory / SINGLE_FILE)
-        return
-    weight_map: dict[str, str] = {}
-    for index, (part, names) in enumerate(written, start=1):
-        final = shard_name(index, len(written))
-        os.replace(part, directory / final)
-        weight_map.update((name, final) for name in names)
-    index_json = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-    (directory / INDEX_FILE).write_text(json.dumps(index_json, indent=2) + "\n")
