@@ -90,8 +90,17 @@ def make_batch(prompts: list[list[int]], outputs: list[Any], samples: int) -> An
 
 
 def synchronize(device: str) -> None:
+    """Wait for the device's queued work (timings on CUDA need it; nothing on the CPU)."""
     if device == "cuda":
         torch.cuda.synchronize()
+
+
+def peak_flops(peak_tflops: float | None) -> float | None:
+    """The GPU's peak dense bf16 FLOP/s: ``--peak-tflops`` when given, else :data:`PEAK_BF16`'s
+    entry for the current CUDA device's name, else ``None`` (no MFU is reported)."""
+    if peak_tflops:
+        return peak_tflops * 1e12
+    return next((flops for name, flops in PEAK_BF16.items() if name in torch.cuda.get_device_name()), None)
 
 
 async def one_run(args: argparse.Namespace, model_dir: Path, run_dir: Path, *, lora: bool,
@@ -156,8 +165,7 @@ async def one_run(args: argparse.Namespace, model_dir: Path, run_dir: Path, *, l
     }
     if args.device == "cuda":
         result["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
-        peak = args.peak_tflops * 1e12 if args.peak_tflops else next(
-            (flops for name, flops in PEAK_BF16.items() if name in torch.cuda.get_device_name()), None)
+        peak = peak_flops(args.peak_tflops)
         if peak:
             result["mfu"] = (6 if lora else 8) * body * train_rate / peak
     del trainer, engine

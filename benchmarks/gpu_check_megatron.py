@@ -48,7 +48,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_check import PEAK_BF16, QWEN_SHAPES, build_model_dir  # the sibling script's builders
+from gpu_check import QWEN_SHAPES, build_model_dir, peak_flops, synchronize  # the sibling script's helpers
 
 BUCKET_BYTES = 512 << 20
 
@@ -84,11 +84,6 @@ def make_batch(vocab: int, groups: int, samples: int, prompt_tokens: int, respon
                                   index=group_index * samples + k, group_index=group_index, weight_version=0))
         built.append(Group(samples=members, index=group_index))
     return RolloutBatch(rollout_id=seed, groups=built)
-
-
-def synchronize(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
 
 
 def one_run(args: argparse.Namespace, model_dir: Path, run_dir: Path) -> dict[str, Any]:
@@ -138,8 +133,7 @@ def one_run(args: argparse.Namespace, model_dir: Path, run_dir: Path) -> dict[st
     }
     if args.device == "cuda":
         result["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
-        peak = args.peak_tflops * 1e12 if args.peak_tflops else next(
-            (flops for name, flops in PEAK_BF16.items() if name in torch.cuda.get_device_name()), None)
+        peak = peak_flops(args.peak_tflops)
         if peak:
             result["mfu"] = 8 * body * rate / peak
     del trainer
