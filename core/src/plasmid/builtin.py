@@ -13,7 +13,7 @@ from plasmid.kernel_options import ScheduleOptions
 from plasmid.protocols import RolloutView
 from plasmid.session import Session, build_session
 from plasmid.startup import Startup
-from plasmid.types import Sample, SamplingParams, Status
+from plasmid.types import ROUTED_EXPERTS_KEY, Sample, SamplingParams, Status
 
 
 class SingleTurn:
@@ -27,7 +27,8 @@ class SingleTurn:
       ``--mask-offpolicy-in-partial-rollout``, get ``loss_mask`` 0 (older weights made them);
     - ``COMPLETED`` / ``TRUNCATED``: already finished; returned unchanged.
 
-    Every newly generated token is trained on (``loss_mask`` 1).
+    Every newly generated token is trained on (``loss_mask`` 1). The engine's expert routing,
+    when it reports one (``--return-routed-experts``), goes to ``metadata[ROUTED_EXPERTS_KEY]``.
     """
 
     def __init__(self, config: Config) -> None:
@@ -53,6 +54,10 @@ class SingleTurn:
         sample.rollout_logprobs = old_logprobs + list(output.logprobs)
         sample.status = output.status
         sample.weight_version = output.weight_version
+        if output.routed_experts is not None:           # the engine's routing covers prefix + response
+            sample.metadata[ROUTED_EXPERTS_KEY] = output.routed_experts
+        else:                                           # a resumed sample's old routing no longer fits
+            sample.metadata.pop(ROUTED_EXPERTS_KEY, None)
         return sample
 
 

@@ -48,6 +48,10 @@ class RolloutOptions(Options, group="rollout", description="what each step sampl
     reward_timeout: float = option(60.0, "seconds before a reward call fails", gt=0)
     reward_errors: Literal["zero", "fail"] = option("zero", "on a failing reward: score the sample 0 and go on, "
                                                     "or stop the run")
+    return_routed_experts: bool = option(False, "ask the rollout engine for each token's mixture-of-experts "
+                                         "routing (Sample.metadata['routed_experts'], for a trainer's routing "
+                                         "replay); engines that cannot report it refuse", default_text="off; on "
+                                         "with megatron's --routing-replay r3")
 
     @property
     def samples_per_step(self) -> int:

@@ -59,12 +59,16 @@ class GenerationOutput:
         requests (temperature 0) report log-probs at temperature 1.
     :ivar status: ``COMPLETED`` (stop token), ``TRUNCATED`` (length) or ``ABORTED``.
     :ivar weight_version: the engine's weight version when the request finished.
+    :ivar routed_experts: the mixture-of-experts routing of ``prompt_ids + token_ids`` in the
+        :data:`ROUTED_EXPERTS_KEY` format (the last generated token, never fed to the model, left
+        out), when the engine was asked for it (``--return-routed-experts``); ``None`` otherwise.
     """
 
     token_ids: list[int]
     logprobs: list[float]
     status: Status
     weight_version: int
+    routed_experts: list[list[list[int]]] | None = None
 
 
 #: ``Sample.metadata`` key naming the part of a mixture a prompt came from (a dataset's name):

@@ -8,6 +8,11 @@ bfloat16 with ``--precision bf16`` or ``bf16-autocast``); each forward pass move
 and positions there and brings back only the ``[rows, vocab]`` logits of the last column, which
 are sampled on the CPU with the rows' CPU generators (so a seeded row draws the same tokens on
 every device). CUDA graphs for decoding are not used.
+
+Decoding steps (``--torchgen-decoder``): ``lean`` runs :class:`plasmid_torchgen.lean.LeanStep`
+over a :class:`plasmid_torchgen.kv_cache.StaticKV` (prefills still run the Hugging Face forward,
+whose cache is then copied into preallocated buffers); ``hf``, and every model the lean step does
+not support, runs the Hugging Face forward with its ``DynamicCache``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from plasmid_torch.device import Placement
 from plasmid_torch.ops import logprobs_from_logits
 from plasmid_torchgen import kv_cache
 from plasmid_torchgen.batch import DecodeBatch, Request
+from plasmid_torchgen.lean import LeanStep, unsupported_reason
+from plasmid_torchgen.routing import RoutingCapture
 from plasmid_torchgen.sampling import sample_tokens
 from plasmid_torchgen.stats import EngineStats
 
@@ -33,10 +40,20 @@ class Decoder:
         ``attention_mask``, ``position_ids`` and a KV cache).
     :param shared_generator: noise of sampled rows without a seed.
     :param place: the device and autocast of forward passes (default: the CPU, float32).
+    :param decoder: ``lean`` or ``hf`` (see the module docs); ``lean`` on a model it does not
+        support decodes with ``hf`` (:attr:`decoder` says which runs, :attr:`lean_unsupported` why).
     """
 
-    def __init__(self, model: Any, shared_generator: torch.Generator, place: Placement | None = None) -> None:
+    def __init__(self, model: Any, shared_generator: torch.Generator, place: Placement | None = None,
+                 decoder: str = "lean") -> None:
+        if decoder not in ("lean", "hf"):
+            raise ValueError(f"torchgen Decoder: decoder must be 'lean' or 'hf', got {decoder!r}")
         self.model = model
+        #: why the lean step cannot serve this model (``None``: it can)
+        self.lean_unsupported = unsupported_reason(model)
+        self._lean = LeanStep(model) if decoder == "lean" and self.lean_unsupported is None else None
+        #: the decoding step that runs: ``lean`` or ``hf``
+        self.decoder = "lean" if self._lean is not None else "hf"
         self.place = place if place is not None else Placement(torch.device("cpu"))
         self.shared_generator = shared_generator
         #: the counts of the step in progress (returned by :meth:`step`).
@@ -46,6 +63,8 @@ class Decoder:
         # transformers renamed ``past_key_values`` to ``cache``; pass whichever this version takes.
         self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
         self._last_logits_only = {"logits_to_keep": 1} if "logits_to_keep" in parameters else {}
+        #: MoE routing capture (``--return-routed-experts``, set by the engine); ``None``: off
+        self.routing: RoutingCapture | None = None
 
     def step(self, batch: DecodeBatch | None, admitted: list[Request],
              drop_abandoned: bool = False) -> tuple[DecodeBatch | None, list[Request], EngineStats]:
@@ -84,6 +103,8 @@ class Decoder:
         positions = (attention_mask.cumsum(1) - 1).clamp(min=0)
         cache = kv_cache.new_cache(self.model.config)
         logits = self._forward(input_ids, attention_mask, positions, cache)
+        if self.routing is not None:
+            self.routing.prefilled(requests, attention_mask)
         batch = DecodeBatch(requests, cache, attention_mask, next_tokens=input_ids[:, -1:],
                             next_positions=attention_mask.sum(1, keepdim=True))
         self.stats.batches += 1
@@ -95,7 +116,12 @@ class Decoder:
         if not len(batch):
             return None, []
         attention_mask = torch.cat([batch.attention_mask, torch.ones((len(batch), 1), dtype=torch.int64)], 1)
-        logits = self._forward(batch.next_tokens, attention_mask, batch.next_positions, batch.cache)
+        if isinstance(batch.cache, kv_cache.StaticKV):
+            logits = self._lean_step(batch, attention_mask)
+        else:
+            logits = self._forward(batch.next_tokens, attention_mask, batch.next_positions, batch.cache)
+        if self.routing is not None:
+            self.routing.decoded(batch.requests)
         batch.attention_mask = attention_mask
         batch.next_positions = batch.next_positions + 1
         self.stats.decode_steps += 1
@@ -141,6 +167,20 @@ class Decoder:
         self.stats.forward_rows += len(input_ids)
         self.stats.max_batch_size = max(self.stats.max_batch_size, len(input_ids))
         logits = output.logits[:, -1]
+        return logits if logits.device.type == "cpu" else logits.float().cpu()
+
+    def _lean_step(self, batch: DecodeBatch, attention_mask: torch.Tensor) -> torch.Tensor:
+        """:meth:`_forward` of one decoding step by :class:`LeanStep` (same logits, same counters)."""
+        cache = batch.cache
+        if cache.columns >= cache.capacity:
+            room = max(r.params.max_new_tokens - len(r.token_ids) for r in batch.requests)
+            cache.reserve(min(max(room, 1), kv_cache.RESERVE_COLUMNS))
+        place = self.place
+        with place.autocast():
+            logits = self._lean(place.to_device(batch.next_tokens), place.to_device(batch.next_positions),
+                                place.to_device(attention_mask), cache)
+        self.stats.forward_rows += len(batch)
+        self.stats.max_batch_size = max(self.stats.max_batch_size, len(batch))
         return logits if logits.device.type == "cpu" else logits.float().cpu()
 
     def _sample(self, batch: DecodeBatch, logits: torch.Tensor) -> tuple[DecodeBatch | None, list[Request]]:

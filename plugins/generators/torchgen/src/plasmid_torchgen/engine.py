@@ -37,7 +37,7 @@ import torch
 
 from plasmid.config import Config
 from plasmid.errors import ProviderError, UsageError
-from plasmid.kernel_options import GeneralOptions
+from plasmid.kernel_options import GeneralOptions, RolloutOptions
 from plasmid.options import Options
 from plasmid.types import GenerationOutput, SamplingParams, Status
 from plasmid_torch.compute import compute_executor
@@ -46,6 +46,7 @@ from plasmid_torch.device_options import DeviceOptions
 from plasmid_torchgen.batch import DecodeBatch, Request
 from plasmid_torchgen.decoder import Decoder
 from plasmid_torchgen.options import TorchgenOptions
+from plasmid_torchgen.routing import RoutingCapture
 from plasmid_torchgen.stats import EngineStats
 from plasmid_torchgen.weights import WeightTable
 
@@ -62,13 +63,14 @@ class TorchEngine:
     """Samples from a local Hugging Face causal LM, on the CPU or a GPU.
 
     Built by the kernel as ``TorchEngine(config)``; reads ``--model`` (the model directory),
-    ``--seed`` (the generator of requests without a seed), ``--torchgen-max-batch-size`` and the
+    ``--seed`` (the generator of requests without a seed), ``--torchgen-max-batch-size``, ``--torchgen-decoder`` and the
     "device" group it shares with torchtrain (:class:`plasmid_torch.device_options.DeviceOptions`:
     ``--device``, ``--precision``: bf16 serves bfloat16 weights, bf16-autocast float32 weights under
     bfloat16 autocast; ``--attn-implementation``). See :mod:`.decoder` for what runs where.
     """
 
-    option_classes: ClassVar[tuple[type[Options], ...]] = (TorchgenOptions, GeneralOptions, DeviceOptions)
+    option_classes: ClassVar[tuple[type[Options], ...]] = (TorchgenOptions, GeneralOptions, DeviceOptions,
+                                                           RolloutOptions)
 
     def __init__(self, config: Config) -> None:
         general = GeneralOptions.of(config)
@@ -82,10 +84,18 @@ class TorchEngine:
         self.model = self.place.load_causal_lm(self.model_path)
         self.model.requires_grad_(False)
         self.vocab_size: int = self.model.get_input_embeddings().num_embeddings
-        self.max_batch_size = TorchgenOptions.of(config).torchgen_max_batch_size
+        options = TorchgenOptions.of(config)
+        self.max_batch_size = options.torchgen_max_batch_size
         self._stats = EngineStats()
         shared_generator = torch.Generator().manual_seed(general.seed)
-        self._decoder = Decoder(self.model, shared_generator, self.place)
+        self._decoder = Decoder(self.model, shared_generator, self.place, options.torchgen_decoder)
+        #: the decoding step that runs (``--torchgen-decoder``; ``hf`` for a model ``lean`` does not support)
+        self.decoder = self._decoder.decoder
+        if RolloutOptions.of(config).return_routed_experts:        # plasmid_torchgen.routing
+            try:
+                self._decoder.routing = RoutingCapture(self.model, self.model_path)
+            except ValueError as error:
+                raise UsageError(str(error)) from None
         self._weights = WeightTable(self.model, self.model_path)
         self._weight_version = 0
         #: the process's compute thread, shared with a trainer in the same process (plasmid_torch.compute)
@@ -170,7 +180,7 @@ class TorchEngine:
                 if request.future.done():
                     continue
                 request.status = Status.ABORTED
-                request.future.set_result(request.output(self._weight_version))
+                request.future.set_result(self._output(request))
                 aborted += 1
             self._stats.requests += aborted
             self._stats.aborted += aborted
@@ -332,7 +342,14 @@ class TorchEngine:
         self._stats.requests += len(finished)
         for request in finished:
             if not request.future.done():
-                request.future.set_result(request.output(self._weight_version))
+                request.future.set_result(self._output(request))
+
+    def _output(self, request: Request) -> GenerationOutput:
+        """``request``'s answer, with its routing when captured (``--return-routed-experts``)."""
+        output = request.output(self._weight_version)
+        if self._decoder.routing is not None:
+            output.routed_experts = self._decoder.routing.take(request)
+        return output
 
     def _fail(self, requests: list[Request], error: Exception) -> None:
         for request in requests:

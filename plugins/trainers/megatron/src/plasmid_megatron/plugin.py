@@ -8,7 +8,7 @@ importing it (see :mod:`plasmid_megatron.native_options`).
 from __future__ import annotations
 
 from plasmid import hookimpl
-from plasmid.config import OptionParser
+from plasmid.config import Config, OptionParser
 from plasmid.native_options import add_options
 from plasmid_megatron.native_options import native_fields
 from plasmid_megatron.options import MegatronOptions
@@ -23,6 +23,14 @@ def plasmid_addoption(parser: OptionParser) -> None:
                              "version (TransformerConfig, OptimizerConfig, DistributedDataParallelConfig); "
                              "unset means megatron's default")
     add_options(native, native_fields())
+
+
+@hookimpl
+def plasmid_defaults(config: Config) -> None:
+    """``--routing-replay r3`` replays the engine's routing: ask the engine for it
+    (``--return-routed-experts``, unless given)."""
+    if getattr(config.option, "trainer", None) == "megatron" and getattr(config.option, "routing_replay", None) == "r3":
+        config.set_default("return_routed_experts", True)
 
 
 @hookimpl
