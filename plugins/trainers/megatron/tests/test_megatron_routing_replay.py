@@ -14,8 +14,10 @@ effect on a later update's ppo_kl is measured, and documented, below).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
+import plasmid_megatron.plugin
 import pytest
 import torch
 from plasmid_megatron import routing_replay
@@ -248,3 +250,101 @@ def test_engine_routing_that_does_not_fit_the_sample_is_named():
         routing_replay.engine_routing([sample])
     sample.metadata[ROUTED_EXPERTS_KEY] = [[[0, 1]], [[1, 2]]]      # the last token left out
     assert routing_replay.engine_routing([sample])[0].tolist() == [[[0, 1]], [[1, 2]], [[0, 1]]]
+
+
+def torchgen_rollout(model_dir, tmp_path, precision):
+    """:func:`make_rollout_batch`'s prompts answered by a torchgen engine serving ``model_dir`` at
+    ``precision`` with ``--return-routed-experts``, through the kernel's single-turn generate
+    function (which carries the engine's routing into each sample's metadata)."""
+    import plasmid_torchgen.plugin
+
+    from plasmid.builtin import SingleTurn
+    from plasmid.testing.contracts.generate import make_context
+    from plasmid.types import SamplingParams, Status
+
+    config = testing.make_config(plasmid_torchgen.plugin, run_dir=tmp_path / "engine", model=str(model_dir),
+                                 precision=precision, return_routed_experts=True)
+    engine = testing.build("engine", "torchgen", plasmid_torchgen.plugin, config=config)
+    generate = SingleTurn(config)
+    batch = make_rollout_batch(VOCAB, groups=3, seed=5)
+    for sample in batch.samples:
+        sample.tokens, sample.response_length, sample.loss_mask = sample.prompt_tokens, 0, None
+        sample.status = Status.PENDING
+
+    async def answer_all():
+        context = make_context(config, engine, generate)
+        await asyncio.gather(*(generate(context, sample, SamplingParams(max_new_tokens=6, seed=sample.index))
+                               for sample in batch.samples))
+        await engine.shutdown()
+
+    testing.run(answer_all())
+    return batch
+
+
+@pytest.mark.timeout(300)
+def test_r3_replays_torchgens_routing_and_lowers_the_mismatch_against_it(tmp_path):
+    """A real engine reports the routing: torchgen serving the tiny Qwen2-MoE in bfloat16 (its
+    router logits round differently from the float32 trainer's, so some near-tie tokens route
+    elsewhere). With ``--routing-replay r3`` every pass of the megatron step routes each sample's
+    tokens to exactly the experts torchgen reported, and ``train/logprob_abs_diff_mean`` (engine
+    against trainer, at the same weights) is lower than without replay.
+
+    Measured: bf16 torchgen, 12 samples: the free trainer routes 4 token-layer pairs elsewhere (over
+    its two passes); 2.769e-3 without replay, 2.750e-3 with R3 (most of the
+    mismatch is bfloat16's everywhere else, which replay cannot remove); with a float32 torchgen both
+    are 1.23e-7 (no route differs)."""
+    from plasmid.types import ROUTED_EXPERTS_KEY
+
+    model_dir = build_moe_model(tmp_path / "model", "qwen2_moe")
+    batch = torchgen_rollout(model_dir, tmp_path, "bf16")
+    samples = batch.samples
+    engine = routing_replay.engine_routing(samples)
+    assert sorted(engine) == list(range(len(samples)))
+    for sample in samples:
+        assert len(sample.metadata[ROUTED_EXPERTS_KEY]) == len(sample.tokens) - 1
+
+    diff, routes = {}, {}
+    for mode in ("none", "r3"):
+        trainer = make_trainer(model_dir, tmp_path / mode, micro_batch_size=4, routing_replay=mode)
+        seen, handles = routed_experts(trainer.model)
+        lengths = [len(sample.tokens) for sample in samples]
+        per_micro = []      # per forward pass: {row: [length, layers, top_k]} sorted expert ids
+        width = max(sample.response_length for sample in samples)
+        layout = trainer._micro_batches(samples, range(len(samples)), width)
+        metrics = testing.run(trainer.train_step(batch))
+        for handle in handles:
+            handle.remove()
+        assert len(seen) == 2 * 2 * len(layout)              # 2 layers x (old-log-prob pass + 1 update)
+        for position, micro in enumerate(layout * 2):
+            rows = micro.rows.tolist()
+            layers = [seen[2 * position], seen[2 * position + 1]]
+            per_micro.append(routing_replay.split_by_sample([layer.cpu() for layer in layers], micro.input_ids.cpu(),
+                                                            rows, [lengths[row] for row in rows]))
+        routes[mode] = per_micro
+        diff[mode] = metrics["train/logprob_abs_diff_mean"]
+        if mode == "r3":
+            assert trainer.step_routing.free == 0 and trainer.step_routing.replayed == 2 * len(layout)
+    flipped = 0
+    for free, replayed in zip(routes["none"], routes["r3"], strict=True):
+        for row, got in replayed.items():
+            fed = len(samples[row].tokens) - 1                # the last token's entry is not the engine's
+            wanted = engine[row][:fed].sort(-1).values
+            assert torch.equal(got[:fed], wanted), f"sample {row} was not routed as torchgen reported"
+            flipped += int((free[row][:fed] != wanted).any(-1).sum())
+    print(f"{flipped} token-layer routes of the free trainer differ from torchgen's; train/logprob_abs_diff_mean: "
+          f"without replay {diff['none']:.3e}, with R3 {diff['r3']:.3e}")
+    assert flipped > 0, "bf16 torchgen routed every token as the trainer does: nothing was replayed"
+    assert diff["r3"] < diff["none"]
+
+
+def test_r3_asks_the_engine_for_its_routing():
+    """``--trainer megatron --routing-replay r3`` turns on ``--return-routed-experts`` unless given."""
+    from plasmid.kernel_options import RolloutOptions
+
+    def asked(**options):
+        return RolloutOptions.of(testing.make_config(plasmid_megatron.plugin, trainer="megatron",
+                                                     **options)).return_routed_experts
+
+    assert asked(routing_replay="r3")
+    assert not asked(routing_replay="r3", return_routed_experts=False)
+    assert not asked(routing_replay="r2") and not asked()
