@@ -135,3 +135,25 @@ def test_a_two_player_game_gives_each_player_a_sample_of_the_group(tmp_path, tin
     assert engine.prompts[1] == second.tokens[:len(engine.prompts[1])]
     reward = build("reward", "gym", plugin, config=config)
     assert [run(reward(out)) for out in outs] == [float(rewards[0]), float(rewards[1])] == [1.0, -1.0]
+
+
+class AbortingEngine(ScriptedEngine):
+    """Answers the first call with its reply cut short, ``ABORTED`` (the driver aborted the step)."""
+
+    async def generate(self, prompt_ids, params):
+        out = await super().generate(prompt_ids, params)
+        return GenerationOutput(out.token_ids[:1], out.logprobs[:1], Status.ABORTED, out.weight_version)
+
+
+@pytest.mark.timeout(120)
+def test_an_aborted_engine_call_gives_the_prompt_back_aborted_with_an_empty_response(tmp_path, tiny_model):
+    config = make_config(plugin, run_dir=tmp_path, model=tiny_model, gym_env=f"textarena:{ENV}", gym_size=4,
+                         gym_eval_size=1)
+    source = build("datasource", "gym", plugin, config=config)
+    sample = source.get_groups(1)[0].samples[0]
+    engine = AbortingEngine([source.tokenizer.encode("[7]", add_special_tokens=False)])
+    ctx = SimpleNamespace(tokenizer=source.tokenizer, engine_for=lambda s: engine, aborting=asyncio.Event())
+    out = run(build("generate", "gym", plugin, config=config)(ctx, sample, SamplingParams(max_new_tokens=16)))
+    assert len(engine.prompts) == 1 and out.status == Status.ABORTED
+    assert out.tokens == sample.tokens and out.response_length == 0 and out.response == ""
+    assert out.loss_mask == [] and out.rollout_logprobs == [], "consistent, as GenerateFn asks: an empty response"

@@ -23,3 +23,10 @@ async def two_turns(session):
     session.metadata["replies"] = [first, chunks]
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     return {"second": float(text == "2"), "calls": 2.0}
+
+
+async def complete_the_prompt(session):
+    """One ``/v1/completions`` call on the prompt's text (for a tokenizer without a chat template)."""
+    client = AsyncOpenAI(base_url=session.base_url, api_key=session.api_key, max_retries=0)
+    reply = await client.completions.create(model=session.model, prompt=session.messages[-1]["content"])
+    return float(reply.choices[0].finish_reason == "stop")

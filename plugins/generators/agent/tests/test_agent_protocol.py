@@ -236,6 +236,7 @@ def test_an_aborted_call_gives_the_prompt_back_aborted(tmp_path, tool_tokenizer)
 
     out = run_agent(tmp_path, agent, tool_tokenizer, engine)
     assert out.status == Status.ABORTED and out.response_length == 0 and out.tokens == out.prompt_tokens
+    assert out.loss_mask == [] and out.rollout_logprobs == [], "consistent: an empty response"
     assert "agent_reward" not in out.metadata
 
 

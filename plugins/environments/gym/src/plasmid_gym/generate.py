@@ -106,8 +106,8 @@ class GymGenerate:
             player.logprobs += list(output.logprobs)
             turns += 1
             if output.status == Status.ABORTED:
-                return replace(sample, tokens=sample.prompt_tokens, response="", response_length=0, loss_mask=None,
-                               rollout_logprobs=None, status=Status.ABORTED)
+                return replace(sample, tokens=sample.prompt_tokens, response="", response_length=0, loss_mask=[],
+                               rollout_logprobs=[], status=Status.ABORTED)
             action = tokenizer.decode(ids, skip_special_tokens=True)
             player.messages.append({"role": "assistant", "content": action})
             player.text += tokenizer.decode(ids, skip_special_tokens=False)

@@ -262,7 +262,9 @@ class AgentGenerate:
 
     @staticmethod
     def _aborted(sample: Sample) -> Sample:
-        return replace(sample, tokens=sample.prompt_tokens, response="", response_length=0, loss_mask=None,
-                       rollout_logprobs=None, status=Status.ABORTED,
+        """The sample as its prompt, ``ABORTED``, with an empty response (mask and log-probs ``[]``,
+        consistent as :class:`~plasmid.protocols.GenerateFn` asks), to be run again from the start."""
+        return replace(sample, tokens=sample.prompt_tokens, response="", response_length=0, loss_mask=[],
+                       rollout_logprobs=[], status=Status.ABORTED,
                        metadata={k: v for k, v in sample.metadata.items()
                                  if k not in (REWARD_KEY, CALLS_KEY, ERROR_KEY, METRICS_KEY)})
