@@ -120,6 +120,11 @@ def test_a_checkpoint_holds_the_adapters_and_resumes_them(model_dir, tmp_path):
     assert first["train/loss"] == second["train/loss"] and first["train/grad_norm"] == second["train/grad_norm"]
     for (name, a), (_, b) in zip(exported(trainer).items(), exported(resumed).items(), strict=True):
         assert torch.equal(a, b), name
+    assert (tmp_path / "ckpt" / "dcp").is_dir()                 # adapters and AdamW state, for any number of ranks
+    full_training = make_trainer(model_dir, tmp_path / "full", lora_rank=0)
+    with pytest.raises(ValueError, match=r"holds LoRA adapters .* --lora-rank") as failure:
+        testing.run(full_training.load(str(tmp_path / "ckpt")))
+    assert "\n" not in str(failure.value)
 
 
 def test_bad_target_modules_are_a_one_line_error(model_dir, tmp_path):

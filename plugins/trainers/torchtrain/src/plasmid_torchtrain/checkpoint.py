@@ -9,8 +9,10 @@ Layout of ``<path>/``::
                          (torch, random, numpy), and the trainer's counters (torch.save; our
                          own file, loaded with weights_only=False)
     critic.safetensors   the critic's weights (backbone and value head), when the loss has one
-    adapter/             (a LoRA policy, --lora-rank) the adapters in peft's format; model/ then
-                         holds the merged weights and trainer_state.pt the adapters' AdamW state
+    adapter/             (a LoRA policy, --lora-rank; :func:`write_adapters`) the adapters in peft's
+                         format; model/ then holds the merged weights, and dcp/ the adapters and
+                         their AdamW state (the frozen base weights are --model's), whatever the
+                         number of ranks, so any number of ranks resumes them
 
     dcp/                 (written by an FSDP2-sharded trainer, :func:`write_sharded`) the policy's
                          weights and AdamW state in ``torch.distributed.checkpoint`` format, each
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import random
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -151,47 +154,81 @@ def is_sharded(path: str | Path) -> bool:
     return (Path(path) / DCP_SUBDIR).is_dir()
 
 
-def read_sharded(path: str | Path, *, model: Any, optimizer: Any) -> None:
+def read_sharded(path: str | Path, *, model: Any, optimizer: Any, collective: bool,
+                 trainable_only: bool = False) -> None:
     """Load the ``dcp/`` weights and AdamW state of checkpoint ``path`` into ``model`` and
     ``optimizer``, resharded for however many ranks (one, without a process group, included)
-    this trainer has; every rank calls it."""
+    this trainer has. ``collective`` (a sharded model): every rank calls it together; otherwise
+    the calling process reads all of it alone. ``trainable_only`` (a LoRA policy, whose
+    ``dcp/`` holds the adapters alone, :func:`write_adapters`): only the parameters that train
+    (the frozen ones keep ``--model``'s values); one the checkpoint lacks is an error of ``dcp``."""
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
-    model_state, optimizer_state = get_state_dict(model, optimizer)
+    options = StateDictOptions(ignore_frozen_params=trainable_only, strict=not trainable_only)
+    model_state, optimizer_state = get_state_dict(model, optimizer, options=options)
     loaded = {"model": model_state, "optimizer": optimizer_state}
-    dcp.load(loaded, checkpoint_id=str(Path(path) / DCP_SUBDIR))
-    set_state_dict(model, optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optimizer"])
+    dcp.load(loaded, checkpoint_id=str(Path(path) / DCP_SUBDIR), no_dist=not collective)
+    set_state_dict(model, optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optimizer"],
+                   options=options)
 
 
-def write_merged(path: str | Path, *, model: Any, named: Any, tokenizer_dir: Path, state: dict[str, Any],
-                 critic: Any = None, extra: Any = None) -> Path:
-    """:func:`write` for a model whose saved weights are computed (a LoRA policy: ``named`` are
-    its merged ``(HF name, tensor)`` pairs): ``model/`` gets the base model's config and these
-    weights (a complete HF directory), then ``extra(staging)`` adds what else the trainer keeps
-    (the adapters)."""
+def write_adapters(path: str | Path, *, model: Any, optimizer: Any, merged: Iterable[list[tuple[str, torch.Tensor]]],
+                   tokenizer_dir: Path, state: dict[str, Any], rank: int, collective: bool,
+                   critic: Any = None) -> Path:
+    """The checkpoint of a LoRA policy (``model``, a peft model, sharded with FSDP2 or not) at ``path``,
+    atomically as :func:`write`: ``dcp/`` the adapters and their AdamW state (``torch.distributed.
+    checkpoint``, each rank its shards; frozen base weights left out), ``adapter/`` the adapters
+    gathered whole in peft's format, ``model/`` the merged weights ``merged`` (buckets of whole CPU
+    tensors, :meth:`TorchTrainer.export_weights`) written one safetensors file per bucket under
+    ``save_pretrained``'s names, so no rank holds more than one bucket of whole tensors; ``state``
+    and the ``critic`` beside them. ``collective`` (a sharded model): every rank calls it and rank
+    0 writes all but its shards of ``dcp/``; otherwise one process (``rank`` 0) writes everything."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
     from safetensors.torch import save_file
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    from plasmid_torch.disk_sync import name_shards
+    from plasmid_torchtrain.lora import adapter_state, save_adapters
 
     target = Path(path)
     staging = target.with_name(target.name + ".tmp")
-    if staging.exists():
-        shutil.rmtree(staging)
-    (staging / MODEL_SUBDIR).mkdir(parents=True)
-    base = model.get_base_model()
-    base.config.save_pretrained(staging / MODEL_SUBDIR)
-    if getattr(base, "generation_config", None) is not None:
-        base.generation_config.save_pretrained(staging / MODEL_SUBDIR)
-    save_file({name: tensor.contiguous().cpu() for name, tensor in named},
-              str(staging / MODEL_SUBDIR / "model.safetensors"), metadata={"format": "pt"})
-    copy_tokenizer_files(tokenizer_dir, staging / MODEL_SUBDIR)
-    torch.save(state, staging / STATE_FILE)
-    if critic is not None:
-        from plasmid_torchtrain.critic import save_critic
+    writer = rank == 0
+    if writer:
+        if staging.exists():
+            shutil.rmtree(staging)
+        (staging / MODEL_SUBDIR).mkdir(parents=True)
+    if collective:
+        dist.barrier()
+    trained, optimizer_state = get_state_dict(model, optimizer, options=StateDictOptions(ignore_frozen_params=True))
+    dcp.save({"model": trained, "optimizer": optimizer_state}, checkpoint_id=str(staging / DCP_SUBDIR),
+             no_dist=not collective)
+    adapters = adapter_state(model)
+    shards: list[tuple[str, list[str]]] = []
+    total = 0
+    for index, bucket in enumerate(merged):
+        if writer:
+            file = f"bucket-{index:05d}.safetensors"
+            save_file(dict(bucket), str(staging / MODEL_SUBDIR / file), metadata={"format": "pt"})
+            shards.append((file, [name for name, _ in bucket]))
+            total += sum(tensor.numel() * tensor.element_size() for _, tensor in bucket)
+    if writer:
+        base = model.get_base_model()
+        base.config.save_pretrained(staging / MODEL_SUBDIR)
+        if getattr(base, "generation_config", None) is not None:
+            base.generation_config.save_pretrained(staging / MODEL_SUBDIR)
+        name_shards(staging / MODEL_SUBDIR, shards, total)
+        copy_tokenizer_files(tokenizer_dir, staging / MODEL_SUBDIR)
+        save_adapters(model, staging, adapters)
+        torch.save(state, staging / STATE_FILE)
+        if critic is not None:
+            from plasmid_torchtrain.critic import save_critic
 
-        save_critic(critic, staging)
-    if extra is not None:
-        extra(staging)
-    if target.exists():
-        shutil.rmtree(target)
-    staging.rename(target)
+            save_critic(critic, staging)
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    if collective:
+        dist.barrier()
     return target

@@ -21,6 +21,12 @@ AdamW state; every forward pass is a collective, so ranks run equally many (:met
 micro_batches` with ``equal``), and reads (log-probs, exports, saves) run on every rank (the
 trainer is *collective*, :class:`plasmid.protocols.Trainer`). The reference model and the critic
 stay replicated.
+
+A LoRA policy (``--lora-rank``) is sharded the same way: each layer unit then holds frozen base
+weights beside trainable adapters (FSDP2 gathers both and reduce-scatters gradients of the
+adapters alone); the optimizer holds the adapters' shards. Its merged-weight export computes
+``W + scale * B @ A`` on the shards (DTensor ops: the small ``A`` is gathered) and gathers each
+merged tensor whole as its bucket is copied, as for full training.
 """
 
 from __future__ import annotations
@@ -98,6 +104,18 @@ class DataParallel:
         for p in params:
             p.grad.copy_(flat[offset: offset + p.numel()].view_as(p.grad))
             offset += p.numel()
+
+    def broadcast(self, tensors: Iterable[torch.Tensor]) -> None:
+        """Give every rank rank 0's values of ``tensors`` (in place; each rank passes its own tensors
+        of the same shapes in the same order). Used on LoRA adapters, which peft initialises from
+        each process's random generator, before the model is sharded."""
+        if not self.enabled:
+            return
+        import torch.distributed as dist
+
+        with torch.no_grad():
+            for tensor in tensors:
+                dist.broadcast(tensor, src=0)
 
     def any(self, flag: bool) -> bool:
         """Whether ``flag`` is true on any rank (an all-reduce MAX): a decision every rank takes the same."""

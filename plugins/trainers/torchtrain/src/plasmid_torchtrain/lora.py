@@ -10,8 +10,11 @@ dependency: ``pip install 'plasmid-torchtrain[lora]'``).
   LoRA-wrapped linear layer's weight merged (``W + scale * B @ A``, computed out of place, so the
   trained base weights are never rounded by merging and unmerging). An engine therefore needs no
   adapter support (sending adapters alone to an engine that can load them is not done here).
-- Checkpoints hold the adapters (``adapter/`` in peft's format, :func:`save_adapters`) beside the
-  merged model directory.
+  Of an FSDP2-sharded policy (:func:`plasmid_torchtrain.distributed.shard_model`) the merged
+  tensors are sharded DTensors, gathered whole one at a time when their bucket is copied.
+- Checkpoints hold the adapters (``adapter/`` in peft's format, :func:`save_adapters`, from the
+  adapters gathered whole, :func:`adapter_state`) beside the merged model directory
+  (:func:`plasmid_torchtrain.checkpoint.write_adapters`).
 
 The trainer keeps its model in eval mode; ``--lora-dropout`` applies to the adapters' inputs in
 the policy's forward passes with gradient (:func:`dropout_active`), never in log-prob passes.
@@ -69,8 +72,20 @@ def merged_tensors(model: Any, names: list[str]) -> Iterator[tuple[str, torch.Te
 
 
 def adapter_parameters(model: Any) -> dict[str, torch.Tensor]:
-    """The trainable (adapter) parameters by name."""
+    """The trainable (adapter) parameters by name (an FSDP2-sharded model's: sharded DTensors)."""
     return {name: parameter for name, parameter in model.named_parameters() if parameter.requires_grad}
+
+
+def adapter_state(model: Any) -> dict[str, torch.Tensor]:
+    """The adapters, whole, as CPU copies under the peft model's state-dict names
+    (``base_model.model.<module>.lora_A.default.weight``): of a sharded model each gathered from
+    every rank (a collective call: every rank calls it and receives them). Adapters are small (rank
+    ``r`` times the adapted layers' widths), so all of them are held at once."""
+    from plasmid_torchtrain.distributed import full
+
+    with torch.no_grad():
+        return {name: full(parameter).detach().to("cpu", copy=True)
+                for name, parameter in adapter_parameters(model).items()}
 
 
 class AdaptersDisabled:
@@ -98,20 +113,33 @@ def dropout_active(model: Any) -> Iterator[None]:
             module.eval()
 
 
-def save_adapters(model: Any, directory: Path) -> None:
-    """The adapters (and their config) in peft's format under ``directory / adapter``."""
-    model.save_pretrained(str(directory / ADAPTER_SUBDIR))
+def save_adapters(model: Any, directory: Path, state: dict[str, torch.Tensor]) -> None:
+    """The adapters ``state`` (:func:`adapter_state`) and their config in peft's format
+    (``adapter_model.safetensors``, ``adapter_config.json``; loads with ``PeftModel.from_pretrained``)
+    under ``directory / adapter``. Called by one process."""
+    model.save_pretrained(str(directory / ADAPTER_SUBDIR), state_dict=state)
+
+
+def check_adapters(checkpoint_dir: str | Path, *, lora: bool) -> None:
+    """:raises FileNotFoundError: a LoRA trainer (``lora``) resumes a checkpoint without adapters.
+    :raises ValueError: a full-training trainer resumes a checkpoint of LoRA adapters."""
+    file = Path(checkpoint_dir) / ADAPTER_SUBDIR / "adapter_model.safetensors"
+    if lora and not file.is_file():
+        raise FileNotFoundError(f"{file} is missing: checkpoint {checkpoint_dir} holds no LoRA adapters (it was "
+                                f"written without --lora-rank); resume with the same --lora-* options")
+    if not lora and file.is_file():
+        raise ValueError(f"checkpoint {checkpoint_dir} holds LoRA adapters ({file.parent.name}/): it was written "
+                         f"with --lora-rank; resume with the same --lora-* options")
 
 
 def load_adapters(model: Any, checkpoint_dir: str | Path) -> None:
-    """Copy the adapters saved in checkpoint ``checkpoint_dir`` into ``model``."""
+    """Copy the adapters saved in checkpoint ``checkpoint_dir`` into ``model`` (a checkpoint of one
+    rank written before LoRA checkpoints had ``dcp/``)."""
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 
+    check_adapters(checkpoint_dir, lora=True)
     file = Path(checkpoint_dir) / ADAPTER_SUBDIR / "adapter_model.safetensors"
-    if not file.is_file():
-        raise FileNotFoundError(f"{file} is missing: checkpoint {checkpoint_dir} holds no LoRA adapters (it was "
-                                f"written without --lora-rank); resume with the same --lora-* options")
     result = set_peft_model_state_dict(model, load_file(str(file)))
     unexpected = getattr(result, "unexpected_keys", [])
     if unexpected:

@@ -44,7 +44,6 @@ from typing import Any, ClassVar
 import torch
 
 from plasmid.config import Config
-from plasmid.errors import UsageError
 from plasmid.kernel_options import GeneralOptions, ProfileOptions, RolloutOptions
 from plasmid.options import Options
 from plasmid.protocols import Loss
@@ -59,6 +58,9 @@ from plasmid_torch.trainer_options import TrainerOptions
 from plasmid_torch.training import check_trainer_setup, index_chunks, timed_update
 from plasmid_torchtrain import batching, checkpoint, critic, distributed, lora, schedule, weights
 from plasmid_torchtrain.options import TorchtrainOptions
+
+#: the bucket size of a LoRA checkpoint's merged weights (one safetensors file each; a rank holds one bucket whole)
+LORA_SAVE_BUCKET_BYTES = 1 << 30
 
 
 def _sharded(config: Config) -> bool:
@@ -118,11 +120,9 @@ class TorchTrainer(StepCounters):
         #: whether the policy trains LoRA adapters (``--lora-rank`` > 0; :mod:`.lora`)
         self.lora = own.lora_rank > 0
         if self.lora:
-            if self.sharded:
-                raise UsageError("torchtrain: --lora-rank with several FSDP2 ranks is not supported; use "
-                                 "--torchtrain-sharding replicate or one trainer worker")
             self.model = lora.add_adapters(self.model, rank=own.lora_rank, alpha=own.lora_alpha,
                                            dropout=own.lora_dropout, target_modules=own.lora_target_modules)
+            self.dp.broadcast(lora.adapter_parameters(self.model).values())     # every rank starts from rank 0's
         if own.gradient_checkpointing:
             enable_gradient_checkpointing(self.model)
         self.ref_model: Any = None
@@ -232,7 +232,6 @@ class TorchTrainer(StepCounters):
 
     def save_checkpoint(self, path: str) -> None:
         state = {
-            "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "rng": checkpoint.rng_state(),
             **self.recipe.counters(),
@@ -240,19 +239,23 @@ class TorchTrainer(StepCounters):
         if self.critic is not None:
             state["critic_optimizer"] = self.critic_optimizer.state_dict()
             state["critic_scheduler"] = self.critic_scheduler.state_dict()
-        if self.lora:
-            checkpoint.write_merged(path, model=self.model, named=lora.merged_tensors(self.model, self.export_names),
-                                    tokenizer_dir=self.model_dir, state=state, critic=self.critic,
-                                    extra=lambda staging: lora.save_adapters(self.model, staging))
+        if self.lora:           # the adapters' AdamW state goes to dcp/ (any number of ranks resumes it)
+            checkpoint.write_adapters(path, model=self.model, optimizer=self.optimizer,
+                                      merged=self.export_weights(LORA_SAVE_BUCKET_BYTES), tokenizer_dir=self.model_dir,
+                                      state=state, rank=self.dp.rank if self.sharded else 0,
+                                      collective=self.sharded, critic=self.critic)
             return
+        state["optimizer"] = self.optimizer.state_dict()
         checkpoint.write(path, model=self.model, tokenizer_dir=self.model_dir, state=state, critic=self.critic)
 
     def load_checkpoint(self, path: str) -> None:
-        if checkpoint.is_sharded(path):      # written by an FSDP2 trainer of any number of ranks
-            checkpoint.read_sharded(path, model=self.model, optimizer=self.optimizer)
+        if checkpoint.is_sharded(path):      # written by an FSDP2 trainer of any number of ranks, or LoRA adapters
+            lora.check_adapters(path, lora=self.lora)
+            checkpoint.read_sharded(path, model=self.model, optimizer=self.optimizer, collective=self.sharded,
+                                    trainable_only=self.lora)
             self._load_rest(path, checkpoint.read_state(path))
             return
-        if self.lora:           # the adapters (the base weights are --model's, frozen)
+        if self.lora:           # the adapters of an older one-rank checkpoint (the base weights are --model's)
             lora.load_adapters(self.model, path)
             state = checkpoint.read_state(path)
             self.optimizer.load_state_dict(state["optimizer"])
@@ -393,14 +396,19 @@ class ShardedTorchTrainer(TorchTrainer):
     is *collective* (:class:`plasmid.protocols.Trainer`): the runtime calls every method on every
     rank. Losses, gradient norms and updated weights equal one process training the whole batch
     (to float rounding of the summation order). Checkpoints go through
-    ``torch.distributed.checkpoint`` (:func:`plasmid_torchtrain.checkpoint.write_sharded`) and
-    load back on any number of ranks."""
+    ``torch.distributed.checkpoint`` (:func:`plasmid_torchtrain.checkpoint.write_sharded`; a LoRA
+    policy's: :func:`plasmid_torchtrain.checkpoint.write_adapters`) and load back on any number of
+    ranks. With ``--lora-rank`` the peft model is sharded (frozen base weights and adapters alike),
+    its adapters start from rank 0's initialisation, and only they have gradients and AdamW state."""
 
     collective: ClassVar[bool] = True
     sharded: ClassVar[bool] = True
 
     def save_checkpoint(self, path: str) -> None:
         distributed.reshard(self.model)
+        if self.lora:
+            super().save_checkpoint(path)
+            return
         state: dict[str, Any] = {"scheduler": self.scheduler.state_dict(), "rng": checkpoint.rng_state(),
                                  **self.recipe.counters()}
         if self.critic is not None:
