@@ -29,6 +29,9 @@ def test_the_readme_command_trains_two_steps_without_a_model(tmp_path):
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [0, 1]
     assert all("rollout/reward/reasoning-gym" in m and "eval/accuracy" in m for m in metrics)
+    # per-dataset reward metrics: the samples name their dataset as the mixture's subset
+    assert all("rollout/reward/reasoning-gym/basic_arithmetic" in m and "rollout/accuracy/basic_arithmetic" in m
+               for m in metrics), sorted(metrics[0])
     assert (run_dir / "model" / "config.json").is_file()
     config = json.loads((run_dir / "model" / "config.json").read_text())
     assert config["max_position_embeddings"] >= 1 + 32 + 1 and config["max_position_embeddings"] % 64 == 0
