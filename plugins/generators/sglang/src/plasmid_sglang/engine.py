@@ -48,7 +48,7 @@ from typing import Any, ClassVar
 
 from plasmid.config import Config
 from plasmid.errors import ProviderError, UsageError
-from plasmid.kernel_options import GeneralOptions, ScheduleOptions
+from plasmid.kernel_options import GeneralOptions, RolloutOptions, ScheduleOptions
 from plasmid.options import Options
 from plasmid.server_process import stop_servers_at_exit
 from plasmid.types import GenerationOutput, SamplingParams, Status
@@ -66,6 +66,7 @@ from plasmid_sglang.requests import (
     score_request,
 )
 from plasmid_sglang.router import Router
+from plasmid_sglang.routing import RoutingLayout
 from plasmid_sglang.server import ServerProcess, given_native, server_fields
 from plasmid_sglang.weights import TensorTable, as_torch, choose_transport, flattened_bucket, serialize
 
@@ -88,7 +89,8 @@ class SGLangEngine:
     """Rollouts from SGLang servers that it launches on ``--model`` or attaches to (see the module
     docstring). Options: ``--model``, ``--seed``, ``--placement`` and the ``--sglang-*`` options."""
 
-    option_classes: ClassVar[tuple[type[Options], ...]] = (SGLangOptions, GeneralOptions, ScheduleOptions)
+    option_classes: ClassVar[tuple[type[Options], ...]] = (SGLangOptions, GeneralOptions, ScheduleOptions,
+                                                           RolloutOptions)
 
     def __init__(self, config: Config) -> None:
         self.options = options = SGLangOptions.of(config)
@@ -99,6 +101,9 @@ class SGLangEngine:
         self.model_path = str(model)
         self.table = TensorTable(self.model_path)
         self.vocab_size = self.table.vocab_size
+        #: ``--return-routed-experts``: the model's routing layout (plasmid_sglang.routing); ``None``: not asked
+        self.routing = RoutingLayout.of_model(self.model_path) if RolloutOptions.of(config).return_routed_experts \
+            else None
         self.request_timeout = options.sglang_request_timeout
         self.retries = options.sglang_request_retries
         self.flush_timeout = options.sglang_flush_timeout
@@ -467,11 +472,15 @@ class SGLangEngine:
         tokens: list[int] = []
         logprobs: list[float] = []
         status, version = Status.ABORTED, self._weight_version
+        routed: list[list[list[int]]] | None = None
         while not ticket.aborted:
-            body = generate_request(prompt_ids + tokens, params, params.max_new_tokens - len(tokens))
+            context = prompt_ids + tokens
+            body = generate_request(context, params, params.max_new_tokens - len(tokens), self.routing is not None)
             http_status, text = await request(self._generate_url(server), "/generate", body,
                                               timeout=self.request_timeout)
             generated = parse_generate(self._generate_answer(server, http_status, text))
+            if self.routing is not None:     # covers the whole context + answer: the last answer's is complete
+                routed = self.routing.decode(generated.routed_experts, len(context) + len(generated.token_ids) - 1)
             tokens += generated.token_ids
             logprobs += generated.logprobs
             status, version = generated.status, generated.weight_version
@@ -481,7 +490,7 @@ class SGLangEngine:
                 status = Status.TRUNCATED
                 break
             self._stats["continuations"] += 1
-        return GenerationOutput(tokens, logprobs, status, version)
+        return GenerationOutput(tokens, logprobs, status, version, routed)
 
     def _generate_url(self, server: Server) -> str:
         """Where ``/generate`` goes: the router when there is one (it picks the server), else ``server``."""

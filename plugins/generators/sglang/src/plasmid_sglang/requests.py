@@ -38,6 +38,7 @@ class Generated:
     :ivar token_ids: generated tokens. :ivar logprobs: their log-probs.
     :ivar status: COMPLETED, TRUNCATED or ABORTED. :ivar matched: the stop token SGLang matched.
     :ivar weight_version: the version the server reported (``"default"`` reads as 0).
+    :ivar routed_experts: ``meta_info["routed_experts"]`` as sent (base64), when there is one.
     """
 
     token_ids: list[int]
@@ -45,11 +46,14 @@ class Generated:
     status: Status
     matched: int | None
     weight_version: int
+    routed_experts: str | None = None
 
 
-def generate_request(prompt_ids: list[int], params: SamplingParams, max_new_tokens: int) -> dict[str, Any]:
+def generate_request(prompt_ids: list[int], params: SamplingParams, max_new_tokens: int,
+                     routed_experts: bool = False) -> dict[str, Any]:
     """The ``/generate`` body for ``prompt_ids`` (the whole context, including a response being
-    continued) and ``max_new_tokens`` more tokens."""
+    continued) and ``max_new_tokens`` more tokens; ``routed_experts``: ask for the MoE routing of
+    every token (:mod:`plasmid_sglang.routing`)."""
     sampling: dict[str, Any] = {
         "max_new_tokens": max_new_tokens,
         "temperature": params.temperature,
@@ -62,7 +66,10 @@ def generate_request(prompt_ids: list[int], params: SamplingParams, max_new_toke
         sampling["ignore_eos"] = True
     if params.seed is not None:
         sampling["sampling_seed"] = params.seed
-    return {"input_ids": list(prompt_ids), "sampling_params": sampling, "return_logprob": True}
+    body: dict[str, Any] = {"input_ids": list(prompt_ids), "sampling_params": sampling, "return_logprob": True}
+    if routed_experts:
+        body["return_routed_experts"] = True
+    return body
 
 
 def parse_generate(answer: dict[str, Any]) -> Generated:
@@ -79,8 +86,9 @@ def parse_generate(answer: dict[str, Any]) -> Generated:
     if kind not in FINISH_STATUS:
         raise ValueError(f"SGLang answered an unknown finish reason {finish!r}")
     matched = finish.get("matched") if isinstance(finish, dict) else None
+    routed = meta.get("routed_experts")
     return Generated(token_ids, logprobs, FINISH_STATUS[kind], matched if isinstance(matched, int) else None,
-                     parse_version(meta.get("weight_version")))
+                     parse_version(meta.get("weight_version")), routed if isinstance(routed, str) else None)
 
 
 def needs_continuation(generated: Generated, params: SamplingParams) -> bool:

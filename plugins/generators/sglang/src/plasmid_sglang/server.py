@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from plasmid.config import Config
-from plasmid.kernel_options import GeneralOptions, ScheduleOptions
+from plasmid.kernel_options import GeneralOptions, RolloutOptions, ScheduleOptions
 from plasmid.native_options import given_values
 from plasmid.server_process import ManagedServer, free_port, spawn
 from plasmid.server_process import checkpoint_dtype as served_checkpoint_dtype
@@ -71,6 +71,8 @@ def server_fields(config: Config, model_dir: str, ordinal: int, device: str | No
                         max_total_tokens=CPU_MAX_TOTAL_TOKENS)
     if colocated_gpu:
         defaults.update(enable_memory_saver=True, enable_weights_cpu_backup=True)
+    if RolloutOptions.of(config).return_routed_experts:     # plasmid_sglang.routing
+        defaults["enable_return_routed_experts"] = True
     values = {**defaults, **{k: v for k, v in given.items() if kinds[k] != "text"}, "model_path": str(model_dir)}
     texts = {k: str(v) for k, v in given.items() if kinds[k] == "text"}
     for name in texts:

@@ -50,6 +50,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from plasmid_torch.moe_layers import moe_layer_flags
+
 FAMILIES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen2_moe": "qwen2_moe",
             "qwen3_moe": "qwen3_moe"}
 #: families whose layers may be mixture-of-experts
@@ -235,10 +237,7 @@ def _moe_fields(config: dict[str, Any], family: str, num_layers: int,
     # transformers 5 writes qwen3_moe's count as num_local_experts (its attribute_map), the hub as num_experts
     num_experts = config.get("num_experts", config.get("num_local_experts", 60 if family == "qwen2_moe" else 128))
     num_experts = int(num_experts or 0)
-    step = int(config.get("decoder_sparse_step", 1) or 1)
-    dense_only = {int(layer) for layer in config.get("mlp_only_layers") or ()}
-    layers = tuple(num_experts > 0 and layer not in dense_only and (layer + 1) % step == 0
-                   for layer in range(num_layers))
+    layers = moe_layer_flags(config, num_layers, num_experts)
     if not any(layers):
         return {"moe_layers": layers}
     topk = int(config.get("num_experts_per_tok", 4 if family == "qwen2_moe" else 8))
