@@ -1,0 +1,143 @@
+"""The lean decoding step (``--torchgen-decoder lean``) against the Hugging Face forward it replaces."""
+
+from __future__ import annotations
+
+import asyncio
+
+import plasmid_torchgen.plugin
+import pytest
+import torch
+from plasmid_torchgen import kv_cache
+from plasmid_torchgen.batch import Request
+from plasmid_torchgen.decoder import Decoder
+from plasmid_torchgen.lean import LeanStep, unsupported_reason
+from transformers import AutoModelForCausalLM
+
+from plasmid.errors import UsageError
+from plasmid.testing import make_config
+from plasmid.types import SamplingParams
+from plasmid_torch.tiny import build_tiny_model
+
+ARCHS = [("qwen2", {}), ("llama", {"tie_word_embeddings": False}), ("qwen3", {}), ("qwen2", {"num_kv_heads": 2})]
+
+
+def _model(directory, arch: str, **config):
+    path = build_tiny_model(directory, arch=arch, seed=1, max_positions=512, **config)
+    return AutoModelForCausalLM.from_pretrained(str(path)).eval()
+
+
+def _prompts(count: int, seed: int) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, 9, (count,), generator=generator).tolist()
+    return [[1] + torch.randint(3, 16, (length,), generator=generator).tolist() for length in lengths]
+
+
+@pytest.mark.parametrize(("arch", "config"), ARCHS, ids=["qwen2", "llama", "qwen3", "qwen2-gqa"])
+@pytest.mark.parametrize("rows", [1, 9])
+def test_lean_step_logits_are_bit_identical_to_the_hf_decoding_step(tmp_path, arch, config, rows):
+    model = _model(tmp_path / arch, arch, **config)
+    lean = LeanStep(model)
+    prompts = _prompts(rows, seed=rows)
+    width = max(map(len, prompts))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    with torch.inference_mode():
+        cache = kv_cache.new_cache(model.config)
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(1) - 1).clamp(min=0),
+                       cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+        static = kv_cache.StaticKV.from_dynamic(cache, room=2)  # so that reserve() reallocates mid-way
+        tokens, positions = logits.argmax(-1, keepdim=True), mask.sum(1, keepdim=True)
+        for _ in range(6):
+            mask = torch.cat([mask, torch.ones(rows, 1, dtype=torch.int64)], 1)
+            expected = model(input_ids=tokens, attention_mask=mask, position_ids=positions, cache=cache,
+                             use_cache=True, logits_to_keep=1).logits[:, -1]
+            static.reserve(1)
+            got = lean(tokens, positions, mask, static)
+            assert torch.equal(got, expected)
+            assert static.columns == cache.get_seq_length()
+            tokens, positions = expected.argmax(-1, keepdim=True), positions + 1
+
+
+def _drive(decoder: Decoder, waves: dict[int, list[Request]]) -> int:
+    """Steps ``decoder`` until every request finished, admitting ``waves[step]`` at each step."""
+    batch, step, last = None, 0, max(waves)
+    while batch is not None or step <= last:
+        batch, _, _ = decoder.step(batch, waves.get(step, []))
+        step += 1
+    return step
+
+
+def _requests(prompts: list[list[int]], loop, first_seed: int) -> list[Request]:
+    requests = []
+    for i, prompt in enumerate(prompts):
+        params = SamplingParams(temperature=0.0 if i % 3 == 0 else 1.0, max_new_tokens=3 + (5 * i) % 11,
+                                stop_token_ids=[2] if i % 2 else [], seed=first_seed + i, top_k=0 if i % 4 else 5)
+        requests.append(Request.create(prompt, params, loop.create_future()))
+    return requests
+
+
+@pytest.mark.parametrize("reserve", [kv_cache.RESERVE_COLUMNS, 2])
+def test_continuous_batching_gives_the_same_tokens_and_logprobs_with_either_decoder(tmp_path, monkeypatch, reserve):
+    """Rows join mid-generation and leave at different steps (stop tokens, lengths): the lean
+    decoder answers exactly what the HF decoder answers; a reserve of 2 columns regrows the
+    buffers every other step."""
+    monkeypatch.setattr(kv_cache, "RESERVE_COLUMNS", reserve)
+    model = _model(tmp_path / "qwen2", "qwen2", num_kv_heads=2)
+    loop = asyncio.new_event_loop()
+    try:
+        answers = {}
+        for name in ("hf", "lean"):
+            decoder = Decoder(model, torch.Generator().manual_seed(0), decoder=name)
+            assert decoder.decoder == name
+            waves = {0: _requests(_prompts(7, seed=0), loop, 0), 2: _requests(_prompts(5, seed=1), loop, 100),
+                     5: _requests(_prompts(3, seed=2), loop, 200)}
+            _drive(decoder, waves)
+            answers[name] = [(r.token_ids, r.logprobs, r.status) for wave in waves.values() for r in wave]
+        assert answers["lean"] == answers["hf"]
+        assert len({len(tokens) for tokens, _, _ in answers["hf"]}) > 3  # rows really left at different steps
+    finally:
+        loop.close()
+
+
+def test_static_kv_surgery_matches_the_dynamic_cache_surgery(tmp_path):
+    model = _model(tmp_path / "qwen2", "qwen2")
+    caches = []
+    with torch.inference_mode():
+        for rows, width in ((3, 5), (2, 8)):
+            ids = torch.randint(3, 16, (rows, width))
+            cache = kv_cache.new_cache(model.config)
+            model(input_ids=ids, cache=cache, use_cache=True)
+            caches.append(cache)
+        statics = [kv_cache.StaticKV.from_dynamic(c, room=4) for c in caches]
+        for first, second in (caches, statics):
+            kv_cache.join_rows(first, second)
+            kv_cache.select_rows(first, torch.tensor([4, 0, 3]))
+            kv_cache.drop_leading_columns(first, 3)
+        dynamic, static = caches[0], statics[0]
+        assert static.columns == dynamic.get_seq_length() == 5 and static.capacity == 5 + 4
+        for layer, keys, values in zip(dynamic.layers, static.keys, static.values, strict=True):
+            assert torch.equal(keys[:, :, :static.columns], layer.keys)
+            assert torch.equal(values[:, :, :static.columns], layer.values)
+
+
+def test_an_architecture_without_a_lean_step_decodes_with_hf(make_engine, tmp_path):
+    model_dir = build_tiny_model(tmp_path / "moe", arch="qwen2_moe", seed=0)
+    engine = make_engine(model_dir)
+    assert engine.decoder == "hf"
+    assert "qwen2_moe" in engine._decoder.lean_unsupported
+    with pytest.raises(ValueError, match="qwen2_moe"):
+        LeanStep(engine.model)
+
+
+def test_eager_attention_is_not_served_by_the_lean_step(tmp_path):
+    path = build_tiny_model(tmp_path / "qwen2", seed=0)
+    model = AutoModelForCausalLM.from_pretrained(str(path), attn_implementation="eager")
+    assert "eager" in unsupported_reason(model)
+
+
+def test_decoder_option_picks_the_step_and_rejects_other_values(make_engine, tmp_path):
+    model_dir = build_tiny_model(tmp_path / "qwen2", seed=0)
+    assert make_engine(model_dir).decoder == "lean"
+    assert make_engine(model_dir, torchgen_decoder="hf").decoder == "hf"
+    with pytest.raises(UsageError, match="torchgen-decoder"):
+        make_config(plasmid_torchgen.plugin, torchgen_decoder="fast")
