@@ -5,12 +5,14 @@ quickstart's, 132k parameters; ``20m``: hidden 512, 5 layers, 8 heads, 21M param
 temporary directory and times, alternately in one process:
 
 (a) the ``torchgen`` engine answering ``--batch`` concurrent ``generate`` calls of exactly
-    ``--new-tokens`` tokens each (temperature 1, no stop tokens), and
+    ``--new-tokens`` tokens each (temperature 1, no stop tokens), once per ``--decoders`` entry
+    (``--torchgen-decoder``: ``lean``, its own decoding step, and ``hf``, the Hugging Face forward;
+    one engine each), and
 (b) ``model.generate(do_sample=True, max_new_tokens=N, min_new_tokens=N)`` on the same prompts,
     left-padded into one tensor (a second copy of the same model).
 
-Prints the median over ``--repeats`` of samples/s and tokens/s for both, and their ratio
-(above 1: the engine is faster), and the device and precision both ran on (``--device auto``:
+Prints the median over ``--repeats`` of samples/s and tokens/s of each, and each engine's ratio to
+``generate`` (above 1: the engine is faster), and the device and precision all ran on (``--device auto``:
 a GPU when torch sees one; ``--precision`` as the engine's option). Needs plasmid and
 plasmid-torchgen installed.
 
@@ -74,39 +76,45 @@ def time_hf_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tenso
 
 
 async def benchmark(args: argparse.Namespace, model_dir: Path, run_dir: Path) -> None:
-    config = make_config(torchgen_plugin, model=str(model_dir), run_dir=run_dir, seed=args.seed, device=args.device,
-                         precision=args.precision)
-    engine = build("engine", "torchgen", torchgen_plugin, config=config)
-    place = engine.place
+    engines = {}
+    for decoder in args.decoders:
+        config = make_config(torchgen_plugin, model=str(model_dir), run_dir=run_dir / decoder, seed=args.seed,
+                             device=args.device, precision=args.precision, torchgen_decoder=decoder)
+        engines[decoder] = build("engine", "torchgen", torchgen_plugin, config=config)
+    place = next(iter(engines.values())).place
     baseline = place.load_causal_lm(str(model_dir))
     prompts = addition_prompts(load_tokenizer(str(model_dir)), args.batch, args.seed)
     input_ids, attention_mask = (place.to_device(tensor) for tensor in left_padded(prompts))
     params = SamplingParams(temperature=1.0, max_new_tokens=args.new_tokens)
     torch.manual_seed(args.seed)
 
-    await time_engine(engine, prompts, params)  # warm-up
+    for engine in engines.values():  # warm-up
+        await time_engine(engine, prompts, params)
     time_hf_generate(baseline, input_ids, attention_mask, args.new_tokens)
-    engine_runs, hf_runs = [], []
-    for _ in range(args.repeats):  # alternate, so drifting machine load hits both alike
-        engine_runs.append(await time_engine(engine, prompts, params))
-        hf_runs.append(time_hf_generate(baseline, input_ids, attention_mask, args.new_tokens))
-    await engine.shutdown()
+    runs: dict[str, list[tuple[float, int]]] = {f"torchgen {name}": [] for name in engines} | {"HF generate": []}
+    for _ in range(args.repeats):  # alternate, so drifting machine load hits all alike
+        for name, engine in engines.items():
+            runs[f"torchgen {name}"].append(await time_engine(engine, prompts, params))
+        runs["HF generate"].append(time_hf_generate(baseline, input_ids, attention_mask, args.new_tokens))
+    for engine in engines.values():
+        await engine.shutdown()
 
     print(f"device {place.device} ({torch.cuda.get_device_name(place.device) if place.is_cuda else 'CPU'}), "
           f"precision {place.precision}")
     print(f"{args.model_size} model: {sum(p.numel() for p in baseline.parameters())} parameters; batch {args.batch}, "
           f"{args.new_tokens} new tokens, torch threads {torch.get_num_threads()}, median of {args.repeats}")
     rates = {}
-    for name, runs in (("torchgen engine", engine_runs), ("HF generate", hf_runs)):
-        seconds = statistics.median(s for s, _ in runs)
-        tokens = runs[0][1]
+    for name, timed in runs.items():
+        seconds = statistics.median(s for s, _ in timed)
+        tokens = timed[0][1]
         rates[name] = args.batch / seconds
         print(f"{name:>16}: {seconds * 1000:8.1f} ms  {args.batch / seconds:9.0f} samples/s  "
               f"{tokens / seconds:9.0f} tokens/s")
-    print(f"{'ratio':>16}: {rates['torchgen engine'] / rates['HF generate']:.2f} (engine / HF, samples/s)")
-    stats = engine.stats()
-    print(f"engine stats: batches {stats['batches']}, decode steps {stats['decode_steps']}, "
-          f"mean batch size {stats['mean_batch_size']:.1f}, busy {stats['tokens_per_second']:.0f} tokens/s")
+    for name, engine in engines.items():
+        stats = engine.stats()
+        print(f"{'ratio ' + name:>16}: {rates['torchgen ' + name] / rates['HF generate']:.2f} (engine / HF generate, "
+              f"samples/s; decoding step that ran: {engine.decoder}; busy {stats['tokens_per_second']:.0f} tokens/s, "
+              f"{stats['decode_steps']} decode steps, mean batch size {stats['mean_batch_size']:.1f})")
 
 
 def main() -> None:
@@ -119,6 +127,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="the engine's --device")
+    parser.add_argument("--decoders", nargs="+", choices=["lean", "hf"], default=["lean", "hf"],
+                        help="the engines' --torchgen-decoder values to time (one engine each)")
     parser.add_argument("--precision", choices=["fp32", "bf16", "bf16-autocast"], default="fp32",
                         help="the engine's --precision")
     args = parser.parse_args()
