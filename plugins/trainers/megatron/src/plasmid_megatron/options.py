@@ -35,7 +35,7 @@ class MegatronOptions(Options, group="megatron", description="the megatron-core 
         "none", "mixture-of-experts routing replay (plasmid_megatron.routing_replay): r2 records each token's "
         "experts in the step's old-log-prob pass and routes every update of the step the same way; r3 routes "
         "every pass as the rollout engine did (the samples' metadata['routed_experts'], where the engine "
-        "reports it); parallel sizes 1 only for now")
+        "reports it); data and expert parallelism, tensor/pipeline/context-parallel size 1")
     make_vocab_size_divisible_by: int = option(128, "pad the embedding rows to a multiple of this x "
                                                "tensor-parallel size", min=1)
 

@@ -24,8 +24,11 @@ In the trainer (``--routing-replay``, :class:`StepRouting`): with ``r2`` the ste
 old-log-prob pass records every sample's choices and each update's micro-batches replay them (a
 step without that pass, a loss that trains on the rollout's log-probs, routes freely); with ``r3``
 every pass of the step (old log-probs and updates) replays the engine's choices, read from each
-sample's ``metadata[plasmid.types.ROUTED_EXPERTS_KEY]``; a micro-batch with a sample that has
-none routes freely. No engine in this repository reports them yet.
+sample's ``metadata[plasmid.types.ROUTED_EXPERTS_KEY]`` (torchgen and SGLang fill it with
+``--return-routed-experts``, which ``r3`` turns on); a micro-batch with a sample that has none
+routes freely. Tensor, pipeline and context parallelism are refused by the trainer (on a CPU,
+megatron's MoE layers cannot run tensor-parallel at all: they need TransformerEngine's sequence
+parallelism); data and expert parallelism replay each rank's own rows (:class:`StepRouting`).
 """
 
 from __future__ import annotations
@@ -177,16 +180,24 @@ class StepRouting:
     of the old-log-prob pass and of the updates. An update of another samples list than the one
     recorded (no old-log-prob pass this step) routes freely; ``replayed`` and ``free`` count the
     micro-batches of each kind (for tests and diagnostics).
+
+    Data (and expert) parallelism: every rank routes its own micro-batches' tokens (the routers
+    run before the experts' all-to-all), so each replays the choices of its own rows. R3 reads every
+    sample's engine routing on every rank; R2's recorded choices are exchanged over ``dp_group``
+    (``dp_size`` ranks) at the step's first replayed micro-batch, since an update's rows need not be
+    on the rank that recorded them (every rank takes part: each runs at least one micro-batch).
     """
 
-    def __init__(self, model: Any, mode: str = "r2") -> None:
+    def __init__(self, model: Any, mode: str = "r2", dp_group: object = None, dp_size: int = 1) -> None:
         if mode not in ("r2", "r3"):
             raise ValueError(f"routing replay: unknown mode {mode!r} (r2, r3)")
         self.model = model
         self.mode = mode
         replay_instances(model)                        # refuses a model built without replay
+        self.dp_group, self.dp_size = dp_group, dp_size
         self.per_sample: dict[int, torch.Tensor] = {}
         self._samples: object = None
+        self._shared = True                            # R2 under data parallelism: exchanged this step yet
         self.replayed = 0
         self.free = 0
 
@@ -194,6 +205,7 @@ class StepRouting:
         """The old-log-prob pass of a new step over ``samples`` starts (R3: their choices are read)."""
         self.per_sample = engine_routing(samples) if self.mode == "r3" else {}
         self._samples = samples
+        self._shared = self.mode == "r3" or self.dp_size == 1
 
     def old_pass(self, micro: Any, lengths: Sequence[int]) -> AbstractContextManager[None]:
         """The old-log-prob pass's context for ``micro``: R2 records, R3 replays the engine's choices."""
@@ -218,6 +230,8 @@ class StepRouting:
         rows = [int(row) for row in micro.rows]
         if self.mode == "r3" and samples is not self._samples:
             self.recording_pass(samples)             # a step without an old-log-prob pass
+        if samples is self._samples and not self._shared:
+            self._share()
         if samples is not self._samples or not micro.counts or any(row not in self.per_sample for row in rows):
             self.free += 1
             yield
@@ -225,6 +239,17 @@ class StepRouting:
         self.replayed += 1
         with replaying(self.model, pack_for(self.per_sample, micro.input_ids.cpu(), rows)):
             yield
+
+
+    def _share(self) -> None:
+        """Give every data-parallel rank the choices each recorded (R2: collective over ``dp_group``)."""
+        import torch.distributed as dist
+
+        gathered: list[dict[int, torch.Tensor] | None] = [None] * self.dp_size
+        dist.all_gather_object(gathered, self.per_sample, group=self.dp_group)
+        for part in gathered:
+            self.per_sample.update(part or {})
+        self._shared = True
 
 
 def _routers(model: Any) -> list[Any]:

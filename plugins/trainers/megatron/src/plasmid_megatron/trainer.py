@@ -179,10 +179,10 @@ class MegatronTrainer(StepCounters):
                 raise UsageError(f"megatron: --routing-replay {self.routing_replay_mode} needs a mixture-of-experts "
                                  f"model (qwen2_moe, qwen3_moe); {self.model_dir} is a dense {self.spec.family} "
                                  f"model: use --routing-replay none")
-            if (self.sizes.tp, self.sizes.pp, self.sizes.cp, self.sizes.ep) != (1, 1, 1, 1):
+            if (self.sizes.tp, self.sizes.pp, self.sizes.cp) != (1, 1, 1):
                 raise UsageError(f"megatron: --routing-replay {self.routing_replay_mode} is implemented for "
-                                 f"tensor/pipeline/context/expert-parallel sizes 1 only (got {self.sizes.tp}/"
-                                 f"{self.sizes.pp}/{self.sizes.cp}/{self.sizes.ep}); use --routing-replay none")
+                                 f"tensor/pipeline/context-parallel sizes 1 (data and expert parallelism: any; got "
+                                 f"{self.sizes.tp}/{self.sizes.pp}/{self.sizes.cp}); use --routing-replay none")
         #: the critic (:mod:`plasmid_megatron.critic`), built when the loss needs_critic; else None.
         self.critic: MegatronCritic | None = None
         #: the process's compute thread (plasmid_torch.compute): all torch and megatron work runs on it
@@ -281,7 +281,8 @@ class MegatronTrainer(StepCounters):
                                              model)
         self.transformer_config.no_sync_func = self.model.no_sync
         if self.routing_replay_mode != "none":
-            self.step_routing = routing_replay.StepRouting(self.model, self.routing_replay_mode)
+            self.step_routing = routing_replay.StepRouting(self.model, self.routing_replay_mode,
+                                                           self.groups.dp_group, self.groups.dp_size)
         self.transformer_config.finalize_model_grads_func = _finalize_model_grads
 
         optimizer_values = with_dtypes(self.native["OptimizerConfig"])
