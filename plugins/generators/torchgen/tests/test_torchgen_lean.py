@@ -16,6 +16,7 @@ from transformers import AutoModelForCausalLM
 from plasmid.errors import UsageError
 from plasmid.testing import make_config
 from plasmid.types import SamplingParams
+from plasmid_torch.device import Placement
 from plasmid_torch.tiny import build_tiny_model
 
 ARCHS = [("qwen2", {}), ("llama", {"tie_word_embeddings": False}), ("qwen3", {}), ("qwen2", {"num_kv_heads": 2})]
@@ -141,3 +142,23 @@ def test_decoder_option_picks_the_step_and_rejects_other_values(make_engine, tmp
     assert make_engine(model_dir, torchgen_decoder="hf").decoder == "hf"
     with pytest.raises(UsageError, match="torchgen-decoder"):
         make_config(plasmid_torchgen.plugin, torchgen_decoder="fast")
+
+
+@pytest.mark.parametrize("precision", ["bf16", "bf16-autocast"])
+def test_lean_and_hf_decode_alike_in_bfloat16_on_the_cpu(tmp_path, precision):
+    """The dtypes follow the Hugging Face step's (bf16 weights and cache; or float32 weights under
+    bf16 autocast, where the cache holds float32 keys and bfloat16 values): the answers are equal."""
+    place = Placement(torch.device("cpu"), precision)
+    model = place.load_causal_lm(str(build_tiny_model(tmp_path / "qwen2", seed=2, num_kv_heads=2)))
+    loop = asyncio.new_event_loop()
+    try:
+        answers = {}
+        for name in ("hf", "lean"):
+            decoder = Decoder(model, torch.Generator().manual_seed(0), place, decoder=name)
+            assert decoder.decoder == name
+            waves = {0: _requests(_prompts(6, seed=3), loop, 0), 3: _requests(_prompts(4, seed=4), loop, 50)}
+            _drive(decoder, waves)
+            answers[name] = [(r.token_ids, r.logprobs) for wave in waves.values() for r in wave]
+        assert answers["lean"] == answers["hf"]
+    finally:
+        loop.close()
