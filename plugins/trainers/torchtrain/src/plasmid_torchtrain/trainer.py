@@ -44,6 +44,7 @@ from typing import Any, ClassVar
 import torch
 
 from plasmid.config import Config
+from plasmid.errors import UsageError
 from plasmid.kernel_options import GeneralOptions, ProfileOptions, RolloutOptions
 from plasmid.options import Options
 from plasmid.protocols import Loss
@@ -192,6 +193,30 @@ class TorchTrainer(StepCounters):
         if self.lora:
             return weights.buckets(lora.merged_tensors(self.model, self.export_names), bucket_bytes)
         return weights.buckets(weights.named_tensors(self.model, self.export_names), bucket_bytes)
+
+    def save_adapters(self, directory: str) -> int:
+        """Write the policy's LoRA adapters alone, in peft's format (``adapter_model.safetensors``,
+        ``adapter_config.json``), to ``directory`` (replaced whole: written beside it, then renamed)
+        for an engine that serves them on top of ``--model``'s weights (plasmid-vllm's
+        ``--weight-sync vllm-lora``); the bytes of adapter tensors written. Called in the trainer's
+        process; on a sharded trainer by every rank (a collective call; rank 0 writes).
+
+        :raises UsageError: the trainer trains every weight (no ``--lora-rank``).
+        """
+        if not self.lora:
+            raise UsageError("torchtrain: sending adapters alone needs --lora-rank R (this trainer trains every "
+                             "weight); use a weight sync that sends the weights")
+        if self.sharded:
+            distributed.reshard(self.model)
+        state = lora.adapter_state(self.model)
+        if self.dp.rank == 0:
+            checkpoint.replace_directory(Path(directory), lambda staging: lora.save_adapters(self.model, staging,
+                                                                                             state))
+        if self.sharded:
+            import torch.distributed as dist
+
+            dist.barrier()
+        return sum(weights.tensor_bytes(tensor) for tensor in state.values())
 
     async def save(self, path: str) -> None:
         """Write checkpoint directory ``path`` (layout in :mod:`plasmid_torchtrain.checkpoint`)."""
