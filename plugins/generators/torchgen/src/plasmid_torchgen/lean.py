@@ -2,9 +2,10 @@
 model's own weights, with a preallocated KV cache (:class:`plasmid_torchgen.kv_cache.StaticKV`).
 
 Why: a decoding step through the Hugging Face ``forward`` grows every layer's cache with
-``torch.cat`` (a copy of the whole cache per layer per step: 44% of the step at batch 256 on the
-tiny model), builds a 4-D mask and the rotary tables from scratch, and dispatches a few hundred
-Python calls through modules and hooks. This step writes each new key/value column in place,
+``torch.cat`` (a copy of the whole cache per layer per step), builds a 4-D mask and the rotary
+tables from scratch, and dispatches a few hundred Python calls through modules and hooks. Timed on
+the tiny quickstart model at batch 256 (one thread): 2.2 ms per Hugging Face decoding step, 1.7 ms
+per lean step, of which matrix products and SDPA are about 1.3 ms. This step writes each new key/value column in place,
 reads the rotary ``cos``/``sin`` from a table built once, and calls the tensor functions directly.
 
 It computes what the Hugging Face forward computes, in the same order, with the same kernels
