@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,26 @@ def load_tokenizer(path: str) -> Any:
     import transformers
 
     directory = _check_model_dir(path)
+    if saves_generic_tokenizer(directory):
+        return transformers.PreTrainedTokenizerFast.from_pretrained(str(directory))
     return transformers.AutoTokenizer.from_pretrained(str(directory))
+
+
+#: Tokenizer classes that only wrap a saved ``tokenizer.json`` (plasmid's tiny char tokenizers save
+#: ``TokenizersBackend``). transformers 5's ``AutoTokenizer`` swaps in the model type's own class for
+#: some types whatever the saved class (qwen2: ``Qwen2Tokenizer``, whose byte-level pre-tokenizer
+#: drops every space and newline of a char vocabulary), so such a directory is loaded as it was saved.
+GENERIC_TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
+
+
+def saves_generic_tokenizer(directory: str | Path) -> bool:
+    """Whether ``directory``'s ``tokenizer_config.json`` declares one of
+    :data:`GENERIC_TOKENIZER_CLASSES` beside a ``tokenizer.json`` (then it is loaded with
+    ``PreTrainedTokenizerFast``, the class that keeps ``tokenizer.json`` as saved)."""
+    config = Path(directory) / "tokenizer_config.json"
+    if not config.is_file() or not (Path(directory) / "tokenizer.json").is_file():
+        return False
+    return json.loads(config.read_text(encoding="utf-8")).get("tokenizer_class") in GENERIC_TOKENIZER_CLASSES
 
 
 def load_causal_lm(path: str, dtype: str = "float32") -> Any:

@@ -38,3 +38,24 @@ def test_without_a_model_the_tokenizer_is_a_usage_error_naming_the_flag():
 
 def test_the_factory_lists_the_options_it_reads():
     assert model_tokenizer.option_classes == (GeneralOptions,)
+
+
+#: Every printable ASCII character plus tab and newline: the alphabet of the environment recipes'
+#: tiny models (reasoning-gym, verifiers, gym), whose prompts are full of spaces and newlines.
+PRINTABLE = "\t\n" + "".join(chr(code) for code in range(32, 127))
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_a_saved_char_tokenizer_keeps_every_character_whatever_the_model_type(tmp_path, arch):
+    # transformers 5 loads a qwen2 directory's tokenizer as Qwen2Tokenizer whatever class was saved;
+    # its byte-level pre-tokenizer dropped every space and newline of the char vocabulary
+    from plasmid_torch.hf import load_tokenizer
+    from plasmid_torch.tiny import char_tokenizer
+
+    model = build_tiny_model(tmp_path / "m", alphabet=PRINTABLE, arch=arch, hidden_size=32, num_layers=1, num_heads=2)
+    text = "Calculate ( 241 - -8540 ).\n\tok"
+    expected = char_tokenizer(PRINTABLE).encode(text)
+    plugin_tokenizer = build("tokenizer", "hf", plugin, config=make_config(plugin, model=str(model)))
+    assert plugin_tokenizer.encode(text) == expected
+    assert load_tokenizer(str(model)).encode(text) == expected
+    assert plugin_tokenizer.decode(expected, skip_special_tokens=True) == text and plugin_tokenizer.chat_template

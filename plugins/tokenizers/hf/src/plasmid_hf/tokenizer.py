@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,23 @@ def check_tokenizer_files(model: str | Path) -> None:
                      f"another --tokenizer")
 
 
+def saves_generic_tokenizer(model: str | Path) -> bool:
+    """Whether the model directory saved a tokenizer of a class that only wraps its
+    ``tokenizer.json`` (``TokenizersBackend``, as plasmid's tiny char tokenizers do, or
+    ``PreTrainedTokenizerFast``). Such a directory is loaded with ``PreTrainedTokenizerFast``:
+    transformers 5's ``AutoTokenizer`` swaps in the model type's own class for some types whatever
+    the saved class (qwen2: ``Qwen2Tokenizer``, whose byte-level pre-tokenizer drops the spaces and
+    newlines of a char vocabulary). The same rule as ``plasmid_torch.hf.load_tokenizer``."""
+    config, saved = Path(model) / "tokenizer_config.json", Path(model) / "tokenizer.json"
+    if not (config.is_file() and saved.is_file()):
+        return False
+    return json.loads(config.read_text(encoding="utf-8")).get("tokenizer_class") in GENERIC_CLASSES
+
+
+#: Tokenizer classes that only wrap a saved ``tokenizer.json`` (see :func:`saves_generic_tokenizer`).
+GENERIC_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
+
+
 def model_tokenizer(config: Config) -> Any:
     """The tokenizer saved with ``--model`` (a :class:`plasmid.protocols.Tokenizer`); loaded
     from the local directory only, never from a hub. A directory without tokenizer files, or
@@ -40,7 +58,8 @@ def model_tokenizer(config: Config) -> Any:
 
     transformers.utils.logging.disable_progress_bar()
     try:
-        return transformers.AutoTokenizer.from_pretrained(str(model), local_files_only=True)
+        loader = transformers.PreTrainedTokenizerFast if saves_generic_tokenizer(model) else transformers.AutoTokenizer
+        return loader.from_pretrained(str(model), local_files_only=True)
     except Exception as exc:  # noqa: BLE001 - transformers raises many kinds; each is the user's model dir
         first_line = (str(exc).strip().splitlines() or [""])[0]
         raise UsageError(f"tokenizer hf: no tokenizer could be loaded from --model {model}: "
