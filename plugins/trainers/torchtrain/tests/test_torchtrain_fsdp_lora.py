@@ -2,7 +2,7 @@
 trained adapters equal one process training the same batches, only the adapters change, the engine
 (torchgen) scores the merged weights the two ranks export as the trainer does, and a checkpoint of
 the two ranks (adapters in peft's format and in dcp/, merged weights in model/) resumes in one
-process and continues as the one process did."""
+process, and the one process's checkpoint resumes on the two ranks, each continuing as the one process did."""
 
 from __future__ import annotations
 
@@ -82,9 +82,13 @@ def _rank(rank: int, model_dir: str, store: str, out: str) -> None:
         result = {"before": before, "after": parameters(trainer), "merged": exported(trainer),
                   "adapters": adapter_state(trainer.model),
                   "scores": testing.run(trainer.logprobs(batch(5).samples, 1.0))}
+        again = build(model_dir, Path(out) / "again", seed=rank + 7)    # one process's checkpoint, on two ranks
+        testing.run(again.load(str(Path(out) / "alone-ckpt")))
+        third = picked(testing.run(again.train_step(batch(2))))
+        result["resumed_adapters"] = adapter_state(again.model)
         if rank == 0:
             torch.save(result, Path(out) / "weights.pt")
-            (Path(out) / "result.json").write_text(json.dumps({"kind": kind, "metrics": [first, second],
+            (Path(out) / "result.json").write_text(json.dumps({"kind": kind, "metrics": [first, second, third],
                                                                "adapter_bytes": written}))
     finally:
         dist.destroy_process_group()
@@ -124,6 +128,11 @@ def test_lora_on_two_fsdp_ranks_trains_syncs_and_resumes_as_one_process(tmp_path
     model_dir = str(build_tiny_model(tmp_path / "tiny"))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[4]))   # see test_torchtrain_bad_steps
+    alone = build(model_dir, tmp_path / "alone")
+    assert type(alone).__name__ == "TorchTrainer"
+    expected = [picked(testing.run(alone.train_step(batch(1))))]
+    testing.run(alone.save(str(tmp_path / "alone-ckpt")))
+    expected.append(picked(testing.run(alone.train_step(batch(2)))))
     mp.spawn(_rank, args=(model_dir, str(tmp_path / "store"), str(tmp_path)), nprocs=WORLD, join=True)
     result = json.loads((tmp_path / "result.json").read_text())
     sharded = torch.load(tmp_path / "weights.pt")
@@ -138,16 +147,15 @@ def test_lora_on_two_fsdp_ranks_trains_syncs_and_resumes_as_one_process(tmp_path
     assert all(not torch.equal(sharded["after"][name], sharded["before"][name])
                for name in adapters if ".lora_B." in name)       # lora_B starts at 0: every one moved
 
-    alone = build(model_dir, tmp_path / "alone")
-    assert type(alone).__name__ == "TorchTrainer"
-    expected = [picked(testing.run(alone.train_step(batch(seed)))) for seed in (1, 2)]
     assert expected[1]["train/kl"] > 0
-    for got, single in zip(result["metrics"], expected, strict=True):
+    # the third: two ranks resuming the one process's step-1 checkpoint and training step 2
+    for got, single in zip(result["metrics"], [*expected, expected[1]], strict=True):
         assert got == pytest.approx(single, rel=1e-5, abs=1e-7)
     single_adapters = adapter_state(alone.model)
     assert list(sharded["adapters"]) == list(single_adapters) == adapters
     for name, tensor in single_adapters.items():
         torch.testing.assert_close(sharded["adapters"][name], tensor, rtol=0, atol=WEIGHT_ATOL, msg=name)
+        torch.testing.assert_close(sharded["resumed_adapters"][name], tensor, rtol=0, atol=WEIGHT_ATOL, msg=name)
     single_merged = exported(alone)
     assert list(sharded["merged"]) == list(single_merged)            # the base model's HF names, tied once
     for name, tensor in single_merged.items():
