@@ -50,8 +50,9 @@ class RolloutOptions(Options, group="rollout", description="what each step sampl
                                                     "or stop the run")
     return_routed_experts: bool = option(False, "ask the rollout engine for each token's mixture-of-experts "
                                          "routing (Sample.metadata['routed_experts'], for a trainer's routing "
-                                         "replay); engines that cannot report it refuse", default_text="off; on "
-                                         "with megatron's --routing-replay r3")
+                                         "replay): torchgen and sglang report it (and refuse a dense model); "
+                                         "other engines leave it out", default_text="off; on with megatron's "
+                                         "--routing-replay r3")
 
     @property
     def samples_per_step(self) -> int:
