@@ -52,7 +52,8 @@ def char_tokenizer(alphabet: str = DIGITS_ALPHABET, max_length: int = 64, chat_t
     vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
     vocab.update({char: len(SPECIAL_TOKENS) + i for i, char in enumerate(alphabet)})
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=None))
-    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    # one piece per code point: "." would leave a run of newlines as one piece, which has no id
+    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     core.decoder = decoders.Fuse()
     core.post_processor = processors.TemplateProcessing(single="<bos> $A", pair="<bos> $A $B",
                                                         special_tokens=[("<bos>", BOS_ID)])

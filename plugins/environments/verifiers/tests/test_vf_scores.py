@@ -46,13 +46,13 @@ def rollout(tmp_path, model: str, env_name: str, texts: list[str]):
     """``(sample, out, engine, source, config)``: one prompt of ``env_name`` rolled out by
     ``--generate agent`` with the recipe's agent and the scripted engine."""
     config = make_config(plugin, AGENT_PLUGIN, run_dir=tmp_path, datasource="verifiers", vf_env=env_name,
-                         max_new_tokens=64, model=model)
+                         max_new_tokens=128, model=model)
     source = build("datasource", "verifiers", plugin, config=config)
     sample = source.get_groups(1)[0].samples[0]
     generate = build("generate", "agent", AGENT_PLUGIN, config=config)
     engine = ScriptedEngine(source.tokenizer, texts)
     ctx = SimpleNamespace(tokenizer=source.tokenizer, engine_for=lambda s: engine, aborting=asyncio.Event())
-    params = SamplingParams(max_new_tokens=64, stop_token_ids=(source.tokenizer.eos_token_id,))
+    params = SamplingParams(max_new_tokens=128, stop_token_ids=(source.tokenizer.eos_token_id,))
     out = run(generate(ctx, sample, params))
     return sample, out, engine, source, config
 

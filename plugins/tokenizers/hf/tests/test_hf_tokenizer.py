@@ -53,8 +53,9 @@ def test_a_saved_char_tokenizer_keeps_every_character_whatever_the_model_type(tm
     from plasmid_torch.tiny import char_tokenizer
 
     model = build_tiny_model(tmp_path / "m", alphabet=PRINTABLE, arch=arch, hidden_size=32, num_layers=1, num_heads=2)
-    text = "Calculate ( 241 - -8540 ).\n\tok"
+    text = "Calculate ( 241 - -8540 ).\n\tok\n\n\n  yes"
     expected = char_tokenizer(PRINTABLE).encode(text)
+    assert len(expected) == 1 + len(text), "one id per character after <bos>, newlines in a row too"
     plugin_tokenizer = build("tokenizer", "hf", plugin, config=make_config(plugin, model=str(model)))
     assert plugin_tokenizer.encode(text) == expected
     assert load_tokenizer(str(model)).encode(text) == expected
