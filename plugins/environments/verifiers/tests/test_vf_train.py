@@ -88,7 +88,7 @@ def test_plasmid_train_with_a_verifiers_tool_environment_masks_the_tool_turns(tm
     monkeypatch.setattr(TorchEngine, "generate", generate)
     run_dir, saved = tmp_path / "run", tmp_path / "rollouts"
     code = main(["train", "--datasource", "verifiers", "--vf-env", "vf_plasmid_tool", "--num-rollouts", "2",
-                 "--prompts-per-step", "2", "--n-samples-per-prompt", "2", "--max-new-tokens", "64",
+                 "--prompts-per-step", "2", "--n-samples-per-prompt", "2", "--max-new-tokens", "128",
                  "--eval-interval", "0", "--save-interval", "0", "--run-dir", str(run_dir),
                  "--save-rollouts", str(saved)])
     err = capsys.readouterr().err

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
+import importlib.util
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,6 +14,12 @@ import pytest
 
 from plasmid.types import GenerationOutput, SamplingParams, Status
 
+# This directory goes first on sys.path (the tests import `conftest` and the agents of agents.py). Its
+# agents.py would then shadow, for the rest of the pytest process, the top-level package `agents` of
+# openai-agents, which verifiers imports (verifiers.ToolEnv failed in the environments tests run after
+# these): the installed package is imported first, so that the name stays bound to it.
+if importlib.util.find_spec("agents") is not None:
+    importlib.import_module("agents")
 sys.path.insert(0, str(Path(__file__).parent))
 
 
