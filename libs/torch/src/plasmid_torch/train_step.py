@@ -16,10 +16,11 @@ update) around one shared recipe. One call of :meth:`TrainStep.run` on a
 4. the :class:`plasmid.types.LossBatch` of the whole batch, on ``parts.device``: rewards, groups,
    ``response_mask`` (each sample's ``loss_mask``), the rollout's log-probs when every sample has
    them; ``old_logprobs``: the policy's, computed now, when the loss ``needs_old_logprobs`` or a
-   sample has no rollout log-probs, else the rollout's; ``ref_logprobs`` when there is a
-   reference model, else, when the loss has a ``reference_logprobs_key`` (plasmid-opd's
-   teacher), each sample's ``metadata[key]`` (:func:`sample_logprobs`); ``values`` (the critic's,
-   before any update) when there is a critic;
+   sample has no rollout log-probs, else the rollout's (on an exactly on-policy step they are
+   taken from the update's own forward passes instead: :meth:`TrainStep.reuses_update_forward`);
+   ``ref_logprobs`` when there is a reference model, else, when the loss has a
+   ``reference_logprobs_key`` (plasmid-opd's teacher), each sample's ``metadata[key]``
+   (:func:`sample_logprobs`); ``values`` (the critic's, before any update) when there is a critic;
 5. ``loss.advantages`` on the whole batch fills ``advantages`` and ``returns``;
 6. the warm-up rule: the policy is trained unless there is a critic and fewer than
    ``--critic-warmup-steps`` steps were trained (a loss without a critic ignores the option);
@@ -113,6 +114,13 @@ class TrainerParts:
         the step's updates change (policy and critic weights, optimizer states, LR schedules). A
         trainer without one (``None``) gets no weight check, and a refusal after an update that
         stepped cannot undo that update.
+    :ivar fills_old_logprobs: whether ``policy_update`` accepts ``old_logprobs_out=`` (a ``[B, T]``
+        CPU float32 tensor of the whole step's rows): then, given it, every micro-batch whose
+        ``old_logprobs`` the batch leaves ``None`` takes its forward pass's log-probs, detached,
+        as its old log-probs (before ``loss.policy_loss``) and writes them into the rows
+        ``chunk[micro]`` of that tensor. Only a trainer whose gradient forward pass computes the
+        no-grad pass's numbers, bit for bit, on the same micro-batches may say so (one rank, no
+        dropout); :meth:`TrainStep.reuses_update_forward` says when the recipe asks for it.
     """
 
     loss: Loss
@@ -124,6 +132,7 @@ class TrainerParts:
     device: torch.device = torch.device("cpu")
     prepare: Callable[[Sequence[Sample]], Any] = list
     snapshot: Callable[[], StepSnapshot] | None = None
+    fills_old_logprobs: bool = False
 
 
 class TrainStep:
@@ -164,11 +173,12 @@ class TrainStep:
         check_samples(samples)
         check_rewards(samples)
         inputs = parts.prepare(samples)
-        loss_batch, trainer_old = self.loss_batch(samples, inputs)
+        chunks = index_chunks(len(samples), self.options.global_batch_size)
+        from_update = self.reuses_update_forward(len(chunks))
+        loss_batch, trainer_old = self.loss_batch(samples, inputs, defer_old=from_update)
         loss_batch.advantages, loss_batch.returns = parts.loss.advantages(loss_batch)
 
         train_policy = self.trains_policy
-        chunks = index_chunks(len(samples), self.options.global_batch_size)
         max_ratio = self.options.max_update_ratio
         optimizer_updates = len(chunks) * (int(train_policy) + int(parts.critic is not None))
         snapshot = None
@@ -182,7 +192,8 @@ class TrainStep:
                                   total_samples=len(chunk))
             update: dict[str, float] = {}
             if train_policy:
-                update.update(parts.policy_update(chunk_batch, inputs, chunk))
+                fill = {"old_logprobs_out": trainer_old} if from_update and trainer_old is not None else {}
+                update.update(parts.policy_update(chunk_batch, inputs, chunk, **fill))
                 self.updates += 1
                 reasons = refused(update)
             if not reasons and parts.critic is not None:
@@ -224,16 +235,42 @@ class TrainStep:
                         "train/updates": 0.0, "train/seconds": time.perf_counter() - started})
         return metrics
 
-    def loss_batch(self, samples: Sequence[Sample], inputs: Any) -> tuple[LossBatch, torch.Tensor | None]:
+    def reuses_update_forward(self, updates: int) -> bool:
+        """Whether this step's old log-probs are taken from its policy update's forward passes
+        (``parts.policy_update(..., old_logprobs_out=...)``) instead of a no-grad pass of their own.
+
+        That is the same policy on the same micro-batches, so the numbers are the same (the
+        trainer says it computes them bit for bit: :attr:`TrainerParts.fills_old_logprobs`); what
+        it saves is one forward pass over the batch. It is done only when nothing needs them
+        before the update: the step makes ``updates == 1`` optimizer update (``--global-batch-size``
+        unset or the whole batch; with more, later updates start from moved weights), there is
+        no critic (whose warm-up and advantages come first), and the loss says its
+        ``advantages()`` does not read ``old_logprobs`` (``advantages_read_old_logprobs`` false;
+        a loss without the attribute is taken to read them). The ratio of the policy loss is then
+        exactly 1 and its gradient the plain policy gradient, as with a separate pass.
+        """
+        parts = self.parts
+        return (parts.fills_old_logprobs and updates == 1 and parts.critic is None
+                and not getattr(parts.loss, "advantages_read_old_logprobs", True))
+
+    def loss_batch(self, samples: Sequence[Sample], inputs: Any, *,
+                   defer_old: bool = False) -> tuple[LossBatch, torch.Tensor | None]:
         """The step's :class:`LossBatch` on ``parts.device`` (advantages not yet filled in), and the
-        policy's old log-probs (``[B, T]`` CPU; ``None`` when the rollout's were used instead)."""
+        policy's old log-probs (``[B, T]`` CPU; ``None`` when the rollout's were used instead).
+
+        With ``defer_old`` (:meth:`reuses_update_forward`), when the policy's old log-probs are
+        needed they are not computed: the returned tensor is zeros for the policy update to fill
+        in, and the batch's ``old_logprobs`` is ``None`` until then."""
         parts = self.parts
         width = max(sample.response_length for sample in samples)
         mask = response_mask(samples, width)
         rollout_rows = [sample.rollout_logprobs for sample in samples if sample.rollout_logprobs is not None]
         rollout = pad_rows(rollout_rows, width) if len(rollout_rows) == len(samples) else None
         trainer_old = None
-        if parts.loss.needs_old_logprobs or rollout is None:
+        deferred = False
+        if (parts.loss.needs_old_logprobs or rollout is None) and defer_old:
+            trainer_old, deferred = torch.zeros((len(samples), width)), True
+        elif parts.loss.needs_old_logprobs or rollout is None:
             trainer_old = parts.logprobs(parts.policy, inputs, self.temperature)
         ref = None
         if parts.reference is not None:
@@ -246,7 +283,7 @@ class TrainStep:
             rewards=on(torch.tensor([sample.reward for sample in samples], dtype=torch.float32)),
             group_index=on(torch.tensor([sample.group_index for sample in samples], dtype=torch.long)),
             response_mask=on(mask),
-            old_logprobs=on(trainer_old if trainer_old is not None else rollout),
+            old_logprobs=None if deferred else on(trainer_old if trainer_old is not None else rollout),
             ref_logprobs=on(ref),
             rollout_logprobs=on(rollout),
             values=on(values),

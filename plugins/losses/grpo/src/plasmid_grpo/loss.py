@@ -42,6 +42,15 @@ class GRPOLoss(PolicyGradientLoss):
     #: refuses ``--n-samples-per-prompt 1`` (``plasmid.startup.check_run``). Every variant too.
     min_samples_per_prompt = 2
 
+    @property
+    def advantages_read_old_logprobs(self) -> bool:
+        """Whether :meth:`estimate_advantages` reads ``batch.old_logprobs``: only for the KL reward
+        penalty (``--kl-coef`` > 0). When it does not, a trainer may take the old log-probs of an
+        exactly on-policy step from its update's forward passes
+        (:meth:`plasmid_torch.train_step.TrainStep.reuses_update_forward`). A subclass whose
+        advantages read them otherwise must return ``True``."""
+        return self.kl_coef > 0
+
     def __init__(self, config: Config) -> None:
         super().__init__(config)
         self.scale_rewards_by_std = self.scale_rewards_by_std and not GRPOOptions.of(config).disable_std_normalization

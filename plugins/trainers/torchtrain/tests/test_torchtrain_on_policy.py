@@ -1,0 +1,98 @@
+"""An exactly on-policy step (one optimizer update, no critic, advantages without old log-probs)
+takes its old log-probs from the update's own forward passes instead of a no-grad pass of their
+own (:meth:`plasmid_torch.train_step.TrainStep.reuses_update_forward`): one forward pass per
+micro-batch fewer, and every metric and weight equal, bit for bit, to the step with the extra pass."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import plasmid_grpo.plugin
+import plasmid_torchtrain.plugin
+import pytest
+import torch
+
+from plasmid import testing
+from plasmid_torch.testing.contracts.trainer import make_rollout_batch
+from plasmid_torch.tiny import build_tiny_model
+
+VOCAB = 16
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("on_policy") / "tiny")
+
+
+@pytest.fixture
+def make_trainer(model_dir, tmp_path):
+    def factory(*, reuse: bool = True, **options):
+        options = {"lr": 1e-2, "model": str(model_dir), "run_dir": tmp_path / "run", "micro_batch_size": 3,
+                   **options}
+        config = testing.make_config(plasmid_torchtrain.plugin, plasmid_grpo.plugin, **options)
+        loss = testing.build("loss", "grpo", plasmid_grpo.plugin, config=config)
+        trainer = testing.build("trainer", "torchtrain", plasmid_torchtrain.plugin, config=config, args=(loss,))
+        if not reuse:   # the separate no-grad pass, as before
+            trainer.recipe.parts = replace(trainer.recipe.parts, fills_old_logprobs=False)
+        trainer.forwards = 0
+
+        def count(module, args, kwargs):
+            trainer.forwards += 1
+
+        trainer.model.register_forward_pre_hook(count, with_kwargs=True)
+        return trainer
+
+    return factory
+
+
+def batch_with_engine_logprobs(trainer, step: int):
+    """The contract's batch with rewards varied by ``step`` and the trainer's current log-probs
+    as the engine's (so the train/rollout mismatch metrics are computed)."""
+    batch = make_rollout_batch(VOCAB)
+    for position, sample in enumerate(batch.samples):
+        sample.reward = float((position * 7 + step * 3) % 5)
+    values = testing.run(trainer.logprobs(batch.samples, 1.0))
+    for sample, logprobs in zip(batch.samples, values, strict=True):
+        sample.rollout_logprobs = [value + 1e-3 * (index % 3) for index, value in enumerate(logprobs)]
+    return batch
+
+
+def train(trainer, steps: int = 3) -> list[dict[str, float]]:
+    out = []
+    for step in range(steps):
+        batch = batch_with_engine_logprobs(trainer, step)
+        trainer.forwards = 0
+        metrics = testing.run(trainer.train_step(batch))
+        out.append({**{k: v for k, v in metrics.items() if "seconds" not in k}, "forwards": trainer.forwards})
+    return out
+
+
+def test_on_policy_steps_reuse_the_update_forward_with_identical_metrics_and_weights(make_trainer):
+    reusing, separate = make_trainer(), make_trainer(reuse=False)
+    assert reusing.recipe.reuses_update_forward(1) and not separate.recipe.reuses_update_forward(1)
+    got, want = train(reusing), train(separate)
+    # 8 samples in micro-batches of 3: 3 forward passes per update, 3 more for a separate old pass
+    assert [m.pop("forwards") for m in got] == [3, 3, 3]
+    assert [m.pop("forwards") for m in want] == [6, 6, 6]
+    assert got == want
+    assert "train/mismatch_kl" in got[0] and got[0]["train/logprob_abs_diff_mean"] > 0
+    assert got[0]["train/ppo_kl"] == 0.0 and got[0]["train/clip_frac"] == 0.0
+    for (name, a), (_, b) in zip(reusing.model.named_parameters(), separate.model.named_parameters(), strict=True):
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize(("options", "updates", "forwards"), [
+    ({"global_batch_size": 4}, 2, 3 + 2 + 2),   # the old pass, then two updates of 4 (micro-batches 3 + 1)
+    ({"kl_coef": 0.1}, 1, 3 + 3),               # the old pass, then the update (the reference is another module)
+], ids=["two-updates-per-step", "kl-reward-penalty"])
+def test_steps_that_need_old_logprobs_first_keep_the_separate_pass(make_trainer, options, updates, forwards):
+    trainer = make_trainer(**options)
+    assert not trainer.recipe.reuses_update_forward(updates)
+    metrics = train(trainer, steps=1)[0]
+    assert metrics["forwards"] == forwards
+    assert metrics["train/updates"] == float(updates)
