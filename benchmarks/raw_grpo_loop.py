@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import tempfile
 import time
@@ -30,7 +31,9 @@ parser.add_argument("--eval-interval", type=int, default=10)
 parser.add_argument("--target", type=float, default=0.9)
 args = parser.parse_args()
 
-torch.set_num_threads(2)
+# the thread count plasmid train gets: torch's default, which OMP_NUM_THREADS sets (2 when unset, as benchmarks/run.py
+# runs it on 2 cores); a fixed 2 here made `OMP_NUM_THREADS=1 bench_quickstart.py` compare 1 thread against 2
+torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or 2))
 transformers.logging.set_verbosity_error()
 directory = build_tiny_model(tempfile.mkdtemp() + "/model", seed=args.seed)
 tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
