@@ -51,10 +51,12 @@ class ByteTokenizer:
         return {"input_ids": self.encode(text)}
 
 
-def make_context(config: Config, engine: RolloutEngine, generate: GenerateFn) -> RolloutContext:
-    """A rollout context of one engine, a :class:`ByteTokenizer`, no data source, rewards or tools."""
+def make_context(config: Config, engine: RolloutEngine, generate: GenerateFn, tokenizer: Any = None) -> RolloutContext:
+    """A rollout context of one engine, ``tokenizer`` (default a :class:`ByteTokenizer`), no data
+    source, rewards or tools."""
     return RolloutContext(config=config, engines=[engine], data_source=None,  # type: ignore[arg-type]
-                          tokenizer=ByteTokenizer(), generate=generate, rewards=None)  # type: ignore[arg-type]
+                          tokenizer=tokenizer if tokenizer is not None else ByteTokenizer(),
+                          generate=generate, rewards=None)  # type: ignore[arg-type]
 
 
 def prompt_sample(text: str, index: int = 0) -> Sample:
@@ -74,13 +76,25 @@ class GenerateContract:
     reply: tuple[int, ...] = (70, 71, 72, STOP)
     params = SamplingParams(temperature=1.0, max_new_tokens=16, stop_token_ids=(STOP,), seed=0)
 
+    def tokenizer(self) -> Any:
+        """The run's tokenizer the generate function gets (default :class:`ByteTokenizer`).
+        Override it together with :meth:`prompt` for a generate function that needs its own data
+        source's prompts (an environment's, with a label and a chat template)."""
+        return ByteTokenizer()
+
+    def prompt(self, text: str, index: int = 0) -> Sample:
+        """A pending prompt sample for ``text`` with ``index`` and ``group_index`` ``index``
+        (default :func:`prompt_sample`; an override may ignore ``text`` but must keep the indices
+        and tokenize with :meth:`tokenizer`)."""
+        return prompt_sample(text, index)
+
     def make(self) -> tuple[Config, GenerateFn]:
         config = make_config(self.plugin, generate=self.provider, **self.config_options)
         return config, build("generate", self.provider, self.plugin, config=config)
 
     def generate(self, samples: list[Sample], engine: ScriptedEngine) -> list[Sample]:
         config, generate = self.make()
-        ctx = make_context(config, engine, generate)
+        ctx = make_context(config, engine, generate, self.tokenizer())
 
         async def scenario() -> list[Any]:
             return list(await asyncio.gather(*(generate(ctx, sample, self.params) for sample in samples)))
@@ -101,7 +115,7 @@ class GenerateContract:
 
     def test_a_prompt_becomes_a_finished_consistent_sample(self) -> None:
         engine = ScriptedEngine(lambda ids, params: Reply(list(self.reply)), weight_version=3)
-        prompt = prompt_sample("2+2=")
+        prompt = self.prompt("2+2=")
         tokens = list(prompt.tokens)
         (sample,) = self.generate([prompt], engine)[:1]
         self.check(sample, tokens)
@@ -113,7 +127,7 @@ class GenerateContract:
 
     def test_a_length_limit_gives_a_truncated_sample(self) -> None:
         engine = ScriptedEngine(lambda ids, params: Reply([70] * 40))
-        prompt = prompt_sample("count:")
+        prompt = self.prompt("count:")
         tokens = list(prompt.tokens)
         (sample,) = self.generate([prompt], engine)[:1]
         self.check(sample, tokens)
@@ -123,7 +137,7 @@ class GenerateContract:
         def reply(ids: list[int], params: SamplingParams) -> Reply:
             return Reply([ids[-1], ids[-1], STOP])     # echoes the prompt's last token
 
-        prompts = [prompt_sample(f"q{i}", index=i) for i in range(6)]
+        prompts = [self.prompt(f"q{i}", index=i) for i in range(6)]
         tokens = [list(p.tokens) for p in prompts]
         done = self.generate(prompts, ScriptedEngine(reply))
         assert len(done) >= len(prompts)
@@ -133,7 +147,7 @@ class GenerateContract:
 
     def test_an_aborted_engine_output_gives_an_aborted_consistent_sample(self) -> None:
         engine = ScriptedEngine(lambda ids, params: Reply([70, 71], status=Status.ABORTED))
-        prompt = prompt_sample("slow")
+        prompt = self.prompt("slow")
         tokens = list(prompt.tokens)
         (sample,) = self.generate([prompt], engine)[:1]
         self.check(sample, tokens)
