@@ -329,10 +329,12 @@ class TorchTrainer(StepCounters):
     def _forward_is_no_grad_pass(self) -> bool:
         """Whether an update's forward pass computes, bit for bit, the log-probs that the no-grad
         pass of the step computes on the same micro-batch (``TrainerParts.fills_old_logprobs``):
-        one rank (the no-grad pass and the update then cut the same micro-batches), and no dropout
-        in the update (the model stays in eval mode; LoRA dropout is on in updates only). Checked
-        on the tiny Qwen2: the two passes' log-probs are equal (max |diff| 0.0)."""
-        return not self.dp.enabled and not (self.lora and self.own_options.lora_dropout > 0)
+        on the CPU (checked on the tiny Qwen2: the two passes' log-probs are equal, max |diff| 0.0;
+        on CUDA, attention may pick another kernel when gradients are needed, not checked yet), one
+        rank (the no-grad pass and the update then cut the same micro-batches), and no dropout in
+        the update (the model stays in eval mode; LoRA dropout is on in updates only)."""
+        return (self.place.device.type == "cpu" and not self.dp.enabled
+                and not (self.lora and self.own_options.lora_dropout > 0))
 
     def _update(self, batch: LossBatch, padded: batching.PaddedBatch, chunk: list[int], *,
                 old_logprobs_out: torch.Tensor | None = None) -> dict[str, float]:
