@@ -160,7 +160,9 @@ async def one_run(args: argparse.Namespace, model_dir: Path, run_dir: Path, *, l
         "lora": lora, **{key: value for key, value in extra.items()}, "non_embedding_parameters": body,
         "gen_tokens_per_second": gen_rate, "trainer_tokens_per_second": train_rate,
         "sync_seconds": sum(s["sync_seconds"] for s in timed) / len(timed),
-        "train_rollout_logprob_abs_diff": max(s["logprob_abs_diff"] or 0.0 for s in steps),
+        # None when a step did not report it (the trainer computed no log-probs of its own)
+        "train_rollout_logprob_abs_diff": (None if any(s["logprob_abs_diff"] is None for s in steps)
+                                           else max(s["logprob_abs_diff"] for s in steps)),
         "bad_steps": sorted({name for s in steps for name in s["bad_steps"]}), "steps": steps,
     }
     if args.device == "cuda":
@@ -216,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
                 report["runs"][key] = result
                 figures = ", ".join(f"{field} {result[field]:.4g}" for field in
                                     ("gen_tokens_per_second", "trainer_tokens_per_second", "mfu", "peak_memory_gib",
-                                     "sync_seconds", "train_rollout_logprob_abs_diff") if field in result)
+                                     "sync_seconds", "train_rollout_logprob_abs_diff") if result.get(field) is not None)
                 print(f"{key}: {figures}" + (f"; BAD STEPS {result['bad_steps']}" if result["bad_steps"] else ""),
                       flush=True)
     report["seconds"] = time.perf_counter() - started

@@ -28,5 +28,8 @@ def test_the_device_check_runs_on_the_cpu_and_writes_its_figures(tmp_path):
     for run in report["runs"].values():
         assert run["bad_steps"] == [] and len(run["steps"]) == 2
         assert run["gen_tokens_per_second"] > 0 and run["trainer_tokens_per_second"] > 0
-        assert 0 < run["train_rollout_logprob_abs_diff"] <= 5e-3        # bf16 rounding, synced weights
+        # bf16 rounding, synced weights (exactly 0 where the full-sequence and the decoding passes
+        # round alike: transformers 5.24 on this CPU); reported on every step
+        assert run["train_rollout_logprob_abs_diff"] is not None
+        assert 0 <= run["train_rollout_logprob_abs_diff"] <= 5e-3
         assert run["sync_seconds"] >= 0 and "mfu" not in run
