@@ -4,15 +4,8 @@ tiny Llama (separate lm_head, and a reference model for the loss's KL term)."""
 from __future__ import annotations
 
 import plasmid_torchtrain.plugin
-import pytest
-import torch
 
 from plasmid_torch.testing.contracts.trainer import ContractLoss, TrainerContract
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    torch.set_num_threads(1)
 
 
 class TestTorchtrainContract(TrainerContract):

@@ -15,19 +15,8 @@ from plasmid_torchtrain.critic import CRITIC_FILE
 from plasmid import testing
 from plasmid.errors import UsageError
 from plasmid_torch.testing.contracts.trainer import TrainerContract, exported, make_rollout_batch
-from plasmid_torch.tiny import build_tiny_model
 
 VOCAB = 16
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("torchtrain-critic") / "tiny")
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ from plasmid import testing
 from plasmid.errors import UsageError
 from plasmid_torch import device
 from plasmid_torch.testing.contracts.trainer import ContractLoss, make_rollout_batch
-from plasmid_torch.tiny import build_tiny_model
 
 VOCAB = 16
 
@@ -22,16 +21,6 @@ VOCAB = 16
 def exported(trainer) -> dict[str, torch.Tensor]:
     """The exported weights by name, as float32 copies (bfloat16 has no numpy dtype)."""
     return {name: tensor.float() for bucket in trainer.export_weights(1 << 40) for name, tensor in bucket}
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("torchtrain-device") / "tiny")
 
 
 @pytest.fixture

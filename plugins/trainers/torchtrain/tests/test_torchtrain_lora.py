@@ -14,20 +14,9 @@ from plasmid import testing
 from plasmid.errors import UsageError
 from plasmid_torch.hf import load_causal_lm
 from plasmid_torch.testing.contracts.trainer import ContractLoss, make_rollout_batch
-from plasmid_torch.tiny import build_tiny_model
 
 pytest.importorskip("peft")
 VOCAB = 16
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("lora") / "tiny", seed=0)
 
 
 def make_trainer(model_dir, tmp_path, loss=None, **options):

@@ -14,19 +14,8 @@ import torch
 
 from plasmid import testing
 from plasmid_torch.testing.contracts.trainer import make_rollout_batch
-from plasmid_torch.tiny import build_tiny_model
 
 VOCAB = 16
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("on_policy") / "tiny")
 
 
 @pytest.fixture
