@@ -82,6 +82,13 @@ def write(path: str | Path, *, model: Any, tokenizer_dir: Path, state: dict[str,
     staging.mkdir(parents=True)
     model.save_pretrained(staging / MODEL_SUBDIR)
     copy_tokenizer_files(tokenizer_dir, staging / MODEL_SUBDIR)
+    return seal(staging, target, state, critic)
+
+
+def seal(staging: Path, target: Path, state: dict[str, Any], critic: Any = None) -> Path:
+    """Finish a checkpoint written into ``staging``: add ``state`` and the ``critic`` (when given),
+    then put it in place of ``target`` (an existing checkpoint there is replaced). Called by one
+    process, the writer, once everything else is in ``staging``; returns ``target``."""
     torch.save(state, staging / STATE_FILE)
     if critic is not None:
         from plasmid_torchtrain.critic import save_critic
@@ -151,14 +158,7 @@ def write_sharded(path: str | Path, *, model: Any, optimizer: Any, tokenizer_dir
     if rank == 0:
         model.save_pretrained(staging / MODEL_SUBDIR, state_dict=whole)
         copy_tokenizer_files(tokenizer_dir, staging / MODEL_SUBDIR)
-        torch.save(state, staging / STATE_FILE)
-        if critic is not None:
-            from plasmid_torchtrain.critic import save_critic
-
-            save_critic(critic, staging)
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
+        seal(staging, target, state, critic)
     dist.barrier()
     return target
 
@@ -235,14 +235,7 @@ def write_adapters(path: str | Path, *, model: Any, optimizer: Any, merged: Iter
         name_shards(staging / MODEL_SUBDIR, shards, total)
         copy_tokenizer_files(tokenizer_dir, staging / MODEL_SUBDIR)
         save_adapters(model, staging / ADAPTER_SUBDIR, adapters)
-        torch.save(state, staging / STATE_FILE)
-        if critic is not None:
-            from plasmid_torchtrain.critic import save_critic
-
-            save_critic(critic, staging)
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
+        seal(staging, target, state, critic)
     if collective:
         dist.barrier()
     return target
