@@ -177,6 +177,14 @@ def plasmid_rewards(register: Callable[..., None]) -> None:
     ``asyncio.to_thread``'s, may). At most 8 abandoned workers per reward are kept alive;
     beyond that new calls wait on the stuck one (and time out).
 
+    Inline rewards: a reward whose calls are pure, bounded and synchronous (string compares,
+    a regex on the response; no I/O, nothing that can hang) may declare a class attribute
+    ``inline = True``. It is then scored on the caller's thread, in the rollout's loop, with no
+    worker, no hop and no ``--reward-timeout``: its ``async def __call__`` is run to completion
+    without a loop and must return without awaiting (one that awaits fails the sample for that
+    reward, like a raise). Values, failures and their reporting are as for any reward. Declare
+    it only for work of microseconds: an inline call that blocks stalls rollout.
+
     A value must be a finite float32 (``|value| <= 3.4e38``), also once weighted and summed
     with the others; anything else, or an exception (``SystemExit`` included), fails the sample
     for that reward, named with the plugin (``--reward-errors``).

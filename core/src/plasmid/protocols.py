@@ -233,7 +233,12 @@ class RolloutDriver(Protocol):
 
 class RewardFn(Protocol):
     """Scores one finished sample: a float, a dict of named floats (pick one with ``--reward-key``),
-    or a :class:`plasmid.types.RewardParts` (the value with named parts that are logged, not added)."""
+    or a :class:`plasmid.types.RewardParts` (the value with named parts that are logged, not added).
+
+    An optional class attribute ``inline = True`` declares the call pure, bounded and
+    synchronous: it is scored on the caller's thread with no worker and no timeout, and must
+    return without awaiting (the ``plasmid_rewards`` hookspec has the contract).
+    """
 
     async def __call__(self, sample: Sample) -> float | dict[str, float] | RewardParts: ...
 
@@ -242,6 +247,7 @@ class GroupRewardFn(Protocol):
     """Scores all samples of a group at once (a judge that compares responses).
 
     Marked by a class attribute ``group = True``; returns one value per sample, in order.
+    ``inline = True`` may be declared as for :class:`RewardFn`.
     """
 
     group: bool

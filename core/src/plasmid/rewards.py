@@ -9,9 +9,12 @@ reward is printed to stderr with the plugin that provides it; counts go to the
 ``reward/failed/...`` metrics), with ``fail`` the run stops with a :class:`ProviderError` naming
 the plugin.
 
-Where rewards run: each reward component has its own *reward worker*, a daemon thread running
-an event loop; :meth:`RewardSet.score_group` sends a whole group to it in one hop and waits on
-the caller's loop with ``--reward-timeout``. So a reward that blocks its loop (``time.sleep`` in
+Where rewards run: a reward that declares ``inline = True`` (pure, bounded, synchronous work
+such as the match rewards) is scored on the caller's thread inside :meth:`RewardSet.score_group`,
+with no thread hop and no timeout (see the ``plasmid_rewards`` hookspec). Every other reward
+component has its own *reward worker*, a daemon thread running an event loop;
+:meth:`RewardSet.score_group` sends a whole group to it in one hop and waits on the caller's
+loop with ``--reward-timeout``. So a reward that blocks its loop (``time.sleep`` in
 ``async def``, a CPU-bound verifier) can neither stall rollout nor keep the timeout from firing.
 A worker whose loop has calls but has not run for a while (a quarter of the timeout, at most
 :data:`~plasmid.reward_workers.STALL_SECONDS`) is *abandoned*: the samples it has not started yet move to a fresh worker
@@ -73,6 +76,11 @@ class RewardComponent:
         return bool(getattr(self.fn, "group", False))
 
     @property
+    def is_inline(self) -> bool:
+        """The reward declares ``inline = True``: scored on the caller's loop, without a worker."""
+        return getattr(self.fn, "inline", False) is True
+
+    @property
     def where(self) -> str:
         return f"reward '{self.name}'" + (f" from plugin {self.plugin}" if self.plugin else "")
 
@@ -120,6 +128,40 @@ async def _call_reward(component: RewardComponent, samples: list[Sample], slots:
     else:
         await asyncio.gather(*(one(position) for position in positions))
 
+
+def _drive_inline(component: RewardComponent, argument: Any) -> Any:
+    """Run one call of an inline reward to completion on the calling thread, without a loop:
+    its value, or a :class:`Failure` when it raises (``SystemExit`` included) or awaits
+    (an inline reward must return without suspending; see ``plasmid_rewards``)."""
+    try:
+        call = component.fn(argument)
+        if not asyncio.iscoroutine(call):
+            raise TypeError(f"returned {type(call).__name__}, not a coroutine (an inline reward is still async def)")
+        try:
+            call.send(None)
+        except StopIteration as done:
+            return done.value
+        call.close()
+        raise RuntimeError("declares inline = True but awaited; an inline reward must return without awaiting")
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - reported with the plugin's name, like a worker's
+        return Failure(exc)
+
+
+def _score_inline(component: RewardComponent, samples: list[Sample], slots: list[Any]) -> None:
+    """Fill ``slots`` (one per sample) with an inline component's raw values or :class:`Failure`
+    s, on the caller's thread; a group reward is one call whose sequence must match ``samples``."""
+    if not component.is_group:
+        slots[:] = [_drive_inline(component, sample) for sample in samples]
+        return
+    raw = _drive_inline(component, samples)
+    if not isinstance(raw, Failure):
+        try:
+            raw = list(raw)
+            if len(raw) != len(samples):
+                raise ValueError(f"group reward returned {len(raw)} values for {len(samples)} samples")
+        except Exception as exc:  # noqa: BLE001 - reported with the plugin's name
+            raw = Failure(exc)
+    slots[:] = [raw] * len(samples) if isinstance(raw, Failure) else raw
 
 
 def parts_of(name: str, result: RewardParts) -> dict[str, float]:
@@ -174,7 +216,8 @@ class RewardSet:
     async def score_group(self, samples: list[Sample]) -> None:
         """Score ``samples`` (one group) in place: ``reward`` and ``reward_components``.
 
-        Each component gets the whole group in one hop to its reward worker; per-sample rewards
+        Inline components (``inline = True``) are scored first, here, on the caller's thread.
+        Each other component gets the whole group in one hop to its reward worker; per-sample rewards
         run concurrently there, group rewards see all samples. A call that has not returned
         ``timeout`` seconds after the group was sent fails with "timed out" (the call is
         cancelled; if its worker's loop is blocked, the worker is abandoned).
@@ -210,9 +253,19 @@ class RewardSet:
         slots = [[PENDING] * len(samples) for _ in self.components]
         states = [[NOT_STARTED] * len(samples) for _ in self.components]
         everyone = list(range(len(samples)))
-        hop = Hop(loop.create_future(), len(self.components))
+        inline = [component.is_inline for component in self.components]
+        for position, component in enumerate(self.components):
+            if inline[position]:
+                _score_inline(component, samples, slots[position])
+        if all(inline):
+            self._combine(samples, slots)
+            return
+        hop = Hop(loop.create_future(), inline.count(False))
         calls: list[list[tuple[RewardWorker, Call]]] = []
         for position, component in enumerate(self.components):
+            if inline[position]:
+                calls.append([])   # scored above; nothing to wait for, rescue or cancel
+                continue
             worker = self._workers.get(position, component.name, grace)
             calls.append([(worker, worker.submit(_call_reward(component, samples, slots[position], states[position],
                                                               everyone), hop, reply))])
@@ -247,6 +300,8 @@ class RewardSet:
         moved samples if its loop comes back)."""
         now = time.monotonic()
         for position, component in enumerate(self.components):
+            if not calls[position]:
+                continue   # an inline reward: scored before the hop
             worker, call = calls[position][-1]
             if call.finished or not worker.stalled(now, stall):
                 continue

@@ -1,7 +1,9 @@
 """The match rewards: a response against each acceptable answer of its label; the best wins.
 
 Each is a plasmid reward provider (``factory(config)`` returns it; ``await reward(sample)``
-returns a float in [0, 1]). They keep no state, so concurrent calls are safe.
+returns a float in [0, 1]). They keep no state, so concurrent calls are safe, and each call is
+a few string operations that never await, so they declare ``inline = True``: the kernel scores
+them on the rollout's thread, with no hop to a reward worker (see the ``plasmid_rewards`` hookspec).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ class MatchReward:
 
     name = "match"
     option_classes: ClassVar[tuple[type[Options], ...]] = ()
+    #: pure, bounded, never awaits: scored on the caller's thread (plasmid_rewards hookspec)
+    inline: ClassVar[bool] = True
 
     def __init__(self, config: Config) -> None:
         """Built once per run as ``reward(config)``; only ``choice`` reads an option."""
