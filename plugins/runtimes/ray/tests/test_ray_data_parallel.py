@@ -101,8 +101,10 @@ def test_two_workers_make_the_same_update_as_one(ray_cluster, config):
 
     before, after_one, after_two, metrics_one, metrics_two, ranks, digests, gradients, rows = asyncio.run(scenario())
     gradients_one, gradients_two = gradients
-    # one worker forwards all 12 samples twice (old log-probs, then the update); each of two, its 6
-    assert rows == ([24], [12, 12])
+    # one worker forwards all 12 samples once: an exactly on-policy step on one rank takes its old
+    # log-probs from the update's own forward (TrainStep.reuses_update_forward); each of two workers
+    # forwards its 6 twice (old log-probs, then the update: the reuse is for one rank only)
+    assert rows == ([12], [12, 12])
     assert ranks == [(0, 2), (1, 2)], "the two workers must form one data-parallel group"
     assert digests[0] == digests[1], "the ranks diverged: their weights differ after the step"
     assert any(not np.array_equal(before[name], after_one[name]) for name in before), "the step changed nothing"
