@@ -109,3 +109,11 @@ def test_the_command_line_forms_parse_to_typed_values():
     assert (namespace.vllm_max_num_seqs, namespace.vllm_enforce_eager, namespace.vllm_enable_prefix_caching,
             namespace.vllm_dtype) == (8, True, False, "float16")
     assert VLLMOptions.from_values(vars(namespace)).server_env == {"A": "1"}
+
+
+def test_routed_experts_are_refused_at_start_up_since_vllm_does_not_report_them():
+    with pytest.raises(UsageError, match=r"^--return-routed-experts: the vllm engine does not report") as failure:
+        testing.make_config(plasmid_vllm.plugin, engine="vllm", return_routed_experts=True)
+    assert "\n" not in str(failure.value)
+    config = testing.make_config(plasmid_vllm.plugin, engine="torchgen", return_routed_experts=True)
+    assert config.option.return_routed_experts, "another engine's run is left alone"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from plasmid import hookimpl
 from plasmid.config import Config, OptionParser
 from plasmid.errors import UsageError
-from plasmid.kernel_options import ScheduleOptions
+from plasmid.kernel_options import RolloutOptions, ScheduleOptions
 from plasmid.native_options import add_options
 from plasmid_torch.disk_sync import DiskSyncOptions
 from plasmid_vllm.native import PLASMID_DEFAULTS, native_fields
@@ -32,6 +32,11 @@ def plasmid_configure(config: Config) -> None:
             and ScheduleOptions.of(config).engines != 1:
         raise UsageError("--vllm-external-addrs gives every server to one engine, which balances requests over "
                          "them; use --engines 1 with it (plugin vllm)")
+    if config.option.engine == "vllm" and RolloutOptions.of(config).return_routed_experts:
+        # before anything is written: otherwise a routing replay would fail at its first training step
+        raise UsageError("--return-routed-experts: the vllm engine does not report mixture-of-experts routing "
+                         "(megatron's --routing-replay r3 asks for it); use --engine torchgen or sglang, or "
+                         "--routing-replay r2 (plugin vllm)")
 
 
 @hookimpl
