@@ -31,6 +31,9 @@ class SingleTurn:
     when it reports one (``--return-routed-experts``), goes to ``metadata[ROUTED_EXPERTS_KEY]``.
     """
 
+    #: copies the engine's routing into the sample (``--return-routed-experts``; see GenerateFn)
+    carries_routed_experts = True
+
     def __init__(self, config: Config) -> None:
         self.mask_offpolicy = ScheduleOptions.of(config).mask_offpolicy_in_partial_rollout
 

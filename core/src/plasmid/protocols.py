@@ -205,6 +205,9 @@ class GenerateFn(Protocol):
 
     - ``takes_tools = True``: it calls the run's ``--tools`` (``ctx.tools``). Start-up refuses
       ``--tools`` with a generate function that does not declare it (the tools would never run).
+    - ``carries_routed_experts = True``: it copies the engine's ``GenerationOutput.routed_experts``
+      into ``metadata[ROUTED_EXPERTS_KEY]`` of its samples. Start-up refuses
+      ``--return-routed-experts`` with a generate function that does not declare it.
 
     Aborts: when the rollout driver aborts a step's in-flight work it first sets
     ``ctx.aborting`` (see :class:`RolloutView`), then aborts the engines (their outputs come back

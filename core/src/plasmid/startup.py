@@ -120,7 +120,10 @@ def check_run(config: Config, registry: Registry) -> None:
       advantages do (a group of one has advantage 0, so nothing would be learnt);
     - ``--tools`` is given only with a generate function that calls them: its factory declares
       ``takes_tools = True`` (see :class:`~plasmid.protocols.GenerateFn`); with any other the
-      tools would be built and never called.
+      tools would be built and never called;
+    - ``--return-routed-experts`` (a trainer's routing replay) is given only with a generate
+      function that copies the engine's routing into its samples (``carries_routed_experts =
+      True``); with any other the replay would fail at its first training step.
     """
     model = GeneralOptions.of(config).model
     if model and config.is_given("model") and not Path(model).is_dir():
@@ -148,6 +151,13 @@ def check_run(config: Config, registry: Registry) -> None:
             f"choose a generate function that does (--generate {' or '.join(callers) or '... (none installed)'}) "
             f"or drop --tools"
         )
+    if RolloutOptions.of(config).return_routed_experts and generate \
+            and not declares(registry, generate, "carries_routed_experts"):
+        raise UsageError(
+            f"--return-routed-experts: --generate {generate} does not carry the engine's expert routing into its "
+            f"samples, so a routing replay (megatron's --routing-replay r3 asks for it) would find none; use "
+            f"--generate single-turn, or --routing-replay r2"
+        )
 
 
 def min_samples_per_prompt(registry: Registry, loss: str) -> int:
@@ -155,10 +165,15 @@ def min_samples_per_prompt(registry: Registry, loss: str) -> int:
     return int(getattr(registry.get("loss", loss).load(), "min_samples_per_prompt", 1))
 
 
+def declares(registry: Registry, generate: str, capability: str) -> bool:
+    """Whether generate function ``generate``'s factory declares ``capability = True`` (see
+    :class:`~plasmid.protocols.GenerateFn`); loads its factory."""
+    return getattr(registry.get("generate", generate).load(), capability, False) is True
+
+
 def takes_tools(registry: Registry, generate: str) -> bool:
-    """Whether generate function ``generate`` calls the run's ``--tools`` (its factory declares
-    ``takes_tools = True``); loads its factory."""
-    return getattr(registry.get("generate", generate).load(), "takes_tools", False) is True
+    """Whether generate function ``generate`` calls the run's ``--tools`` (``takes_tools = True``)."""
+    return declares(registry, generate, "takes_tools")
 
 
 def _takes_tools_or_false(registry: Registry, generate: str) -> bool:

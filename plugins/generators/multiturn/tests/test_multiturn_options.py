@@ -66,3 +66,23 @@ def test_tools_with_the_multiturn_generate_function_passes_the_start_up_check(tm
     check_run(startup.config, startup.registry)
     assert takes_tools(startup.registry, "multiturn") and not takes_tools(startup.registry, "single-turn")
     assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------ --return-routed-experts needs a carrier
+def test_routed_experts_with_a_generate_function_that_drops_them_stops_the_run_before_anything_is_written(
+        tmp_path, capsys):
+    """multiturn does not copy the engine's routing into its samples: a routing replay would find
+    none, so ``--return-routed-experts`` with it is one line, exit 2, no run directory."""
+    from plasmid.cli import main
+    from plasmid.startup import declares, start
+
+    run_dir = tmp_path / "run"
+    code = main(["train", "--task", "toolcalc", "--generate", "multiturn", "--return-routed-experts",
+                 "--run-dir", str(run_dir)])
+    err = capsys.readouterr().err
+    assert code == 2 and not run_dir.exists()
+    assert err.count("\n") == 1 and err.startswith("plasmid: error: --return-routed-experts: --generate multiturn "
+                                                   "does not carry"), err
+    startup = start(["--task", "toolcalc", "--run-dir", str(run_dir)])
+    assert declares(startup.registry, "single-turn", "carries_routed_experts")
+    assert not declares(startup.registry, "multiturn", "carries_routed_experts")
