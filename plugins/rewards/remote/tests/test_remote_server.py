@@ -61,22 +61,28 @@ class Handler(BaseHTTPRequestHandler):
             scenario.most_in_flight = max(scenario.most_in_flight, scenario.in_flight)
         try:
             time.sleep(scenario.delay)
-            if failing:
-                return self._send(500, b"overloaded")
-            if scenario.unauthorized:
-                return self._send(401, f"bad credentials: {self.headers.get('Authorization')}".encode())
-            if scenario.not_json:
-                return self._send(200, b"<html>oops</html>")
-            if scenario.reply is not None:
-                reply = scenario.reply
-            elif isinstance(body, list):
-                reply = [score_of(item) for item in body]
-            else:
-                reply = score_of(body)
-            self._send(200, json.dumps(reply).encode())
+            status, payload = self._answer(scenario, body, failing)
         finally:
+            # no longer in flight once the answer is decided: the client may send its next request
+            # the moment the reply is written, before this thread could count this one out
             with scenario.lock:
                 scenario.in_flight -= 1
+        self._send(status, payload)
+
+    def _answer(self, scenario: Scenario, body, failing: bool) -> tuple[int, bytes]:
+        if failing:
+            return 500, b"overloaded"
+        if scenario.unauthorized:
+            return 401, f"bad credentials: {self.headers.get('Authorization')}".encode()
+        if scenario.not_json:
+            return 200, b"<html>oops</html>"
+        if scenario.reply is not None:
+            reply = scenario.reply
+        elif isinstance(body, list):
+            reply = [score_of(item) for item in body]
+        else:
+            reply = score_of(body)
+        return 200, json.dumps(reply).encode()
 
     def _send(self, status: int, payload: bytes) -> None:
         self.send_response(status)

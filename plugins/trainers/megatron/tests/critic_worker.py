@@ -73,3 +73,4 @@ if __name__ == "__main__":
     result = run(settings)
     if int(os.environ.get("RANK", "0")) == 0:
         (Path(settings["out"]) / "result.json").write_text(json.dumps(result))
+    __import__("multiprocess").leave_world()

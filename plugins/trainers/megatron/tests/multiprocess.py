@@ -3,7 +3,8 @@
 ``run_ranks(worker, settings, world_size)`` starts ``python worker '<json settings>'`` once per rank
 (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` set; none of them for a
 world of one), one math thread each, waits for all, fails with a rank's output if one fails, and
-returns the JSON that rank 0 wrote to ``<settings["out"]>/result.json``.
+returns the JSON that rank 0 wrote to ``<settings["out"]>/result.json``. Workers end with
+:func:`leave_world`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,19 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def leave_world() -> None:
+    """Called by a worker as its last step: wait for every rank, then tear the process group down.
+
+    A rank that exits while another still talks to the store rank 0 hosts, or with gloo's threads
+    alive, can die in C++ ("terminate called without an active exception") after its work is done.
+    """
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def run_ranks(worker: Path, settings: dict, world_size: int) -> dict:

@@ -105,3 +105,4 @@ def main(settings: dict) -> None:
 
 if __name__ == "__main__":
     main(json.loads(sys.argv[1]))
+    __import__("multiprocess").leave_world()
