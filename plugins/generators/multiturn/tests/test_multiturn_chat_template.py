@@ -1,12 +1,11 @@
 """``--tool-call-format chat-template`` with a real Hugging Face tokenizer and chat template (built
-in code): rendered turn by turn, only the appended text is encoded, and a template that rewrites
-the history is reported, never re-tokenised."""
+in code, the ``chat_tokenizer`` fixture of conftest.py): rendered turn by turn, only the appended
+text is encoded, and a template that rewrites the history or raises on a tool turn is reported,
+never re-tokenised, and does not crash the rollout."""
 
 from __future__ import annotations
 
 import asyncio
-import json
-import string
 
 import plasmid_multiturn.plugin
 import pytest
@@ -17,28 +16,6 @@ from plasmid.protocols import ToolError
 from plasmid.testing import build, make_config
 from plasmid.testing.scripted import Reply, ScriptedEngine
 from plasmid.types import Sample, SamplingParams, Status
-
-TEMPLATE = (
-    "{%- if tools %}<|im_start|>system tools: {{ tools | map(attribute='function') | map(attribute='name') "
-    "| join(',') }}<|im_end|>{%- endif %}"
-    "{%- for m in messages %}"
-    "{%- if m.role == 'tool' %}<|im_start|>user <tool_response>{{ m.content }}</tool_response><|im_end|>"
-    "{%- elif m.role == 'assistant' %}<|im_start|>assistant {{ m.content | replace(REWRITE, '') }}<|im_end|>"
-    "{%- else %}<|im_start|>{{ m.role }} {{ m.content }}<|im_end|>{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}<|im_start|>assistant {% endif %}"
-)
-
-
-def tokenizer(rewrite: str = "\x00"):
-    pytest.importorskip("transformers")
-    from plasmid_torch.tiny import char_tokenizer
-
-    alphabet = "".join(c for c in string.printable if c not in "\n\r\t\x0b\x0c")
-    tok = char_tokenizer(alphabet, max_length=4096)
-    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
-    tok.chat_template = TEMPLATE.replace("REWRITE", json.dumps(rewrite))
-    return tok
 
 
 class Add:
@@ -72,8 +49,8 @@ CALL = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
 
 
 @pytest.mark.timeout(120)
-def test_the_conversation_is_the_templates_rendering_built_from_the_engines_tokens():
-    tok = tokenizer()
+def test_the_conversation_is_the_templates_rendering_built_from_the_engines_tokens(chat_tokenizer):
+    tok = chat_tokenizer()
     end = tok.convert_tokens_to_ids("<|im_end|>")
     first, second = encode(tok, "so " + CALL), encode(tok, "it is 5") + [end]
     sample, engine, _ = run(tok, [Reply(first + encode(tok, " more")), Reply(second)])
@@ -98,8 +75,8 @@ def test_the_conversation_is_the_templates_rendering_built_from_the_engines_toke
 
 
 @pytest.mark.timeout(120)
-def test_a_template_that_rewrites_the_history_ends_the_conversation_and_is_reported():
-    tok = tokenizer(rewrite="so ")   # drops "so " from earlier assistant turns, as reasoning strippers do
+def test_a_template_that_rewrites_the_history_ends_the_conversation_and_is_reported(chat_tokenizer):
+    tok = chat_tokenizer(rewrite="so ")   # drops "so " from earlier assistant turns, as reasoning strippers do
     first = encode(tok, "so " + CALL)
     sample, engine, _ = run(tok, [Reply(first), Reply(encode(tok, "never"))])
     assert len(engine.calls) == 1 and sample.response_tokens == first
@@ -108,8 +85,24 @@ def test_a_template_that_rewrites_the_history_ends_the_conversation_and_is_repor
     assert sample.metadata["rollout_metrics"]["template_mismatch_fraction"] == 1.0
 
 
-def test_a_tokenizer_without_a_chat_template_is_a_one_line_usage_error():
-    tok = tokenizer()
+@pytest.mark.timeout(120)
+def test_a_template_that_raises_on_the_tool_turn_ends_the_conversation_and_is_reported(chat_tokenizer):
+    """A template that rejects the format's tool message (no ``tool_call_id``) ends the sample as a
+    history rewrite does, instead of crashing the rollout; the prompt still renders."""
+    tok = chat_tokenizer(require_tool_call_id=True)
+    first = encode(tok, "so " + CALL)
+    sample, engine, _ = run(tok, [Reply(first), Reply(encode(tok, "never"))])
+    assert len(engine.calls) == 1 and sample.response_tokens == first and sample.loss_mask == [1] * len(first)
+    assert sample.status == Status.COMPLETED
+    state = sample.metadata["multiturn"]
+    assert state["mismatch"] == ("the chat template cannot render turn 1's tool answer: TemplateError: tool messages "
+                                 "need a tool_call_id")
+    assert state["tool_calls"] == 1 and state["messages"] == [{"role": "user", "content": "2+3?"}]
+    assert sample.metadata["rollout_metrics"]["template_mismatch_fraction"] == 1.0
+
+
+def test_a_tokenizer_without_a_chat_template_is_a_one_line_usage_error(chat_tokenizer):
+    tok = chat_tokenizer()
     tok.chat_template = None
     with pytest.raises(UsageError, match="--tool-call-format chat-template: the tokenizer has no chat template"):
         run(tok, [Reply([2])])

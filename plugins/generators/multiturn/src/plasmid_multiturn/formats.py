@@ -75,7 +75,8 @@ class Conversation:
     :ivar turn_start: where the current model turn begins, as an index into the response tokens;
     :ivar text: the chat-template text of the conversation so far (chat-template format);
     :ivar messages: the chat messages so far (chat-template format);
-    :ivar mismatch: why the conversation stopped early because the chat template rewrote its history.
+    :ivar mismatch: why the conversation stopped early because the chat template could not extend it
+        (it rewrote the history, or it raised while rendering a tool turn).
     """
 
     turns: int = 0
@@ -98,8 +99,11 @@ class Conversation:
 
 
 class TemplateMismatch(Exception):
-    """The chat template renders the conversation so far differently from the tokens the sample
-    holds (it would rewrite history); the conversation ends there rather than re-tokenising."""
+    """The chat template cannot extend the conversation the sample holds: it renders the
+    conversation so far differently from the sample's tokens (it would rewrite history), or it
+    raises while rendering the next tool turn (a template that demands what the format does not
+    send, e.g. a ``tool_call_id`` on tool messages). The conversation ends there rather than
+    re-tokenising or crashing the rollout."""
 
 
 class ToolCallFormat(Protocol):
@@ -193,7 +197,10 @@ class ChatTemplate:
     must *start with* the text so far (the previous rendering plus the model's turn exactly as
     generated): what follows it (the end of the assistant turn, the tool message, the next
     generation prompt) is the appended text. A template that renders the history differently
-    (strips earlier reasoning, re-formats a call) raises :class:`TemplateMismatch`.
+    (strips earlier reasoning, re-formats a call), or that raises while rendering a tool turn
+    (Jinja's ``raise_exception`` on a message it rejects, or any other error), raises
+    :class:`TemplateMismatch`. (One that cannot render the prompt itself is not caught: every
+    sample would fail alike, so the run stops with the template's error.)
     """
 
     def _render(self, tokenizer: Tokenizer, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
@@ -223,7 +230,13 @@ class ChatTemplate:
         messages = [*conversation.messages, {"role": "assistant", "content": turn_text},
                     *({"role": "tool", "name": call.name, "content": answer}
                       for call, answer in zip(calls, answers, strict=True))]
-        rendered = self._render(tokenizer, messages, tool_schemas(tools))
+        try:
+            rendered = self._render(tokenizer, messages, tool_schemas(tools))
+        except UsageError:
+            raise
+        except Exception as exc:   # a template that rejects the tool turn ends this sample, not the run
+            raise TemplateMismatch(f"the chat template cannot render turn {conversation.turns}'s tool answer: "
+                                   f"{type(exc).__name__}: {exc}") from exc
         expected = conversation.text + turn_text
         if not rendered.startswith(expected):
             at = next((i for i, (a, b) in enumerate(zip(rendered, expected, strict=False)) if a != b),

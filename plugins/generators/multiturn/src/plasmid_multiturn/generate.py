@@ -22,9 +22,10 @@ The conversation ends when a turn has no tool call (status: the engine's, ``COMP
 ``TRUNCATED``), when the model calls a tool in turn ``--max-turns`` (the call is not run;
 ``TRUNCATED``), or when the response (every turn and tool answer together) reaches
 ``--max-response-tokens`` (a tool answer that does not fit is cut to fit; ``TRUNCATED``). With the
-``chat-template`` format, a template that would rewrite the history ends the conversation too
-(``COMPLETED``, the reason in ``sample.metadata["multiturn"]["mismatch"]``, counted in
-``rollout/template_mismatch_fraction``); the tokens are never re-tokenised to fit it.
+``chat-template`` format, a template that would rewrite the history, or that raises while
+rendering a tool turn, ends the conversation too (``COMPLETED``, the reason in
+``sample.metadata["multiturn"]["mismatch"]``, counted in ``rollout/template_mismatch_fraction``);
+the tokens are never re-tokenised to fit it, and the rollout goes on.
 
 Tools (``ctx.tools``) never crash a rollout: an unparsable call, an unknown tool, a tool that
 raises (:class:`~plasmid.protocols.ToolError` or anything else), one that runs past
