@@ -8,8 +8,10 @@ the policy gradient lowers ``KL(student || teacher)`` on the states the student 
   the single-turn generation, then ``score`` of the teacher engine (the
   :class:`plasmid.protocols.RolloutEngine` method every engine has, so torchgen, SGLang and vLLM
   teachers all work) on each finished sample: ``metadata["teacher_logprobs"]``. The teacher is
-  ``--teacher-model DIR`` served by an engine of the run's ``--engine`` kind, built in the process
-  that generates; it must share the student's tokenizer;
+  ``--teacher-model DIR`` served by an engine of kind ``--teacher-engine`` (default: the run's
+  ``--engine``), built in the process that generates; it never attaches to the student's servers
+  (``--<engine>-external-addrs`` are not passed on; ``--teacher-external-addrs`` gives its own).
+  It must share the student's tokenizer;
 - ``--loss opd`` (:class:`plasmid_opd.loss.OPDLoss`): the shared clipped policy loss
   (:class:`plasmid_torch.policy_gradient.PolicyGradientLoss`, with its TIS/MIS and mismatch
   metrics) with those advantages, plus ``--opd-reward-weight`` times GRPO's group-relative

@@ -20,19 +20,64 @@ from plasmid_opd.options import OPDOptions
 TEACHER_LOGPROBS_KEY = "teacher_logprobs"
 
 
-def build_teacher(config: Config, registry: Registry | None = None) -> RolloutEngine:
-    """An engine of the run's ``--engine`` kind serving ``--teacher-model``, its other options
-    unchanged; the engine provider comes from ``registry`` (default: the run's plugin lock,
-    loaded in this process)."""
-    teacher = OPDOptions.of(config).teacher_model
-    if not teacher:
+#: Suffix of the options by which an engine attaches to running servers instead of starting its own
+#: (``--sglang-external-addrs``, ``--vllm-external-addrs``): ``<engine>_external_addrs``.
+EXTERNAL_ADDRS_SUFFIX = "_external_addrs"
+
+
+def teacher_options(config: Config) -> argparse.Namespace:
+    """The options the teacher engine is built with: the run's, except ``model`` (``--teacher-model``),
+    ``engine`` (``--teacher-engine``, default the run's ``--engine``) and the external-address
+    options: every ``<engine>_external_addrs`` is cleared, so the teacher never attaches to the
+    student's servers, and ``--teacher-external-addrs``, when given, becomes the teacher engine's own.
+
+    :raises UsageError: (one line) ``--teacher-model`` is not set; no engine is chosen;
+        ``--teacher-external-addrs`` with a teacher engine that has no ``--<engine>-external-addrs``
+        option, or naming a server the student attaches to.
+    """
+    opd = OPDOptions.of(config)
+    if not opd.teacher_model:
         raise UsageError("--generate opd: --teacher-model is not set; give the teacher's model directory")
+    engine = opd.teacher_engine or getattr(config.option, "engine", None)
+    if not engine:
+        raise UsageError("--generate opd: no engine serves the teacher; give --teacher-engine NAME (or --engine)")
+    values = vars(config.option)
+    student_servers = {name: _addresses(value) for name, value in values.items()
+                       if name.endswith(EXTERNAL_ADDRS_SUFFIX) and name != "teacher_external_addrs" and value}
+    options = {**values, "model": str(opd.teacher_model), "engine": engine,
+               **dict.fromkeys(student_servers, None)}
+    if opd.teacher_external_addrs:
+        own = engine.replace("-", "_") + EXTERNAL_ADDRS_SUFFIX
+        if own not in values:
+            raise UsageError(f"--teacher-external-addrs: the teacher engine {engine!r} has no --{_flag(own)} option "
+                             f"(it cannot attach to running servers); drop --teacher-external-addrs")
+        for name, addresses in student_servers.items():
+            shared = sorted(addresses & _addresses(opd.teacher_external_addrs))
+            if shared:
+                raise UsageError(f"--teacher-external-addrs {','.join(shared)} is also in --{_flag(name)}: the "
+                                 f"teacher would score with the student's servers; give the teacher's own servers")
+        options[own] = opd.teacher_external_addrs
+    return argparse.Namespace(**options)
+
+
+def _addresses(value: str) -> set[str]:
+    return {address.strip() for address in str(value).split(",") if address.strip()}
+
+
+def _flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def build_teacher(config: Config, registry: Registry | None = None) -> RolloutEngine:
+    """The teacher: an engine of kind ``--teacher-engine`` built with :func:`teacher_options`
+    (so serving ``--teacher-model``, never on the student's servers); the engine provider comes
+    from ``registry`` (default: the run's plugin lock, loaded in this process)."""
+    options = teacher_options(config)
     if registry is None:
         manager = PluginManager()
         manager.load_lock(config.plugin_lock)
         registry = Registry.collect(manager)
-    options = argparse.Namespace(**{**vars(config.option), "model": str(teacher)})
-    engine: RolloutEngine = instantiate(registry.get("engine", config.option.engine), replace(config, option=options))
+    engine: RolloutEngine = instantiate(registry.get("engine", options.engine), replace(config, option=options))
     return engine
 
 

@@ -27,7 +27,9 @@ def plasmid_defaults(config: Config) -> None:
 
 @hookimpl
 def plasmid_configure(config: Config) -> None:
-    """``--loss opd`` and ``--generate opd`` need ``--teacher-model``, an existing directory."""
+    """``--loss opd`` and ``--generate opd`` need ``--teacher-model``, an existing directory, and
+    teacher engine options that :func:`plasmid_opd.generate.teacher_options` accepts (checked here,
+    at start-up, rather than at the first generation)."""
     option = config.option
     if getattr(option, "loss", None) != "opd" and getattr(option, "generate", None) != "opd":
         return
@@ -37,6 +39,10 @@ def plasmid_configure(config: Config) -> None:
                          "Face model directory")
     if not Path(teacher).is_dir():
         raise UsageError(f"--teacher-model {teacher}: no such directory")
+    if OPDOptions.of(config).teacher_engine or getattr(option, "engine", None):   # else no engine to check yet
+        from plasmid_opd.generate import teacher_options
+
+        teacher_options(config)
 
 
 @hookimpl
