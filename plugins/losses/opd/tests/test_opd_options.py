@@ -51,3 +51,13 @@ def test_kl_coef_is_refused_naming_the_loss_term_to_use():
     config = testing.make_config(plasmid_opd.plugin, kl_coef=0.1, teacher_model=TEACHER)
     with pytest.raises(UsageError, match="--loss opd: --kl-coef 0.1 .* --kl-loss-coef"):
         plasmid_opd.loss.OPDLoss(config)
+
+
+def test_plasmid_plugins_lists_the_loss_and_the_generate_function():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "plasmid.cli", "plugins"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "plasmid-opd" in proc.stdout and "generate: opd; loss: opd" in proc.stdout
