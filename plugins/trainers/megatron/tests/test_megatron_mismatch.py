@@ -4,8 +4,8 @@
 On-policy with one optimizer update per step, the first micro-batch's policy log-probs are the
 old ones the trainer computed before the update, so ``train/ppo_kl`` is exactly 0 (slime's CI
 check). The engine's log-probs differ from the trainer's only by float32 operation order
-(torchgen's cached decode against Megatron's full forward): bound :data:`LOGPROB_BOUND`, the e2e
-test's bound for the synced weights.
+(torchgen's cached decode against Megatron's full forward): bound :data:`LOGPROB_BOUND`, issue 21's
+bound (1e-5). Measured on CPU: mean |diff| 6.7e-8 and 8.9e-8 on the two steps.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 from test_megatron_e2e import train
 
-LOGPROB_BOUND = 1e-4
+LOGPROB_BOUND = 1e-5
 
 
 @pytest.mark.timeout(300)
