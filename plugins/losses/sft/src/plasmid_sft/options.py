@@ -9,3 +9,11 @@ class SFTOptions(Options, group="sft", description="supervised fine-tuning on th
                                                    "--generate sft)"):
     sft_append_stop: bool = option(True, "end each demonstration with the stop token (the tokenizer's "
                                    "end-of-sequence) when it fits within --max-new-tokens")
+
+
+class SFTMixOptions(Options, group="sft-mix", description="SFT steps mixed with RL steps in one run (--loss sft-mix)"):
+    sft_mix_loss: str = option("grpo", "the RL loss of the steps that are not SFT steps (a registered --loss "
+                               "without a critic)", metavar="NAME")
+    sft_mix_every: int = option(2, "every N-th train step of the process is an SFT step on the batch's "
+                                "demonstrations, the others are --sft-mix-loss steps on its samples (2: "
+                                "alternate)", min=2)

@@ -1,0 +1,119 @@
+"""``--loss sft-mix``: SFT steps mixed with the steps of an RL loss, one trainer, one run (imports torch)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import torch
+
+from plasmid.config import Config
+from plasmid.errors import UsageError
+from plasmid.options import Options
+from plasmid.plugins import PluginManager
+from plasmid.registry import Registry
+from plasmid.session import instantiate
+from plasmid.types import LossBatch, Sample
+from plasmid_sft.loss import SFTLoss
+from plasmid_sft.options import SFTMixOptions, SFTOptions
+
+
+class SFTMixLoss:
+    """Every ``--sft-mix-every``-th train step an SFT step, the others steps of ``--sft-mix-loss``.
+
+    Built by the kernel as ``SFTMixLoss(config)``; it builds the two losses it delegates to: an
+    :class:`plasmid_sft.loss.SFTLoss`, and the RL loss ``--sft-mix-loss`` from ``registry``
+    (default: the run's plugin lock, loaded in this process), with the run's options. Samples come
+    from ``--generate sft`` (the default): the policy's own responses, rewarded, each with its
+    prompt's demonstration attached, so either kind of step can train on any batch.
+
+    Per step, :meth:`training_samples` (which :class:`plasmid_torch.train_step.TrainStep` calls
+    first) counts the step and picks its kind: step ``k`` (1-based, counted in this process; a
+    resumed run counts again from its first step) is an SFT step when ``k % --sft-mix-every == 0``.
+    Everything else the recipe asks of the loss that step (its samples, ``needs_old_logprobs``,
+    ``advantages_read_old_logprobs``, ``reference_logprobs_key``, :meth:`advantages`,
+    :meth:`policy_loss`) is then exactly that loss's, so an SFT step is a ``--loss sft`` step and an
+    RL step a step of the RL loss, on the same weights, optimizer and checkpoints. Why steps and not
+    one objective with both terms: a step's :class:`plasmid.types.LossBatch` has no way to tell a
+    demonstration row from a sampled one in a micro-batch, and the rollout's log-probs, the
+    rollout corrections (``--tis``/``--icepop``) and the mismatch metrics are all-or-nothing over
+    the batch's rows; steps of one kind keep every one of them exact.
+
+    ``needs_ref`` is the RL loss's (the trainer keeps a reference for it). Metric: ``sft_step``
+    (1 on SFT steps, 0 on RL steps), besides the step's own loss's.
+
+    :raises UsageError: ``--sft-mix-loss`` is ``sft`` or ``sft-mix``, needs a critic (it would be
+        trained on demonstrations), or reads per-sample scores from its own generate function
+        (``reference_logprobs_key``, as ``opd``'s teacher): ``--generate sft`` attaches none.
+    """
+
+    option_classes: ClassVar[tuple[type[Options], ...]] = (SFTOptions, SFTMixOptions)
+    needs_critic = False
+
+    def __init__(self, config: Config, registry: Registry | None = None) -> None:
+        options = SFTMixOptions.of(config)
+        name = options.sft_mix_loss
+        if name in ("sft", "sft-mix"):
+            raise UsageError(f"--sft-mix-loss {name}: give the RL loss to mix SFT steps with (grpo, ppo, ...)")
+        if registry is None:
+            manager = PluginManager()
+            manager.load_lock(config.plugin_lock)
+            registry = Registry.collect(manager)
+        #: the RL loss of the steps that are not SFT steps
+        self.rl: Any = instantiate(registry.get("loss", name), config)
+        if getattr(self.rl, "needs_critic", False):
+            raise UsageError(f"--sft-mix-loss {name} needs a critic, which SFT steps would train on demonstrations; "
+                             f"mix SFT with a loss without one (grpo, rloo, reinforce++, ...)")
+        if getattr(self.rl, "reference_logprobs_key", None):
+            raise UsageError(f"--sft-mix-loss {name} reads scores its own generate function attaches "
+                             f"({self.rl.reference_logprobs_key!r}); --generate sft attaches demonstrations only")
+        #: the loss of the SFT steps
+        self.sft = SFTLoss(config)
+        self.every: int = options.sft_mix_every
+        #: train steps begun in this process (:meth:`training_samples` calls)
+        self.steps = 0
+
+    @property
+    def sft_step(self) -> bool:
+        """Whether the current step (the last :meth:`training_samples` call's) is an SFT step."""
+        return self.steps > 0 and self.steps % self.every == 0
+
+    @property
+    def current(self) -> Any:
+        """The loss of the current step: :attr:`sft` or :attr:`rl`."""
+        return self.sft if self.sft_step else self.rl
+
+    @property
+    def needs_ref(self) -> bool:
+        return bool(self.rl.needs_ref)
+
+    @property
+    def needs_old_logprobs(self) -> bool:
+        return bool(self.current.needs_old_logprobs)
+
+    @property
+    def advantages_read_old_logprobs(self) -> bool:
+        return bool(getattr(self.current, "advantages_read_old_logprobs", True))
+
+    @property
+    def reference_logprobs_key(self) -> str | None:
+        return getattr(self.current, "reference_logprobs_key", None)
+
+    def training_samples(self, samples: Sequence[Sample]) -> list[Sample]:
+        """Begin a step: count it, then the samples its loss trains on (demonstrations on an SFT step)."""
+        self.steps += 1
+        own = getattr(self.current, "training_samples", None)
+        return own(samples) if callable(own) else list(samples)
+
+    def advantages(self, batch: LossBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The current step's loss's advantages."""
+        advantages: tuple[torch.Tensor, torch.Tensor | None] = self.current.advantages(batch)
+        return advantages
+
+    def policy_loss(self, batch: LossBatch, logprobs: torch.Tensor,
+                    entropy: torch.Tensor | None) -> tuple[torch.Tensor, dict[str, float]]:
+        """The current step's loss and metrics, and ``sft_step`` (normalised like them: the micro-batches
+        of an update sum to 1 on an SFT step)."""
+        loss, metrics = self.current.policy_loss(batch, logprobs, entropy)
+        share = batch.response_mask.shape[0] / batch.total_samples if self.sft_step else 0.0
+        return loss, {**metrics, "sft_step": float(share)}
