@@ -81,7 +81,7 @@ def test_every_nth_step_is_an_sft_step_and_the_others_are_steps_of_the_rl_loss()
 def test_the_sft_step_trains_on_the_demonstrations_and_the_rl_step_on_the_rewarded_samples():
     mixed = make_loss()                                              # alternate: RL, SFT, ...
     rl_samples = mixed.training_samples(samples())
-    rl_value, rl_grad, _ = loss_and_grad(mixed, rl_samples)
+    _, rl_grad, _ = loss_and_grad(mixed, rl_samples)
     assert [s.tokens for s in rl_samples] == [[1, 2, 3, 7, 8]] * 3
     assert rl_grad[0].sum() < 0 < rl_grad[1].sum()                   # reward 1 pulled up, reward 0 pushed down
     demonstrations = mixed.training_samples(samples())

@@ -11,5 +11,10 @@ RL losses: for warm starts, and as a baseline. Two pieces:
   (``metadata["sft_target_ids"]``);
 - ``--loss sft`` (:class:`plasmid_sft.loss.SFTLoss`): before the step the recipe hands it the
   samples (:meth:`~plasmid_sft.loss.SFTLoss.training_samples`), whose responses it replaces by
-  their demonstrations; the loss is the token mean of ``-log p`` over them.
+  their demonstrations; the loss is the token mean of ``-log p`` over them;
+- ``--loss sft-mix`` (:class:`plasmid_sft.mixed.SFTMixLoss`): SFT steps mixed with RL steps in one
+  run, every ``--sft-mix-every``-th step an SFT step, the others steps of ``--sft-mix-loss``.
+
+A warm start needs nothing more: an RL run's ``--model`` is an SFT run's checkpointed model
+(``<run dir>/checkpoints/step_N/trainer/model``, a Hugging Face directory).
 """
