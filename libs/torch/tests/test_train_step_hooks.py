@@ -14,8 +14,8 @@ from plasmid_torch.train_step import TrainerParts, TrainStep
 from plasmid_torch.trainer_options import TrainerOptions
 
 
-def batch_of(*samples: Sample) -> RolloutBatch:
-    return RolloutBatch(rollout_id=0, groups=[Group(samples=list(samples), index=0)])
+def batch_of(*samples: Sample, rollout_id: int = 0) -> RolloutBatch:
+    return RolloutBatch(rollout_id=rollout_id, groups=[Group(samples=list(samples), index=0)])
 
 
 def sample(response: list[int], **fields: Any) -> Sample:
@@ -55,16 +55,20 @@ def run(loss: Any, batch: RolloutBatch) -> tuple[dict[str, float], list[Any]]:
 
 
 def test_a_loss_with_training_samples_trains_on_what_it_returns():
-    def longer(samples: list[Sample]) -> list[Sample]:
+    rollout_ids = []
+
+    def longer(samples: list[Sample], rollout_id: int) -> list[Sample]:
+        rollout_ids.append(rollout_id)
         return [replace(s, tokens=s.prompt_tokens + [7, 8, 9], response_length=3, loss_mask=[1, 1, 1],
                         rollout_logprobs=None) for s in samples]
 
     loss = Loss(training_samples=longer)
-    metrics, prepared = run(loss, batch_of(sample([5]), sample([6])))
+    metrics, prepared = run(loss, batch_of(sample([5]), sample([6]), rollout_id=7))
     assert [s.tokens for s in prepared] == [[1, 2, 7, 8, 9]] * 2
     assert metrics["train/tokens"] == 6.0 and tuple(loss.seen.response_mask.shape) == (2, 3)
     assert loss.seen.rollout_logprobs is None and "train/mismatch_kl" not in metrics
     assert metrics["train/ppo_kl"] == 0.25
+    assert rollout_ids == [7]                                        # the batch's, for losses that vary by step
 
 
 def test_reference_logprobs_come_from_the_samples_metadata_when_the_loss_names_a_key():

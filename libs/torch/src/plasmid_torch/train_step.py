@@ -8,8 +8,9 @@ update) around one shared recipe. One call of :meth:`TrainStep.run` on a
 
 1. an empty batch reports ``train/samples``, ``train/tokens``, ``train/updates`` (all 0) and
    ``train/seconds``, and counts no step;
-2. a loss with a ``training_samples(samples)`` method (plasmid-sft's) replaces the samples by
-   what it returns (the tokens it trains on); the samples are checked
+2. a loss with a ``training_samples(samples, rollout_id)`` method (plasmid-sft's) replaces the
+   samples by what it returns (the tokens it trains on; ``rollout_id`` is the batch's, so a loss
+   that varies by step decides the same way in a resumed run); the samples are checked
    (:func:`plasmid_torch.training.check_samples`; every reward finite);
 3. ``inputs = parts.prepare(samples)``: the samples in the trainer's own form (padded tensors, ...),
    handed to every other part;
@@ -169,7 +170,7 @@ class TrainStep:
         parts = self.parts
         training_samples = getattr(parts.loss, "training_samples", None)
         if callable(training_samples):
-            samples = training_samples(samples)
+            samples = training_samples(samples, rollout_id=batch.rollout_id)
         check_samples(samples)
         check_rewards(samples)
         inputs = parts.prepare(samples)

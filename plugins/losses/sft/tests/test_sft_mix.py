@@ -63,8 +63,8 @@ def test_every_nth_step_is_an_sft_step_and_the_others_are_steps_of_the_rl_loss()
     sft = testing.build("loss", "sft", plasmid_sft.plugin, config=make_config())
     grpo = testing.build("loss", "grpo", plasmid_grpo.plugin, config=make_config())
     kinds = []
-    for _ in range(6):
-        trained = mixed.training_samples(samples())
+    for rollout_id in range(6):
+        trained = mixed.training_samples(samples(), rollout_id=rollout_id)
         kinds.append("sft" if mixed.sft_step else "rl")
         own = sft if mixed.sft_step else grpo
         expected = own.training_samples(samples()) if own is sft else samples()
@@ -78,13 +78,22 @@ def test_every_nth_step_is_an_sft_step_and_the_others_are_steps_of_the_rl_loss()
     assert kinds == ["rl", "rl", "sft", "rl", "rl", "sft"]
 
 
+def test_the_kind_of_a_step_follows_its_rollout_id_so_a_resumed_run_keeps_the_schedule():
+    fresh, resumed = make_loss(sft_mix_every=3), make_loss(sft_mix_every=3)
+    for rollout_id in range(9):
+        fresh.training_samples(samples(), rollout_id=rollout_id)
+        if rollout_id >= 4:                                          # resumed after rollout 3's checkpoint
+            resumed.training_samples(samples(), rollout_id=rollout_id)
+            assert resumed.sft_step == fresh.sft_step == (rollout_id in (5, 8))
+
+
 def test_the_sft_step_trains_on_the_demonstrations_and_the_rl_step_on_the_rewarded_samples():
     mixed = make_loss()                                              # alternate: RL, SFT, ...
-    rl_samples = mixed.training_samples(samples())
+    rl_samples = mixed.training_samples(samples(), rollout_id=0)
     _, rl_grad, _ = loss_and_grad(mixed, rl_samples)
     assert [s.tokens for s in rl_samples] == [[1, 2, 3, 7, 8]] * 3
     assert rl_grad[0].sum() < 0 < rl_grad[1].sum()                   # reward 1 pulled up, reward 0 pushed down
-    demonstrations = mixed.training_samples(samples())
+    demonstrations = mixed.training_samples(samples(), rollout_id=1)
     assert [s.tokens for s in demonstrations] == [[1, 2, 3, 4, 5, 6]] * 3
     _, sft_grad, metrics = loss_and_grad(mixed, demonstrations)
     assert torch.allclose(sft_grad, torch.full_like(sft_grad, -1 / 9)) and metrics["sft_step"] == 1.0

@@ -42,9 +42,10 @@ class SFTLoss:
     def __init__(self, config: Config) -> None:
         SFTOptions.of(config)          # nothing to read yet beyond what --generate sft reads
 
-    def training_samples(self, samples: Sequence[Sample]) -> list[Sample]:
+    def training_samples(self, samples: Sequence[Sample], rollout_id: int = 0) -> list[Sample]:
         """``samples`` with each response replaced by its demonstration (prompt tokens kept); a
-        sample without one is a ``ValueError`` naming it and ``--generate sft``."""
+        sample without one is a ``ValueError`` naming it and ``--generate sft``. Every step is
+        alike: ``rollout_id`` is not read."""
         trained = []
         for position, sample in enumerate(samples):
             target = sample.metadata.get(SFT_TARGET_KEY)

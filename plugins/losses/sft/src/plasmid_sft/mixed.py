@@ -28,8 +28,10 @@ class SFTMixLoss:
     prompt's demonstration attached, so either kind of step can train on any batch.
 
     Per step, :meth:`training_samples` (which :class:`plasmid_torch.train_step.TrainStep` calls
-    first) counts the step and picks its kind: step ``k`` (1-based, counted in this process; a
-    resumed run counts again from its first step) is an SFT step when ``k % --sft-mix-every == 0``.
+    first, with the batch's rollout id) picks its kind: rollout ``r`` (0-based, as the loop counts
+    them) is an SFT step when ``(r + 1) % --sft-mix-every == 0``. The kind depends on the rollout id
+    alone, so a resumed run keeps the schedule of an uninterrupted one, and every data-parallel
+    rank agrees.
     Everything else the recipe asks of the loss that step (its samples, ``needs_old_logprobs``,
     ``advantages_read_old_logprobs``, ``reference_logprobs_key``, :meth:`advantages`,
     :meth:`policy_loss`) is then exactly that loss's, so an SFT step is a ``--loss sft`` step and an
@@ -70,13 +72,13 @@ class SFTMixLoss:
         #: the loss of the SFT steps
         self.sft = SFTLoss(config)
         self.every: int = options.sft_mix_every
-        #: train steps begun in this process (:meth:`training_samples` calls)
-        self.steps = 0
+        #: the rollout id of the current step (the last :meth:`training_samples` call's); None before
+        self.rollout_id: int | None = None
 
     @property
     def sft_step(self) -> bool:
         """Whether the current step (the last :meth:`training_samples` call's) is an SFT step."""
-        return self.steps > 0 and self.steps % self.every == 0
+        return self.rollout_id is not None and (self.rollout_id + 1) % self.every == 0
 
     @property
     def current(self) -> Any:
@@ -99,11 +101,12 @@ class SFTMixLoss:
     def reference_logprobs_key(self) -> str | None:
         return getattr(self.current, "reference_logprobs_key", None)
 
-    def training_samples(self, samples: Sequence[Sample]) -> list[Sample]:
-        """Begin a step: count it, then the samples its loss trains on (demonstrations on an SFT step)."""
-        self.steps += 1
+    def training_samples(self, samples: Sequence[Sample], rollout_id: int = 0) -> list[Sample]:
+        """Begin the step of rollout ``rollout_id``: the samples its loss trains on (demonstrations on
+        an SFT step)."""
+        self.rollout_id = rollout_id
         own = getattr(self.current, "training_samples", None)
-        return own(samples) if callable(own) else list(samples)
+        return own(samples, rollout_id=rollout_id) if callable(own) else list(samples)
 
     def advantages(self, batch: LossBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The current step's loss's advantages."""
