@@ -115,7 +115,10 @@ def test_a_two_player_game_gives_each_player_a_sample_of_the_group(tmp_path, tin
     actions = ["[0]", "[3]", "[1]", "[4]", "[2]"]  # player 0 wins on its third move
     env = textarena.make(game)
     env.reset(num_players=2, seed=sample.label["seed"])
+    first_observations = {}
     for action in actions:
+        player, observation = env.get_observation()
+        first_observations.setdefault(player, observation)
         done, _ = env.step(action)
     assert done
     rewards = env.close()[0]
@@ -133,6 +136,10 @@ def test_a_two_player_game_gives_each_player_a_sample_of_the_group(tmp_path, tin
     assert sum(first.loss_mask) == len(replies[0]) + len(replies[2]) + len(replies[4])
     assert sum(second.loss_mask) == len(replies[1]) + len(replies[3])
     assert engine.prompts[1] == second.tokens[:len(engine.prompts[1])]
+    # each sample's prompt messages are its own player's first observation
+    assert first.prompt == sample.prompt == [{"role": "user", "content": first_observations[0]}]
+    assert second.prompt == [{"role": "user", "content": first_observations[1]}] != first.prompt
+    assert second.tokens[:second.prompt_length] == engine.prompts[1]
     reward = build("reward", "gym", plugin, config=config)
     assert [run(reward(out)) for out in outs] == [float(rewards[0]), float(rewards[1])] == [1.0, -1.0]
 

@@ -18,7 +18,8 @@ gets the reward ``env.step`` gave it (0 in TextArena's shape), the rewards of ``
 added to its last step, and its return is ``sum gamma^t r_t`` (``--gym-gamma``), kept in
 ``metadata["gym_return"]`` for the ``gym`` reward.
 With several players (``--gym-players``), each player that acted is a sample of its own, all in
-the prompt's group (``metadata["gym"]["player"]``).
+the prompt's group (``metadata["gym"]["player"]``), its ``prompt`` its own first observation (one user
+message), not player 0's.
 """
 
 from __future__ import annotations
@@ -128,7 +129,8 @@ class GymGenerate:
                 continue  # never acted: nothing to train on
             player.rewards[-1] += finals.get(pid, 0.0)
             samples.append(replace(
-                sample, tokens=player.prompt + player.response, response_length=len(player.response),
+                sample, prompt=player.messages[:1], tokens=player.prompt + player.response,
+                response_length=len(player.response),
                 response=tokenizer.decode(player.response, skip_special_tokens=True), loss_mask=player.mask,
                 rollout_logprobs=player.logprobs, status=status, weight_version=weight_version,
                 metadata={**sample.metadata, RETURN_KEY: envs.discounted(player.rewards, options.gym_gamma),
