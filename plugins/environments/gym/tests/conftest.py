@@ -1,23 +1,39 @@
-"""The adapter's tests run against the real TextArena package (the ``environments`` tox env).
+"""The adapter's tests run against the real packages: TextArena (the ``environments`` tox env) and
+GEM, gem-llm (the ``environments-gem`` tox env, apart because gem-llm pins an older reasoning-gym).
 
-Where plasmid-gym or textarena is not installed (the ``embedded`` env collects every plugin's tests)
-the directory is skipped, unless ``PLASMID_REQUIRE_ENVIRONMENTS`` is set, where a missing package
-is a collection error instead.
+``test_gym_gem.py`` needs plasmid-gym and gem; every other file needs plasmid-gym and textarena.
+Where those are not installed (the ``embedded`` env collects every plugin's tests) the files are
+skipped, unless ``PLASMID_REQUIRE_ENVIRONMENTS`` (textarena's) or ``PLASMID_REQUIRE_GEM`` (gem's) is
+set, where a missing package is a collection error instead.
 """
 
 import importlib.util
 import os
+from pathlib import Path
 
-_installed = all(importlib.util.find_spec(name) is not None for name in ("plasmid_gym", "textarena"))
-if not _installed:
+GEM_TESTS = "test_gym_gem.py"
+
+
+def _installed(*names: str) -> bool:
+    return all(importlib.util.find_spec(name) is not None for name in names)
+
+
+collect_ignore_glob = []
+if not _installed("plasmid_gym", "textarena"):
     if os.environ.get("PLASMID_REQUIRE_ENVIRONMENTS"):
         raise ImportError("PLASMID_REQUIRE_ENVIRONMENTS is set but plasmid-gym or textarena is not installed: "
                           "pip install -r requirements/environments.txt")
-    collect_ignore_glob = ["test_*.py"]
-else:
+    collect_ignore_glob += [path.name for path in Path(__file__).parent.glob("test_*.py") if path.name != GEM_TESTS]
+if not _installed("plasmid_gym", "gem"):
+    if os.environ.get("PLASMID_REQUIRE_GEM"):
+        raise ImportError("PLASMID_REQUIRE_GEM is set but plasmid-gym or gem (gem-llm) is not installed: "
+                          "pip install -r requirements/embedded.txt -r requirements/environments-gem.txt")
+    collect_ignore_glob.append(GEM_TESTS)
+
+if _installed("plasmid_gym"):
     import pytest
 
-    #: printable ASCII, tab and newline: TextArena's text games' observations
+    #: printable ASCII, tab and newline: TextArena's and GEM's text games' observations
     ALPHABET = "\t\n" + "".join(chr(code) for code in range(32, 127))
 
     @pytest.fixture(scope="session")

@@ -1,8 +1,9 @@
 """A gymnasium-shaped environment (GEM's ``reset(seed) -> (obs, info)``, ``step -> (obs, reward,
 terminated, truncated, info)``) through ``--generate gym``: per-step rewards, discounting, truncation.
 
-Test support: ``countup`` below is a stand-in written here (GEM itself does not install beside the
-pinned reasoning-gym); the TextArena tests run the real package through the same loop.
+Test support: ``countup`` below is a stand-in written here, for what GEM's games do not show (a
+truncation without termination, a reward on every step); ``test_gym_gem.py`` runs the real GEM (the
+``environments-gem`` tox env) and the TextArena tests the real TextArena through the same loop.
 """
 
 from __future__ import annotations
