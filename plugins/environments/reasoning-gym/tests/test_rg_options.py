@@ -2,8 +2,11 @@
 it (close matches listed), before anything is written."""
 
 import importlib.metadata
+import tomllib
+from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 from plasmid_reasoning_gym import gym, plugin
 from plasmid_reasoning_gym.options import ReasoningGymOptions
 from plasmid_reasoning_gym.reward import ReasoningGymReward
@@ -70,11 +73,13 @@ def test_config_values_are_json_when_they_parse_and_reach_the_dataset():
 
 @pytest.mark.parametrize(("installed", "message"), [
     (None, "plasmid-reasoning-gym needs reasoning-gym, which is not installed; "
-           "pip install 'reasoning-gym<0.1.26,>=0.1.24'"),
-    ("0.1.10", "reasoning-gym 0.1.10 is installed but plasmid-reasoning-gym supports reasoning-gym<0.1.26,>=0.1.24; "
-               "pip install 'reasoning-gym<0.1.26,>=0.1.24'"),
-    ("0.2.0", "reasoning-gym 0.2.0 is installed but plasmid-reasoning-gym supports reasoning-gym<0.1.26,>=0.1.24; "
-              "pip install 'reasoning-gym<0.1.26,>=0.1.24'"),
+           "pip install 'reasoning-gym<0.1.26,>=0.1.25'"),
+    ("0.1.24", "reasoning-gym 0.1.24 is installed but plasmid-reasoning-gym supports reasoning-gym<0.1.26,>=0.1.25; "
+               "pip install 'reasoning-gym<0.1.26,>=0.1.25'"),
+    ("0.1.10", "reasoning-gym 0.1.10 is installed but plasmid-reasoning-gym supports reasoning-gym<0.1.26,>=0.1.25; "
+               "pip install 'reasoning-gym<0.1.26,>=0.1.25'"),
+    ("0.2.0", "reasoning-gym 0.2.0 is installed but plasmid-reasoning-gym supports reasoning-gym<0.1.26,>=0.1.25; "
+              "pip install 'reasoning-gym<0.1.26,>=0.1.25'"),
 ])
 @pytest.mark.parametrize("chosen", [{"datasource": "reasoning-gym"}, {"datasource": None, "reward": ["reasoning-gym"]}])
 def test_an_unsupported_reasoning_gym_is_one_line_at_start_up(monkeypatch, tmp_path, installed, message, chosen):
@@ -91,6 +96,21 @@ def test_an_unsupported_reasoning_gym_is_one_line_at_start_up(monkeypatch, tmp_p
 
 def test_the_installed_version_is_supported():
     assert gym.check_version() == importlib.metadata.version("reasoning-gym")
+
+
+def test_the_supported_range_is_declared_alike_everywhere():
+    """One bound: start-up's (``gym.SUPPORTED``) is the pyproject's requirement, the environments
+    requirements file's and the README's."""
+    plugin_dir = Path(__file__).resolve().parent.parent
+    root = plugin_dir.parent.parent.parent
+    declared = [Requirement(line) for line in
+                tomllib.loads((plugin_dir / "pyproject.toml").read_text())["project"]["dependencies"]]
+    assert [r.specifier for r in declared if r.name == "reasoning-gym"] == [gym.SUPPORTED]
+    pinned = [Requirement(line.split("#")[0]) for line in (root / "requirements" / "environments.txt").read_text()
+              .splitlines() if line.startswith("reasoning-gym")]
+    assert [r.specifier for r in pinned] == [gym.SUPPORTED]
+    bound = ",".join(sorted((str(spec) for spec in gym.SUPPORTED), key=lambda spec: not spec.startswith(">")))
+    assert f"Supported reasoning-gym: `{bound}`" in (plugin_dir / "README.md").read_text()
 
 
 def test_without_model_the_recipe_names_the_tiny_model_and_writes_nothing(tmp_path):

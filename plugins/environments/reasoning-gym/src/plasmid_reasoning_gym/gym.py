@@ -20,8 +20,9 @@ from packaging.specifiers import SpecifierSet
 from plasmid import versions
 from plasmid.errors import UsageError
 
-#: The reasoning-gym releases this adapter is tested with (keep in step with pyproject.toml).
-SUPPORTED = SpecifierSet(">=0.1.24,<0.1.26")
+#: The reasoning-gym releases this adapter is tested with: the one bound, checked at start-up here and
+#: declared alike in pyproject.toml, requirements/environments.txt and the README (test_rg_options checks it).
+SUPPORTED = SpecifierSet(">=0.1.25,<0.1.26")
 DISTRIBUTION = "reasoning-gym"
 
 
