@@ -1,10 +1,14 @@
 """The options of plasmid-verifiers: bad values are one-line UsageErrors naming the flag."""
 
 import importlib.metadata
+import tomllib
+from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 from plasmid_verifiers import plugin, vf
 
+from plasmid.cli import main
 from plasmid.errors import UsageError
 from plasmid.testing import make_config
 
@@ -31,6 +35,56 @@ def test_load_environment_arguments_it_does_not_take_are_one_line(tmp_path):
     with pytest.raises(UsageError, match="--vf-env vf_plasmid_sum: verifiers could not load it"):
         make_config(plugin, run_dir=tmp_path, datasource="verifiers", vf_env="vf_plasmid_sum",
                     vf_env_args='{"no_such_argument": 1}')
+
+
+@pytest.mark.parametrize(("distribution", "installed", "message"), [
+    ("verifiers", "0.4.0", "plasmid: error: verifiers 0.4.0 is installed but plasmid-verifiers supports "
+                           "verifiers<0.3.2,>=0.3.1; pip install 'verifiers<0.3.2,>=0.3.1'"),
+    ("verifiers", None, "plasmid: error: plasmid-verifiers needs verifiers, which is not installed; "
+                        "pip install 'verifiers<0.3.2,>=0.3.1'"),
+    ("openai", "2.8.0", "plasmid: error: openai 2.8.0 is installed but plasmid-verifiers supports openai<4,>=3.57; "
+                        "pip install 'openai<4,>=3.57'"),
+])
+def test_an_unsupported_verifiers_or_openai_stops_plasmid_train_at_start_up(tmp_path, capsys, monkeypatch,
+                                                                           distribution, installed, message):
+    real = importlib.metadata.version
+
+    def version(name):  # what plasmid.versions reads; every other distribution as installed
+        if name != distribution:
+            return real(name)
+        if installed is None:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return installed
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    run_dir = tmp_path / "run"
+    code = main(["train", "--datasource", "verifiers", "--vf-env", "vf_plasmid_sum", "--run-dir", str(run_dir)])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == message, "one line, with the pip command"
+    assert not run_dir.exists(), "refused before the run directory is written"
+
+
+def test_the_supported_ranges_are_the_pyprojects():
+    declared = {Requirement(line).name: Requirement(line).specifier for line in tomllib.loads(
+        (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]["dependencies"]}
+    assert (declared["verifiers"], declared["openai"]) == (vf.SUPPORTED, vf.OPENAI_SUPPORTED)
+
+
+def test_vf_seed_defaults_to_seed_and_its_help_says_so(tmp_path):
+    from plasmid_verifiers.options import VerifiersOptions
+
+    from plasmid.options import option_fields
+    from plasmid.testing import build
+
+    def order(**options):
+        config = make_config(plugin, run_dir=tmp_path / "run", datasource="verifiers", vf_env="vf_plasmid_tool",
+                             vf_env_args='{"size": 8}', **options)
+        return build("datasource", "verifiers", plugin, config=config).epoch_order(0)
+
+    assert order(seed=5) == order(seed=11, vf_seed=5) != order(seed=11)
+    assert order(seed=5) != sorted(order(seed=5)), "unset, the dataset is shuffled with --seed, not kept in order"
+    [field] = [field for field in option_fields(VerifiersOptions) if field.name == "vf_seed"]
+    assert field.help_text().endswith("(default: --seed)") and "dataset's order" not in field.help_text()
 
 
 def test_an_unsupported_verifiers_version_is_one_line_with_the_pip_command(monkeypatch):

@@ -99,6 +99,13 @@ def test_single_turn_reward_equals_verifiers_rubric(tmp_path, tiny_model, right)
     recorded = dict(out.metadata["agent_reward"])
     assert recorded.pop("num_turns") == 1.0, "verifiers' own turn count (0 in the reference: no trajectory)"
     assert recorded == {"reward": expected, **{k: v for k, v in metrics.items() if k != "num_turns"}}
+    # num_turns is a part because verifiers itself puts it on the rubric (MultiTurnEnv's add_metric, weight 0):
+    # the parts are exactly the rubric's functions, and the reward is their weighted sum, num_turns adding 0
+    rubric = vf.load_env("vf_plasmid_sum").rubric
+    weights = dict(zip(rubric._get_reward_func_names(), rubric._get_reward_weights(), strict=True))
+    assert weights == {"exact": 1.0, "short": 0.25, "num_turns": 0.0} and set(reward.parts) == set(weights)
+    assert reward.parts["num_turns"] == 1.0
+    assert reward.value == pytest.approx(sum(weight * reward.parts[name] for name, weight in weights.items()))
     # the same response scored without the rollout's record (another generate, plasmid score)
     bare = SimpleNamespace(index=0, label=out.label, response=out.response, metadata={})
     bare_reward = run(build("reward", "verifiers", plugin, config=config)(bare))

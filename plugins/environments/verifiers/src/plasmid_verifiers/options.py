@@ -14,7 +14,8 @@ class VerifiersOptions(Options, group="verifiers",
                                       "installed module NAME with '-' read as '_')", metavar="NAME")
     vf_env_args: str = option("{}", "keyword arguments of the environment's load_environment, a JSON object",
                               metavar="JSON")
-    vf_seed: int | None = option(None, "seed of the training dataset's shuffle (none: the dataset's order)", min=0)
+    vf_seed: int | None = option(None, "seed of the training dataset's shuffle (each epoch is shuffled)", min=0,
+                                 default_text="--seed")
     vf_arch: Literal["qwen2", "llama"] = option("qwen2", "architecture of the tiny model built when --model is "
                                                          "not given")
 

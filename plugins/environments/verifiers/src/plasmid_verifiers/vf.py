@@ -2,7 +2,7 @@
 
 :func:`check_version` is the start-up check (the plugin's ``plasmid_configure`` runs it when the
 data source or the reward is chosen; the providers run it when built): a missing or unsupported
-verifiers is one :class:`~plasmid.errors.UsageError` line with the pip command. verifiers changes
+verifiers, or openai, is one :class:`~plasmid.errors.UsageError` line with the pip command. verifiers changes
 its API between minor versions, so only the tested range is accepted. The classic (v0) API is
 used: ``verifiers.load_environment``, ``Environment.get_dataset``, ``Environment.rollout``,
 ``Environment.init_state`` and ``Rubric.score_rollout``.
@@ -19,9 +19,12 @@ from packaging.specifiers import SpecifierSet
 from plasmid import versions
 from plasmid.errors import UsageError
 
-#: The verifiers releases this adapter is tested with (keep in step with pyproject.toml).
+#: The verifiers releases this adapter is tested with, as pyproject.toml declares them (test_vf_options checks).
 SUPPORTED = SpecifierSet(">=0.3.1,<0.3.2")
 DISTRIBUTION = "verifiers"
+#: The openai releases it is tested with beside verifiers 0.3.1 (whose openai-agents needs openai>=3): the
+#: gateway's client (``AsyncOpenAI``), checked at start-up with verifiers, declared alike in pyproject.toml.
+OPENAI_SUPPORTED = SpecifierSet(">=3.57,<4")
 #: A client for :meth:`Environment.init_state` when no model is called (scoring a given response).
 UNUSED_URL = "http://127.0.0.1:9/v1"
 
@@ -32,8 +35,11 @@ def installed_version() -> str | None:
 
 
 def check_version() -> str:
-    """The installed version when it is supported; else a one-line :class:`UsageError`."""
-    return versions.check_supported(DISTRIBUTION, installed_version(), SUPPORTED, "plasmid-verifiers")
+    """The installed verifiers version when it and the installed openai are supported; else a one-line
+    :class:`UsageError` (verifiers' first)."""
+    version = versions.check_supported(DISTRIBUTION, installed_version(), SUPPORTED, "plasmid-verifiers")
+    versions.check_supported("openai", versions.installed_version("openai"), OPENAI_SUPPORTED, "plasmid-verifiers")
+    return version
 
 
 def parse_env_args(text: str) -> dict[str, Any]:
