@@ -111,6 +111,18 @@ def test_the_last_line_format_scores_an_untagged_answer(tmp_path):
     assert asyncio.run(reward(make_sample(f"{answer}\nthe end", split.label(0)))) == 0.0
 
 
+def test_the_answer_tag_option_names_the_tag_that_is_scored(tmp_path):
+    split = Split(parse_mixture(("chain_sum",), ()), split="train", size=3, seed=0)
+    answer, label = split.entry(0)["answer"], split.label(0)
+    responses = [f"<final>{answer}</final>", f"<answer>{answer}</answer>", "<final>zzz</final>"]
+    scores = {}
+    for tag in ("final", "answer"):
+        config = make_config(plugin, run_dir=tmp_path / tag, rg_answer_tag=tag)
+        reward = build("reward", "reasoning-gym", plugin, config=config)
+        scores[tag] = [asyncio.run(reward(make_sample(response, label))) for response in responses]
+    assert scores == {"final": [1.0, 0.0, 0.0], "answer": [0.0, 1.0, 0.0]}
+
+
 def test_a_label_carrying_the_entry_itself_is_scored_with_it(tmp_path):
     reward = build("reward", "reasoning-gym", plugin, config=make_config(plugin, run_dir=tmp_path / "run"))
     entry = reasoning_gym.create_dataset("chain_sum", seed=5, size=2)[1]
