@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from plasmid_reasoning_gym import plugin
@@ -35,6 +36,23 @@ def test_the_readme_command_trains_two_steps_without_a_model(tmp_path):
     assert (run_dir / "model" / "config.json").is_file()
     config = json.loads((run_dir / "model" / "config.json").read_text())
     assert config["max_position_embeddings"] >= 1 + 32 + 1 and config["max_position_embeddings"] % 64 == 0
+
+
+def test_the_readme_line_installs_what_the_command_needs_from_a_fresh_venv():
+    """The README's one-liner installs the embedded plugins (engine, trainer, loss, tokenizer) with this
+    adapter, not the adapter alone (plasmid and plasmid-torch are not on PyPI); run by hand in a fresh
+    venv, see the README's Environments section."""
+    root = Path(__file__).resolve().parents[4]
+    line = f"pip install -r requirements/environments-reasoning-gym.txt && plasmid {' '.join(COMMAND)}"
+    for readme in (root / "README.md", root / "plugins" / "environments" / "reasoning-gym" / "README.md"):
+        assert line in readme.read_text(), readme
+    requirements = (root / "requirements" / "environments-reasoning-gym.txt").read_text().splitlines()
+    assert [r for r in requirements if r and not r.startswith("#")] == ["-r embedded.txt",
+                                                                        "-e ./plugins/environments/reasoning-gym"]
+    embedded = (root / "requirements" / "embedded.txt").read_text()
+    for needed in ("torch==2.13.0", "./core", "./plugins/generators/torchgen", "./plugins/trainers/torchtrain",
+                   "./plugins/losses/grpo", "./plugins/tokenizers/hf", "./plugins/rollouts/rollout"):
+        assert needed in embedded
 
 
 def test_resume_refuses_a_state_saved_for_other_entries(tmp_path):
