@@ -9,9 +9,13 @@ set, where a missing package is a collection error instead.
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 GEM_TESTS = "test_gym_gem.py"
+
+# the episode tests import their scripted engine from this directory (gym_scripted_engine.py)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def _installed(*names: str) -> bool:

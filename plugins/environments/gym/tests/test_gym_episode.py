@@ -8,30 +8,13 @@ from types import SimpleNamespace
 
 import pytest
 import textarena
+from gym_scripted_engine import ScriptedEngine
 from plasmid_gym import plugin
 
 from plasmid.testing import build, make_config, run
 from plasmid.types import GenerationOutput, SamplingParams, Status
 
 ENV = "GuessTheNumber-v0-train"
-
-
-class ScriptedEngine:
-    """Answers call ``k`` with ``replies[k]`` (ids) and log-probs ``-0.01 * (k + 1) * (i + 1)``."""
-
-    weight_version = 2
-
-    def __init__(self, replies):
-        self.replies, self.prompts = replies, []
-
-    async def generate(self, prompt_ids, params):
-        k = len(self.prompts)
-        self.prompts.append(list(prompt_ids))
-        ids = self.replies[k]
-        return GenerationOutput(ids, [-0.01 * (k + 1) * (i + 1) for i in range(len(ids))], Status.COMPLETED, 2)
-
-    async def abort_all(self):
-        return 0
 
 
 def replay(seed, actions):

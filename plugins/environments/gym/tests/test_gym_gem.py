@@ -10,29 +10,14 @@ from types import SimpleNamespace
 
 import gem
 import pytest
+from gym_scripted_engine import ScriptedEngine
 from plasmid_gym import envs, plugin
 
 from plasmid.testing import build, make_config, run
-from plasmid.types import GenerationOutput, SamplingParams, Status
+from plasmid.types import SamplingParams, Status
 
 ENV = "game:GuessTheNumber-v0-easy"  # 1..10, 4 turns
 SPEC = f"gem:{ENV}"
-
-
-class ScriptedEngine:
-    """Answers call ``k`` with ``replies[k]`` (ids) and log-probs ``-0.01 * (k + 1) * (i + 1)``."""
-
-    def __init__(self, replies):
-        self.replies, self.prompts = replies, []
-
-    async def generate(self, prompt_ids, params):
-        k = len(self.prompts)
-        self.prompts.append(list(prompt_ids))
-        ids = self.replies[k]
-        return GenerationOutput(ids, [-0.01 * (k + 1) * (i + 1) for i in range(len(ids))], Status.COMPLETED, 3)
-
-    async def abort_all(self):
-        return 0
 
 
 def replay(seed, actions):
@@ -64,7 +49,7 @@ def play(config, actions):
     tokenizer = source.tokenizer
     eos = tokenizer.eos_token_id
     replies = [tokenizer.encode(action, add_special_tokens=False) + [eos] for action in actions(sample)]
-    engine = ScriptedEngine(replies)
+    engine = ScriptedEngine(replies, weight_version=3)
     ctx = SimpleNamespace(tokenizer=tokenizer, engine_for=lambda s: engine, aborting=asyncio.Event())
     out = run(build("generate", "gym", plugin, config=config)(
         ctx, sample, SamplingParams(max_new_tokens=16, stop_token_ids=(eos,))))

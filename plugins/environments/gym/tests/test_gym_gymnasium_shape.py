@@ -14,11 +14,12 @@ import textwrap
 from types import SimpleNamespace
 
 import pytest
+from gym_scripted_engine import ScriptedEngine
 from plasmid_gym import envs, plugin
 
 from plasmid.errors import UsageError
 from plasmid.testing import build, make_config, run
-from plasmid.types import GenerationOutput, SamplingParams, Status
+from plasmid.types import SamplingParams, Status
 
 #: A gymnasium-shaped text env: say the next number; +1 for right, -0.5 for wrong; 3 steps, then truncated.
 COUNTUP = '''
@@ -41,19 +42,6 @@ def make(env_id):
 '''
 
 
-class ScriptedEngine:
-    def __init__(self, replies):
-        self.replies, self.prompts = replies, []
-
-    async def generate(self, prompt_ids, params):
-        k = len(self.prompts)
-        self.prompts.append(list(prompt_ids))
-        return GenerationOutput(self.replies[k], [-0.1] * len(self.replies[k]), Status.COMPLETED, 1)
-
-    async def abort_all(self):
-        return 0
-
-
 @pytest.fixture
 def countup(tmp_path, monkeypatch):
     (tmp_path / "countup.py").write_text(textwrap.dedent(COUNTUP))
@@ -74,7 +62,7 @@ def test_each_step_reward_counts_and_a_truncated_episode_is_truncated(tmp_path, 
     eos = tokenizer.eos_token_id
     actions = [str(start + 1), "x", str(start + 3)]  # right, wrong, right; then the env truncates
     replies = [tokenizer.encode(action, add_special_tokens=False) + [eos] for action in actions]
-    engine = ScriptedEngine(replies)
+    engine = ScriptedEngine(replies, weight_version=1)
     ctx = SimpleNamespace(tokenizer=tokenizer, engine_for=lambda s: engine, aborting=asyncio.Event())
     out = run(build("generate", "gym", plugin, config=config)(ctx, sample,
                                                              SamplingParams(max_new_tokens=16, stop_token_ids=(eos,))))
