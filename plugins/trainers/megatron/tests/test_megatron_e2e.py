@@ -48,3 +48,29 @@ def test_quickstart_reward_rises_and_logprobs_match(tmp_path):
     diffs = [m["train/train_rollout_logprob_abs_diff"] for m in metrics]
     assert max(diffs) <= 1e-4, f"engine and trainer log-probs disagree after sync: max {max(diffs):.2e}"
     assert metrics[-1]["eval/accuracy"] > 0.5
+
+
+def test_routing_replay_r3_runs_end_to_end_on_the_engines_routing(tmp_path):
+    """``--routing-replay r3`` through ``plasmid train``: start-up turns on ``--return-routed-experts``,
+    torchgen reports each sample's expert choices, the samples carry them (``--save-rollouts``: one
+    entry per token but the last, one list of top-k experts per MoE layer) and megatron replays them
+    in every pass of the step, on a tiny Qwen2-MoE with the quickstart's tokenizer."""
+    from test_megatron_moe import build_moe_model
+
+    from plasmid.rollout_store import RolloutStore
+    from plasmid.types import ROUTED_EXPERTS_KEY
+
+    model = build_moe_model(tmp_path / "moe", "qwen2_moe")
+    saved = tmp_path / "rollouts"
+    metrics = train(tmp_path / "run", "--model", str(model), "--routing-replay", "r3", "--num-rollouts", "2",
+                    "--prompts-per-step", "4", "--n-samples-per-prompt", "4", "--eval-interval", "0",
+                    "--save-rollouts", str(saved))
+    assert [m["step"] for m in metrics] == [0, 1]
+    assert max(m["train/train_rollout_logprob_abs_diff"] for m in metrics) <= 1e-4
+    samples = [s for step in (0, 1) for group in RolloutStore(saved).load(step).groups for s in group.samples]
+    config = json.loads((model / "config.json").read_text())
+    for sample in samples:
+        routes = sample.metadata[ROUTED_EXPERTS_KEY]
+        assert len(routes) == len(sample.tokens) - 1
+        assert all(len(layers) == config["num_hidden_layers"] and
+                   all(len(experts) == config["num_experts_per_tok"] for experts in layers) for layers in routes)

@@ -2,7 +2,9 @@
 
 Names are the model's ``state_dict`` names (``model.layers.0.mlp.up_proj.weight``). With tied
 embeddings both ``model.embed_tokens.weight`` and ``lm_head.weight`` name one shared tensor, so
-writing either updates both.
+writing either updates both. A model whose MoE experts are fused (transformers 5) also takes their
+checkpoint-layout names (``model.layers.0.mlp.experts.3.gate_proj.weight``), what Megatron's export
+and the checkpoints send, as views into the fused tensors (:mod:`plasmid_torch.expert_layout`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 import torch
 
 from plasmid.plugins import did_you_mean
+from plasmid_torch.expert_layout import expert_views
 
 
 class WeightTable:
@@ -24,7 +27,9 @@ class WeightTable:
     """
 
     def __init__(self, model: torch.nn.Module, where: str) -> None:
-        self.tensors: dict[str, torch.Tensor] = dict(model.state_dict(keep_vars=True))
+        state = dict(model.state_dict(keep_vars=True))
+        #: every name a sync may send: the state dict's, and per-expert views of fused experts
+        self.tensors: dict[str, torch.Tensor] = {**state, **expert_views(state)}
         self.where = where
 
     def load(self, named_tensors: Iterable[tuple[str, Any]]) -> int:

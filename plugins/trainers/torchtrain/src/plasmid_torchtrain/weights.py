@@ -1,5 +1,8 @@
 """A model's weights in Hugging Face names, in byte-bounded buckets (what weight syncs send).
 
+Names are the checkpoint's: a MoE model's fused experts (transformers 5 modules) go out one tensor
+per expert and projection, as ``save_pretrained`` writes them and SGLang, vLLM and Megatron name them.
+
 A tensor of an FSDP2-sharded model is gathered whole when its bucket is copied, so a rank holds
 at most one bucket of whole tensors beside its shards (never the whole model).
 """
@@ -10,6 +13,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
+
+from plasmid_torch.expert_layout import checkpoint_layout
 
 NamedTensor = tuple[str, torch.Tensor]
 
@@ -59,9 +64,12 @@ def buckets(named_tensors: Iterable[NamedTensor], bucket_bytes: int) -> Iterator
 
 
 def _copied(bucket: list[NamedTensor]) -> list[NamedTensor]:
-    """CPU copies of a bucket's tensors; a sharded (DTensor) one is first gathered whole (a
-    collective: every rank exports the same buckets), one tensor at a time."""
-    return [(name, _whole(tensor).detach().to("cpu", copy=True).contiguous()) for name, tensor in bucket]
+    """CPU copies of a bucket's tensors, in the checkpoint layout (fused MoE experts split per expert,
+    :func:`plasmid_torch.expert_layout.checkpoint_layout`: what engines and checkpoints name); a sharded
+    (DTensor) one is first gathered whole (a collective: every rank exports the same buckets), one
+    tensor at a time."""
+    return list(checkpoint_layout((name, _whole(tensor).detach().to("cpu", copy=True).contiguous())
+                                  for name, tensor in bucket))
 
 
 def _whole(tensor: torch.Tensor) -> torch.Tensor:
