@@ -22,10 +22,12 @@ REQUEST_LINE = "POST /v1/completions "
 @pytest.mark.timeout(300)
 def test_a_vllm_server_serves_the_opd_teacher_of_a_torchgen_student(engine, tiny_qwen, tmp_path):
     pytest.importorskip("plasmid_opd")
+    import plasmid_torchgen.plugin
     from plasmid_opd.teacher_check import check_served_teacher
 
     teacher = engine.servers[0]
-    check = check_served_teacher("vllm", teacher.url, teacher.process.log_path, REQUEST_LINE, tiny_qwen, tmp_path)
+    check = check_served_teacher("vllm", teacher.url, teacher.process.log_path, REQUEST_LINE, tiny_qwen, tmp_path,
+                                 plasmid_torchgen.plugin)
     print(f"vLLM teacher vs torchgen score: max |diff| {check.logprob_diff:.2e} over {check.tokens} tokens; "
           f"step 0 opd_reverse_kl {check.reverse_kl:.2e}; {check.requests} requests served")
     assert check.requests >= check.samples, (f"the teacher server logged {check.requests} requests for "

@@ -22,6 +22,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -43,16 +44,17 @@ class TeacherCheck:
 
 
 def check_served_teacher(engine: str, url: str, server_log: Path, request_line: str, model: Path,
-                         work: Path, steps: int = 2) -> TeacherCheck:
+                         work: Path, torchgen_plugin: Any, steps: int = 2) -> TeacherCheck:
     """Train ``steps`` steps of OPD on the ``digitsum`` task with the teacher on the ``engine``
     server at ``url`` (serving ``model``), then compare (see the module docs).
 
     :param server_log: the server's log file; ``request_line`` is the text of one logged request.
     :param work: an empty scratch directory (run directory, saved rollouts, torchgen's run dir).
+    :param torchgen_plugin: plasmid-torchgen's plugin module (``plasmid_torchgen.plugin``), whose
+        engine's ``score`` is the reference; the caller passes it, since a plugin's own modules never
+        import another plugin's.
     :raises AssertionError: the run failed (with its stderr's tail) or ran no response.
     """
-    import plasmid_torchgen.plugin
-
     from plasmid.rollout_store import RolloutStore
     from plasmid.testing import build, make_config, run
 
@@ -74,8 +76,8 @@ def check_served_teacher(engine: str, url: str, server_log: Path, request_line: 
                for sample in group.samples if sample.response_length > 0]
     assert samples, "no sample had a response to score"
 
-    config = make_config(plasmid_torchgen.plugin, run_dir=work / "torchgen", model=str(model))
-    torchgen = build("engine", "torchgen", plasmid_torchgen.plugin, config=config)
+    config = make_config(torchgen_plugin, run_dir=work / "torchgen", model=str(model))
+    torchgen = build("engine", "torchgen", torchgen_plugin, config=config)
 
     async def score_all() -> list[list[float]]:
         try:
