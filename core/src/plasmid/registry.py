@@ -224,18 +224,18 @@ class Registry:
     def names(self, family: str) -> list[str]:
         return sorted(self.providers[family])
 
-    def get(self, family: str, name: str) -> Provider:
-        """The provider ``name`` of ``family``, or an error with a "did you mean"."""
+    def get(self, family: str, name: str, flag: str | None = None) -> Provider:
+        """The provider ``name`` of ``family``, or an error with a "did you mean" naming ``flag``
+        (default: the family's own, ``--engine`` ...; a plugin's option that names a provider of
+        the family, as ``--teacher-engine``, passes its own)."""
         candidates = self.providers[family]
+        flag = flag or BY_NAME[family].flag
         if name not in candidates and name in self.skipped[family]:
-            raise PluginError(f"{family} '{name}' ({BY_NAME[family].flag}) was skipped at start-up: "
-                              f"{self.skipped[family][name]}")
+            raise PluginError(f"{family} '{name}' ({flag}) was skipped at start-up: {self.skipped[family][name]}")
         if name not in candidates:
             listing = ", ".join(p.describe() for p in candidates.values()) or "none is loaded"
-            raise PluginError(
-                f"unknown {family} '{name}' ({BY_NAME[family].flag}){did_you_mean(name, candidates)}; "
-                f"available: {listing}"
-            )
+            raise PluginError(f"unknown {family} '{name}' ({flag}){did_you_mean(name, candidates)}; "
+                              f"available: {listing}")
         return candidates[name]
 
     def choose(self, family: str, name: str | None) -> Provider:

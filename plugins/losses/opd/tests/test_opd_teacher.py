@@ -93,3 +93,14 @@ def test_the_cli_refuses_teacher_addresses_its_engine_cannot_take_with_exit_stat
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "--teacher-external-addrs" in proc.stderr and "--torchgen-external-addrs" in proc.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_an_unknown_teacher_engine_is_one_line_at_start_up_and_nothing_is_written(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "plasmid.cli", "train", "--loss", "opd",
+                           "--teacher-model", TEACHER_DIR, "--teacher-engine", "torchgn", "--num-rollouts", "1",
+                           "--run-dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    error = [line for line in proc.stderr.splitlines() if line.startswith("plasmid: error:")]
+    assert len(error) == 1 and "unknown engine 'torchgn' (--teacher-engine)" in error[0]
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "run").exists()

@@ -3,6 +3,9 @@ each exactly that loss's (samples, flags, advantages, loss and gradient) on a fi
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import plasmid_grpo.plugin
 import plasmid_ppo.plugin
 import plasmid_sft.plugin
@@ -113,3 +116,14 @@ def test_loss_sft_mix_defaults_generate_to_sft_and_every_to_alternation():
     assert (config.option.generate, config.option.sft_mix_loss, config.option.sft_mix_every) == ("sft", "grpo", 2)
     with pytest.raises(UsageError, match="--sft-mix-every 1: must be >= 2"):
         make_config(sft_mix_every=1)
+
+
+def test_an_unknown_sft_mix_loss_is_one_line_naming_its_flag_and_nothing_is_written(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "plasmid.cli", "train", "--loss", "sft-mix", "--sft-mix-loss", "grpp",
+                           "--num-rollouts", "1", "--run-dir", str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    error = [line for line in proc.stderr.splitlines() if line.startswith("plasmid: error:")]
+    assert len(error) == 1 and "unknown loss 'grpp' (--sft-mix-loss); did you mean 'grpo'" in error[0]
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "run").exists()

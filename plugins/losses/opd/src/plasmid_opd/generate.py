@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -68,17 +69,31 @@ def _flag(name: str) -> str:
     return name.replace("_", "-")
 
 
-def build_teacher(config: Config, registry: Registry | None = None) -> RolloutEngine:
-    """The teacher: an engine of kind ``--teacher-engine`` built with :func:`teacher_options`
-    (so serving ``--teacher-model``, never on the student's servers); the engine provider comes
-    from ``registry`` (default: the run's plugin lock, loaded in this process)."""
+def teacher_factory(config: Config, registry: Registry | None = None) -> Callable[[], RolloutEngine]:
+    """What builds the teacher: an engine of kind ``--teacher-engine`` with :func:`teacher_options`
+    (so serving ``--teacher-model``, never on the student's servers). The engine provider is looked
+    up now, from ``registry`` (default: the run's plugin lock, loaded in this process), so an unknown
+    ``--teacher-engine`` is a one-line error at start-up; the engine is built when the factory is called.
+    """
     options = teacher_options(config)
     if registry is None:
         manager = PluginManager()
         manager.load_lock(config.plugin_lock)
         registry = Registry.collect(manager)
-    engine: RolloutEngine = instantiate(registry.get("engine", options.engine), replace(config, option=options))
-    return engine
+    provider = registry.get("engine", options.engine,
+                            flag="--teacher-engine" if OPDOptions.of(config).teacher_engine else None)
+    teacher_config = replace(config, option=options)
+
+    def build() -> RolloutEngine:
+        engine: RolloutEngine = instantiate(provider, teacher_config)
+        return engine
+
+    return build
+
+
+def build_teacher(config: Config, registry: Registry | None = None) -> RolloutEngine:
+    """The teacher engine, built now (:func:`teacher_factory`)."""
+    return teacher_factory(config, registry)()
 
 
 class OPDGenerate:
@@ -87,19 +102,21 @@ class OPDGenerate:
     A finished (completed or truncated) sample gets ``metadata[TEACHER_LOGPROBS_KEY]``: the
     teacher engine's ``score(tokens, prompt_length, temperature)``, its log-probs of the response
     tokens at the sampling temperature (greedy requests at 1), aligned with ``rollout_logprobs``.
-    The teacher engine is built on first use (:func:`build_teacher`) and serves only ``score``.
+    The teacher engine is built on first use (:func:`teacher_factory`, whose engine kind is checked
+    when this is built) and serves only ``score``.
     """
 
     def __init__(self, config: Config, teacher: Any = None) -> None:
-        self.config = config
         self.inner = SingleTurn(config)
         self._teacher = teacher
+        #: builds the teacher on first use; its engine kind is checked now, at start-up
+        self._build_teacher = teacher_factory(config) if teacher is None else None
 
     @property
     def teacher(self) -> RolloutEngine:
         """The teacher engine (built on first use)."""
-        if self._teacher is None:
-            self._teacher = build_teacher(self.config)
+        if self._teacher is None and self._build_teacher is not None:
+            self._teacher = self._build_teacher()
         teacher: RolloutEngine = self._teacher
         return teacher
 

@@ -62,7 +62,7 @@ class SFTMixLoss:
             manager.load_lock(config.plugin_lock)
             registry = Registry.collect(manager)
         #: the RL loss of the steps that are not SFT steps
-        self.rl: Any = instantiate(registry.get("loss", name), config)
+        self.rl: Any = instantiate(registry.get("loss", name, flag="--sft-mix-loss"), config)
         if getattr(self.rl, "needs_critic", False):
             raise UsageError(f"--sft-mix-loss {name} needs a critic, which SFT steps would train on demonstrations; "
                              f"mix SFT with a loss without one (grpo, rloo, reinforce++, ...)")

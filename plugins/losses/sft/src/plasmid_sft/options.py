@@ -14,6 +14,6 @@ class SFTOptions(Options, group="sft", description="supervised fine-tuning on th
 class SFTMixOptions(Options, group="sft-mix", description="SFT steps mixed with RL steps in one run (--loss sft-mix)"):
     sft_mix_loss: str = option("grpo", "the RL loss of the steps that are not SFT steps (a registered --loss "
                                "without a critic)", metavar="NAME")
-    sft_mix_every: int = option(2, "every N-th train step of the process is an SFT step on the batch's "
-                                "demonstrations, the others are --sft-mix-loss steps on its samples (2: "
+    sft_mix_every: int = option(2, "rollout r is an SFT step on the batch's demonstrations when r + 1 is a "
+                                "multiple of N, the others are --sft-mix-loss steps on its samples (2: "
                                 "alternate)", min=2)
