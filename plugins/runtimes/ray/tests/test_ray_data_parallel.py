@@ -9,6 +9,7 @@ is tested by plasmid-torchtrain's two-process test, its Ray runs by the quicksta
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import sys
 from pathlib import Path
@@ -122,3 +123,31 @@ def test_two_workers_make_the_same_update_as_one(ray_cluster, config):
     assert metrics_two["train/updates"] == metrics_one["train/updates"] == 1.0
     for key in ("train/loss", "train/grad_norm", "train/pg_loss", "train/clip_frac", "train/advantage_std"):
         assert metrics_two[key] == pytest.approx(metrics_one[key], rel=1e-4, abs=1e-6), key
+
+
+def test_a_rank_dead_during_a_sharded_export_is_reported_as_that_rank(ray_cluster, config):
+    """FSDP2 (``--torchtrain-sharding fsdp``, the default) gathers each tensor from every rank when rank 0 exports, so with
+    rank 1 dead, rank 0's export fails in the gather ('Connection reset by peer'); the driver-side
+    export (``--weight-sync inprocess``) reports rank 1's death, one ProviderError naming it and
+    --resume, not rank 0's gloo error."""
+    from plasmid.errors import ProviderError
+
+    sharded = copy.deepcopy(config)
+    sharded.option.torchtrain_sharding = "fsdp"
+
+    async def scenario():
+        two = await start_trainers(sharded, Placement.unplaced(2, 0, Resources(0.5), Resources(0.5)))
+        try:
+            assert two.collective, "an FSDP2 trainer's export is collective"
+            pids = [info["pid"] for info in two.infos]
+            ray.kill(two.workers[1], no_restart=True)
+            with pytest.raises(ProviderError) as raised:
+                for _ in two.export_weights(1 << 30):
+                    pass
+            return pids, str(raised.value)
+        finally:
+            await two.shutdown()
+
+    pids, message = asyncio.run(scenario())
+    assert f"trainer worker rank 1 of 2 (pid {pids[1]})" in message and "export_weights" in message, message
+    assert "--resume" in message and "\n" not in message, message

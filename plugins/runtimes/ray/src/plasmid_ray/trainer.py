@@ -102,6 +102,21 @@ class TrainerProxy:
         causes = await asyncio.gather(*(one(rank) for rank in ranks))
         return {rank: cause for rank, cause in zip(ranks, causes, strict=True) if cause is not None}
 
+    def _probe_blocking(self, ranks: Sequence[int]) -> dict[int, str]:
+        """:meth:`_probe` for a caller outside the event loop (the blocking ``export_weights``)."""
+        import ray
+
+        probes = {rank: self.workers[rank].ready.remote() for rank in ranks}
+        dead: dict[int, str] = {}
+        for rank, probe in probes.items():
+            try:
+                ray.get(probe, timeout=PROBE_SECONDS)
+            except ray.exceptions.RayActorError as exc:
+                dead[rank] = death_cause(exc)
+            except ray.exceptions.RayError:  # unresponsive (GetTimeoutError) is not dead
+                pass
+        return dead
+
     async def _on(self, ranks: Sequence[int], method: str, *args: Any) -> list[Any]:
         """``method(*args)`` on each of ``ranks`` at once; the results in that order.
 
@@ -163,12 +178,17 @@ class TrainerProxy:
         weights between the actors instead (``objectstore``, ``broadcast``)."""
         import ray
 
-        self._check([0], "export_weights")
+        self._check(self._readers(), "export_weights")
         try:
             for ref in self.rank0.export_buckets.remote(bucket_bytes):
                 yield ray.get(ref)
         except ray.exceptions.RayActorError as exc:
             raise self._died(0, "export_weights", death_cause(exc)) from exc
+        except ray.exceptions.RayError as exc:
+            # rank 0 failed in a gather with a rank that died (a collective export): report the death
+            for rank, cause in sorted(self._probe_blocking(range(len(self.workers))).items()):
+                raise self._died(rank, "export_weights", cause) from exc
+            raise
 
     async def save(self, path: str) -> None:
         """Save from rank 0 (every rank when collective); refused, before anything is written,
