@@ -126,10 +126,10 @@ def test_two_workers_make_the_same_update_as_one(ray_cluster, config):
 
 
 def test_a_rank_dead_during_a_sharded_export_is_reported_as_that_rank(ray_cluster, config):
-    """FSDP2 (``--torchtrain-sharding fsdp``, the default) gathers each tensor from every rank when rank 0 exports, so with
-    rank 1 dead, rank 0's export fails in the gather ('Connection reset by peer'); the driver-side
-    export (``--weight-sync inprocess``) reports rank 1's death, one ProviderError naming it and
-    --resume, not rank 0's gloo error."""
+    """FSDP2 (``--torchtrain-sharding fsdp``, the default) gathers each tensor from every rank when
+    rank 0 exports, so with rank 1 dead, rank 0's export fails in the gather ('Connection reset by
+    peer'); the driver-side export (``--weight-sync inprocess``) reports rank 1's death, one
+    ProviderError naming it and --resume, not rank 0's gloo error."""
     from plasmid.errors import ProviderError
 
     sharded = copy.deepcopy(config)
