@@ -25,7 +25,7 @@ def test_quickstart_reward_rises_and_logprobs_match(tmp_path):
     assert last > first + 0.2, f"reward did not rise: first 10 steps {first:.2f}, last 10 steps {last:.2f}"
     diffs = [m["train/train_rollout_logprob_abs_diff"] for m in metrics]
     assert max(diffs) <= 1e-4, f"engine and trainer log-probs disagree after sync: max {max(diffs):.2e}"
-    assert (run_dir / "reward_curve.png").stat().st_size > 1000
+    assert (run_dir / "reward_curve.svg").stat().st_size > 1000
     assert (run_dir / "config.json").is_file() and (run_dir / "plugins.lock.json").is_file()
 
 

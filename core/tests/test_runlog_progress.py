@@ -19,7 +19,7 @@ class Terminal(io.StringIO):
 def _run(tmp_path, stream, steps=3):
     tmp_path.mkdir(exist_ok=True)
     log = RunLog(tmp_path, steps, stream=stream, plot_seconds=1e9)
-    log.plot = lambda: None  # the curve is not what is tested (and matplotlib is slow to import)
+    log.plot = lambda: None  # the curve is not what is tested here (core/tests/test_curve.py)
     for step in range(steps):
         log.write(step, {"rollout/reward_mean": 0.5 + step / 10})
     log.close()

@@ -1,4 +1,4 @@
-"""What a run writes and shows: ``metrics.jsonl``, the reward-curve PNG, progress on the terminal.
+"""What a run writes and shows: ``metrics.jsonl``, the reward curve (``reward_curve.svg``), progress on the terminal.
 
 Progress: on a terminal, one ``tqdm`` bar (steps done, elapsed, ETA, rate, and the
 :data:`PROGRESS_FIELDS` of the last step), redrawn in place on the stream (stderr); when the
@@ -10,7 +10,6 @@ progress never changes what is written to ``metrics.jsonl``.
 from __future__ import annotations
 
 import importlib
-import io
 import json
 import math
 import sys
@@ -19,8 +18,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from plasmid.atomic import append_line, write_atomic
+from plasmid.curve import render_svg
 from plasmid.errors import PlasmidError
 
+#: The curve's file name in the run directory.
+CURVE_FILE = "reward_curve.svg"
 #: Metrics shown in the progress line, by short label.
 PROGRESS_FIELDS = {"reward": "rollout/reward_mean", "eval_acc": "eval/accuracy", "entropy": "train/entropy"}
 
@@ -31,9 +33,8 @@ class RunLog:
     A resumed run appends: entries for steps at or after the resume point are dropped first,
     so the file always reads as one uninterrupted run. The curve is drawn when the run ends and,
     before that, on a step that is a multiple of ``plot_every`` once ``plot_seconds`` have passed
-    since the log was made or last drew: drawing takes a few hundred milliseconds (the first
-    also imports matplotlib), which a fast loop should not pay every few steps, nor a short run
-    before its end.
+    since the log was made or last drew (:mod:`plasmid.curve` draws in about a millisecond, but
+    a redraw writes and renames a file, which a fast loop need not do every step).
     """
 
     def __init__(self, run_dir: Path, total_steps: int, stream: TextIO | None = None,
@@ -113,35 +114,15 @@ class RunLog:
             self.stream.write("\n")
 
     def plot(self) -> Path | None:
-        """Redraw ``reward_curve.png`` (training reward and eval accuracy per step), atomically;
-        skipped, with no error, when matplotlib is not installed, and with a one-line warning
-        when the file cannot be written (the curve is redrawn from the metrics; losing it never
-        stops a run)."""
-        try:
-            from matplotlib.backends.backend_agg import FigureCanvasAgg
-            from matplotlib.figure import Figure
-        except ImportError:
-            return None
+        """Redraw ``reward_curve.svg`` (training reward and eval accuracy per step, see
+        :mod:`plasmid.curve`), atomically; a file that cannot be written is a one-line warning
+        (the curve is redrawn from the metrics; losing it never stops a run)."""
         self.plotted_at = time.perf_counter()
-        steps = [e["step"] for e in self.history if "rollout/reward_mean" in e]
-        rewards = [e["rollout/reward_mean"] for e in self.history if "rollout/reward_mean" in e]
+        rewards = [(e["step"], e["rollout/reward_mean"]) for e in self.history if "rollout/reward_mean" in e]
         evals = [(e["step"], e["eval/accuracy"]) for e in self.history if "eval/accuracy" in e]
-        figure = Figure(figsize=(7, 4))
-        FigureCanvasAgg(figure)
-        axes = figure.subplots()
-        axes.plot(steps, rewards, label="train reward (mean)", linewidth=1)
-        if evals:
-            axes.plot(*zip(*evals, strict=True), "o-", label="eval accuracy (greedy)", markersize=3)
-        axes.set_xlabel("step")
-        axes.grid(alpha=0.3)
-        axes.legend(loc="lower right")
-        axes.set_title(self.run_dir.name)
-        target = self.run_dir / "reward_curve.png"
-        figure.tight_layout()
-        image = io.BytesIO()
-        figure.savefig(image, dpi=80, format="png")
+        target = self.run_dir / CURVE_FILE
         try:
-            write_atomic(target, image.getvalue())
+            write_atomic(target, render_svg(self.run_dir.name, rewards, evals))
         except OSError as exc:
             self.stream.write(f"plasmid: warning: the reward curve was not drawn: {exc}\n")
             return None
