@@ -105,9 +105,9 @@ class Decoder:
         logits = self._forward(input_ids, attention_mask, positions, cache)
         if self.routing is not None:
             self.routing.prefilled(requests, attention_mask)
-        if self._lean is not None:  # each row feeds at most max_new_tokens - 1 more tokens
-            room = max(r.params.max_new_tokens for r in requests) - 1
-            cache = kv_cache.StaticKV.from_dynamic(cache, min(max(room, 1), kv_cache.RESERVE_COLUMNS))
+        room = max(r.params.max_new_tokens for r in requests) - 1  # tokens a row may still feed
+        if self._lean is not None and room > 0:  # (room 0: every row ends with its first token, no copy)
+            cache = kv_cache.StaticKV.from_dynamic(cache, min(room, kv_cache.RESERVE_COLUMNS))
         batch = DecodeBatch(requests, cache, attention_mask, next_tokens=input_ids[:, -1:],
                             next_positions=attention_mask.sum(1, keepdim=True))
         self.stats.batches += 1

@@ -104,6 +104,6 @@ def _gumbel_noise(shape: torch.Size, sampling: SamplingBatch, shared_generator: 
         uniform = torch.full((rows, vocab), 0.5)
         if len(sampling.shared_rows):
             uniform[sampling.shared_rows] = torch.rand((len(sampling.shared_rows), vocab), generator=shared_generator)
-        for row, generator in sampling.seeded:
-            uniform[row] = torch.rand(vocab, generator=generator)
+        for row, generator in sampling.seeded:  # in place: the draw torch.rand(vocab, generator) makes
+            uniform[row].uniform_(generator=generator)
     return uniform.log_().neg_().log_().neg_()
