@@ -58,11 +58,12 @@ def test_a_full_disk_during_an_atomic_rewrite_keeps_the_old_file_and_names_the_p
     assert [p.name for p in tmp_path.iterdir()] == ["config.json"], "the temporary file was left behind"
 
 
-def test_a_full_disk_while_appending_a_metrics_line_names_the_file(tmp_path, monkeypatch):
+def test_a_full_disk_while_making_the_metrics_durable_names_the_file(tmp_path, monkeypatch):
     log = RunLog(tmp_path, 10)
+    log.write(0, {"rollout/reward_mean": 0.5})
     monkeypatch.setattr(atomic.os, "fsync", full_disk)
     with pytest.raises(OSError) as failed:
-        log.write(0, {"rollout/reward_mean": 0.5})
+        log.make_durable()
     assert failed.value.filename == str(tmp_path / "metrics.jsonl")
     assert cli.disk_error(failed.value) == (f"disk full writing {tmp_path / 'metrics.jsonl'} "
                                             f"(No space left on device)")
@@ -179,3 +180,17 @@ def test_other_errors_still_raise_from_the_cli(monkeypatch):
     monkeypatch.setattr(cli, "cmd_train", bug_after_a_refused_read)
     with pytest.raises(KeyError):
         cli.main(["train"])
+
+
+
+def test_a_steps_line_is_not_fsynced_when_written_but_when_made_durable_and_at_close(tmp_path, fsync_events):
+    events = fsync_events
+    log = RunLog(tmp_path, 10, plot_seconds=1e9)
+    for step in range(3):
+        log.write(step, {"rollout/reward_mean": 0.5})
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 3   # in the OS cache at once
+    assert "fsync metrics.jsonl" not in events
+    log.make_durable()
+    assert events.count("fsync metrics.jsonl") == 1
+    log.close()
+    assert events.count("fsync metrics.jsonl") == 2

@@ -263,3 +263,25 @@ def test_a_rollout_failing_in_the_first_step_saves_nothing(tmp_path):
     with pytest.raises(RuntimeError):
         train(session)
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_the_metrics_are_fsynced_before_each_checkpoint_is_written(tmp_path, fsync_events):
+    """Steps' metrics lines are not fsynced one by one (plasmid.runlog); a checkpoint must never be
+    on disk while the metrics of its steps might not be, so each save starts with an fsync."""
+    events = fsync_events
+    session = make_session(tmp_path / "run", num_rollouts=4, save_interval=2)
+    real_save = session.trainer.save
+
+    async def recording_save(path):
+        events.append(f"save {Path(path).parent.name}")
+        await real_save(path)
+
+    session.trainer.save = recording_save
+    train(session)
+    saves = [index for index, event in enumerate(events) if event.startswith("save ")]
+    assert len(saves) == 2, events                                 # after steps 1 and 3
+    for save in saves:
+        metrics_syncs = [i for i, event in enumerate(events[:save]) if event == "fsync metrics.jsonl"]
+        earlier_save = max([i for i in saves if i < save], default=-1)
+        assert metrics_syncs and metrics_syncs[-1] > earlier_save, events
+    assert events.count("fsync metrics.jsonl") == 2, events        # not once per step

@@ -4,8 +4,9 @@ what a call has written is on disk (fsynced) when it returns.
 - :func:`write_atomic` rewrites a whole file: it writes a temporary file next to it, fsyncs it,
   ``os.replace``-s it over the target and fsyncs the directory, so a crash or a full disk at any
   point leaves the old file in place (the temporary is removed on failure).
-- :func:`append_line` appends one line and fsyncs the file: a crash can tear only that line,
-  which readers of append-only logs (``metrics.jsonl``) must tolerate.
+- :func:`append_line` appends one line and fsyncs the file (unless asked not to: the metrics log
+  is made durable by :func:`fsync_file` before each checkpoint instead of after every step): a
+  crash can tear only that line, which readers of append-only logs (``metrics.jsonl``) must tolerate.
 - :func:`fsync_tree` makes a directory written by someone else (a trainer's checkpoint) durable
   before it is renamed into place.
 
@@ -44,6 +45,7 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
 
 
 def fsync_file(path: str | os.PathLike[str]) -> None:
+    """Make what was written to the existing file ``path`` durable (fsync it)."""
     with naming(path):
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -81,13 +83,16 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
     fsync_dir(target.parent)
 
 
-def append_line(path: str | os.PathLike[str], line: str) -> None:
-    """Append ``line`` (a newline is added) to ``path`` and fsync it. A crash can leave this
-    line torn at the end of the file, never an earlier one."""
+def append_line(path: str | os.PathLike[str], line: str, *, durable: bool = True) -> None:
+    """Append ``line`` (a newline is added) to ``path`` and, when ``durable``, fsync it. A crash
+    can leave this line torn at the end of the file, never an earlier one. Not ``durable``: the
+    line is in the operating system's cache when this returns (a crash of the process loses
+    nothing, a power loss may lose it until :func:`fsync_file`)."""
     created = not os.path.exists(path)
     with naming(path), open(path, "a", encoding="utf-8") as handle:
         handle.write(line + "\n")
         handle.flush()
-        os.fsync(handle.fileno())
+        if durable:
+            os.fsync(handle.fileno())
     if created:
         fsync_dir(Path(path).parent)

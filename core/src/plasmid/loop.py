@@ -80,6 +80,7 @@ async def train(session: Session, log: RunLog) -> dict[str, float]:
 
     async def save(rollout_id: int) -> Path:
         nonlocal saved
+        log.make_durable()  # the metrics of the steps a checkpoint holds are on disk before it is
         path = await checkpoints.save(rollout_id, trainer, data_state,
                                       {"weight_version": version, "plugin_lock": config.plugin_lock})
         saved = rollout_id

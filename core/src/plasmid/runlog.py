@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from plasmid.atomic import append_line, write_atomic
+from plasmid.atomic import append_line, fsync_file, write_atomic
 from plasmid.curve import render_svg
 from plasmid.errors import PlasmidError
 
@@ -61,10 +61,12 @@ class RunLog:
             write_atomic(self.path, "".join(json.dumps(entry) + "\n" for entry in self.history))
 
     def write(self, step: int, metrics: dict[str, Any]) -> dict[str, Any]:
-        """Append step ``step``'s entry to ``metrics.jsonl`` (fsynced) and show progress."""
+        """Append step ``step``'s entry to ``metrics.jsonl`` and show progress. The line is not
+        fsynced here (about 0.3 ms a step): :meth:`make_durable` does that before each checkpoint
+        and when the log closes, so a checkpoint never outlives the metrics of its steps."""
         entry = {"step": step, **{k: _jsonable(v) for k, v in sorted(metrics.items())}}
         self.history.append(entry)
-        append_line(self.path, json.dumps(entry))
+        append_line(self.path, json.dumps(entry), durable=False)
         self._progress(step, entry)
         last = self.started if self.plotted_at is None else self.plotted_at
         due = time.perf_counter() - last >= self.plot_seconds
@@ -105,7 +107,18 @@ class RunLog:
             return {}
         return {k: v for k, v in self.history[-1].items() if k != "step"}
 
+    def make_durable(self) -> None:
+        """fsync ``metrics.jsonl`` (the loop calls this before writing a checkpoint)."""
+        if self.path.exists():
+            fsync_file(self.path)
+
     def close(self) -> None:
+        """Make the log durable and draw the curve; neither failing stops the caller's cleanup
+        (a warning line each: every checkpoint already made the metrics before it durable)."""
+        try:
+            self.make_durable()
+        except OSError as exc:
+            self.stream.write(f"plasmid: warning: {self.path} may not be on disk: {exc}\n")
         self.plot()
         if self.bar is not None:
             self.bar.close()
