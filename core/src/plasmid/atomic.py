@@ -1,12 +1,13 @@
 """Durable writes: a file is either its old content or its new content, never a torn mix, and
-what a call has written is on disk (fsynced) when it returns.
+what a call has written is on disk (fsynced) when it returns, except :func:`append_line`'s lines,
+which its caller makes durable in batches with :func:`fsync_file`.
 
 - :func:`write_atomic` rewrites a whole file: it writes a temporary file next to it, fsyncs it,
   ``os.replace``-s it over the target and fsyncs the directory, so a crash or a full disk at any
   point leaves the old file in place (the temporary is removed on failure).
-- :func:`append_line` appends one line and fsyncs the file (unless asked not to: the metrics log
-  is made durable by :func:`fsync_file` before each checkpoint instead of after every step): a
-  crash can tear only that line, which readers of append-only logs (``metrics.jsonl``) must tolerate.
+- :func:`append_line` appends one line, not fsynced (``metrics.jsonl`` gets a line a step and is
+  fsynced before each checkpoint): a crash can tear only the last line, which readers of
+  append-only logs must tolerate.
 - :func:`fsync_tree` makes a directory written by someone else (a trainer's checkpoint) durable
   before it is renamed into place.
 
@@ -83,16 +84,12 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
     fsync_dir(target.parent)
 
 
-def append_line(path: str | os.PathLike[str], line: str, *, durable: bool = True) -> None:
-    """Append ``line`` (a newline is added) to ``path`` and, when ``durable``, fsync it. A crash
-    can leave this line torn at the end of the file, never an earlier one. Not ``durable``: the
-    line is in the operating system's cache when this returns (a crash of the process loses
-    nothing, a power loss may lose it until :func:`fsync_file`)."""
+def append_line(path: str | os.PathLike[str], line: str) -> None:
+    """Append ``line`` (a newline is added) to ``path``. When this returns the line is in the
+    operating system's cache (a crash of the process loses nothing; a power loss may, until
+    :func:`fsync_file`); a crash can leave it torn at the end of the file, never an earlier one."""
     created = not os.path.exists(path)
     with naming(path), open(path, "a", encoding="utf-8") as handle:
         handle.write(line + "\n")
-        handle.flush()
-        if durable:
-            os.fsync(handle.fileno())
     if created:
         fsync_dir(Path(path).parent)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from xml.sax.saxutils import escape
+from html import escape
 
 #: Most points drawn per series; longer series are averaged in equal buckets of steps.
 MAX_POINTS = 2000
@@ -42,8 +42,7 @@ def render_svg(title: str, rewards: Series, evals: Series) -> str:
     y_low = min([0.0, *(p[1] for p in points)])
     y_high = max([1.0, *(p[1] for p in points)])
     x_ticks, y_ticks = nice_ticks(x_low, x_high), nice_ticks(y_low, y_high)
-    x_low, x_high = min(x_low, x_ticks[0]), max(x_high, x_ticks[-1], x_low + 1)
-    y_low, y_high = min(y_low, y_ticks[0]), max(y_high, y_ticks[-1])
+    x_low, x_high, y_low, y_high = x_ticks[0], x_ticks[-1], y_ticks[0], y_ticks[-1]  # the axes end at ticks
     plot_width, plot_height = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 
     def x(step: float) -> float:

@@ -66,7 +66,7 @@ class RunLog:
         and when the log closes, so a checkpoint never outlives the metrics of its steps."""
         entry = {"step": step, **{k: _jsonable(v) for k, v in sorted(metrics.items())}}
         self.history.append(entry)
-        append_line(self.path, json.dumps(entry), durable=False)
+        append_line(self.path, json.dumps(entry))
         self._progress(step, entry)
         last = self.started if self.plotted_at is None else self.plotted_at
         due = time.perf_counter() - last >= self.plot_seconds

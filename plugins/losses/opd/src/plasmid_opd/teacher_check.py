@@ -10,6 +10,8 @@ torchgen student starts from, and measures what an engine's test asserts:
 - how many requests the server logged during the run (a teacher quietly served by torchgen would give
   the same numbers, so the server's own log is the proof it scored).
 
+:meth:`TeacherCheck.assert_served` asserts them.
+
 Used by plasmid-vllm's and plasmid-sglang's tests, each in its own environment.
 """
 
@@ -41,6 +43,20 @@ class TeacherCheck:
     samples: int
     #: requests the server logged during the run
     requests: int
+
+    def assert_served(self, label: str, bound: float) -> None:
+        """Print the figures, then assert what an engine's teacher test holds: the server logged a
+        request per sample at least, and the teacher log-probs (against torchgen's score) and step
+        0's reverse KL (the student starts as the teacher) are within ``bound``. ``label`` names
+        the engine in the messages ("vLLM")."""
+        print(f"{label} teacher vs torchgen score: max |diff| {self.logprob_diff:.2e} over {self.tokens} tokens; "
+              f"step 0 opd_reverse_kl {self.reverse_kl:.2e}; {self.requests} requests served")
+        assert self.requests >= self.samples, (f"the teacher server logged {self.requests} requests for "
+                                               f"{self.samples} samples")
+        assert self.logprob_diff <= bound, (f"the {label} teacher's log-probs differ from torchgen's score by "
+                                            f"{self.logprob_diff:.2e}")
+        assert abs(self.reverse_kl) <= bound, (f"step 0: the student is the teacher, yet opd_reverse_kl "
+                                               f"{self.reverse_kl}")
 
 
 def check_served_teacher(engine: str, url: str, server_log: Path, request_line: str, model: Path,

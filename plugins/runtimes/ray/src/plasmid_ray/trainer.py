@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from plasmid.checkpoint import Checkpoints
 from plasmid.config import Config
@@ -85,37 +85,35 @@ class TrainerProxy:
             if rank in self.dead:
                 raise self._died(rank, method, "found dead earlier")
 
-    async def _probe(self, ranks: Sequence[int]) -> dict[int, str]:
-        """Ranks among ``ranks`` that are dead now, with Ray's cause (an unresponsive worker is
-        not called dead)."""
+    def _probe_now(self, ranks: Sequence[int]) -> dict[int, str]:
+        """Ranks among ``ranks`` that are dead now, with Ray's cause: each is asked ``ready``, and
+        the ones that have not answered within :data:`PROBE_SECONDS` (all together) are
+        unresponsive, not dead. Blocking (the driver's ``export_weights`` calls it; the event
+        loop's callers use :meth:`_probe`)."""
         import ray
 
-        async def one(rank: int) -> str | None:
-            try:
-                await asyncio.wait_for(self.workers[rank].ready.remote(), PROBE_SECONDS)
-            except ray.exceptions.RayActorError as exc:
-                return death_cause(exc)
-            except (TimeoutError, ray.exceptions.RayError):
-                return None
-            return None
-
-        causes = await asyncio.gather(*(one(rank) for rank in ranks))
-        return {rank: cause for rank, cause in zip(ranks, causes, strict=True) if cause is not None}
-
-    def _probe_blocking(self, ranks: Sequence[int]) -> dict[int, str]:
-        """:meth:`_probe` for a caller outside the event loop (the blocking ``export_weights``)."""
-        import ray
-
-        probes = {rank: self.workers[rank].ready.remote() for rank in ranks}
+        probes = {self.workers[rank].ready.remote(): rank for rank in ranks}
+        answered, _ = ray.wait(list(probes), num_returns=len(probes), timeout=PROBE_SECONDS)
         dead: dict[int, str] = {}
-        for rank, probe in probes.items():
+        for probe in answered:
             try:
-                ray.get(probe, timeout=PROBE_SECONDS)
+                ray.get(probe)
             except ray.exceptions.RayActorError as exc:
-                dead[rank] = death_cause(exc)
-            except ray.exceptions.RayError:  # unresponsive (GetTimeoutError) is not dead
+                dead[probes[probe]] = death_cause(exc)
+            except ray.exceptions.RayError:
                 pass
         return dead
+
+    async def _probe(self, ranks: Sequence[int]) -> dict[int, str]:
+        """:meth:`_probe_now` without blocking the event loop."""
+        return await asyncio.to_thread(self._probe_now, list(ranks))
+
+    def _raise_death_behind(self, method: str, error: BaseException, dead: dict[int, str]) -> NoReturn:
+        """Raise :meth:`_died` for the lowest rank of ``dead`` (the death behind ``error``, which a
+        live rank's failure in a collective with it only echoes), or ``error`` itself when none died."""
+        for rank, cause in sorted(dead.items()):
+            raise self._died(rank, method, cause) from error
+        raise error
 
     async def _on(self, ranks: Sequence[int], method: str, *args: Any) -> list[Any]:
         """``method(*args)`` on each of ``ranks`` at once; the results in that order.
@@ -144,10 +142,7 @@ class TrainerProxy:
         for rank, exc in failed:
             if isinstance(exc, ray.exceptions.RayActorError):
                 raise self._died(rank, method, death_cause(exc)) from exc
-        dead = await self._probe(range(len(self.workers)))
-        for rank, cause in sorted(dead.items()):
-            raise self._died(rank, method, cause) from failed[0][1]
-        raise failed[0][1]
+        self._raise_death_behind(method, failed[0][1], await self._probe(range(len(self.workers))))
 
     @staticmethod
     async def _await(ref: Any) -> Any:
@@ -184,11 +179,8 @@ class TrainerProxy:
                 yield ray.get(ref)
         except ray.exceptions.RayActorError as exc:
             raise self._died(0, "export_weights", death_cause(exc)) from exc
-        except ray.exceptions.RayError as exc:
-            # rank 0 failed in a gather with a rank that died (a collective export): report the death
-            for rank, cause in sorted(self._probe_blocking(range(len(self.workers))).items()):
-                raise self._died(rank, "export_weights", cause) from exc
-            raise
+        except ray.exceptions.RayError as exc:  # rank 0 failed in a gather with a rank that died?
+            self._raise_death_behind("export_weights", exc, self._probe_now(range(len(self.workers))))
 
     async def save(self, path: str) -> None:
         """Save from rank 0 (every rank when collective); refused, before anything is written,
