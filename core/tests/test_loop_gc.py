@@ -1,19 +1,25 @@
 """The loop keeps the cyclic garbage collector off the start-up objects while it runs
-(:func:`plasmid.loop.startup_objects_frozen`): full collections then visit only what the loop
-made (on the quickstart they took ~150 ms each, every 15-20 steps), and the frozen objects are
-handed back when the loop ends, by an error too."""
+(:func:`plasmid.collector.startup_objects_frozen`): full collections then visit only what the loop
+made (on the quickstart they took ~150 ms each, every 15-20 steps), young ones run at
+:data:`~plasmid.collector.LOOP_THRESHOLDS`, garbage cycles of start-up are freed before the freeze,
+and the frozen objects and the thresholds are handed back when the loop ends, by an error too.
+``plasmid train`` starts a run under :func:`plasmid.collector.quiet_start_up`."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
 import io
+import weakref
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from plasmid import hookimpl, loop
+from plasmid import run as run_module
+from plasmid.collector import LOOP_THRESHOLDS, START_UP_THRESHOLDS, quiet_start_up
+from plasmid.errors import UsageError
 from plasmid.registry import Registry
 from plasmid.runlog import RunLog
 from plasmid.session import Session
@@ -34,14 +40,20 @@ class WatchingTrainer:
     the objects a full collection visits (``gc.get_objects()`` leaves out frozen ones)."""
 
     watched: object = None
+    #: a weak reference to a garbage cycle made before the loop started
+    dropped: weakref.ref | None = None
 
     def __init__(self, config, loss=None):
         self.seen: list[tuple[int, bool]] = []
+        self.thresholds: list[tuple[int, int, int]] = []
+        self.dropped_alive: list[bool] = []
         self.fail = False
 
     async def train_step(self, batch):
         visible = any(obj is WatchingTrainer.watched for obj in gc.get_objects())
         self.seen.append((gc.get_freeze_count(), visible))
+        self.thresholds.append(gc.get_threshold())
+        self.dropped_alive.append(WatchingTrainer.dropped is not None and WatchingTrainer.dropped() is not None)
         if self.fail:
             raise RuntimeError("trainer failed")
         return {"train/loss": 0.5}
@@ -104,15 +116,59 @@ def watched():
 
 def test_start_up_objects_are_frozen_during_the_loop_and_handed_back_after(tmp_path, watched):
     assert gc.get_freeze_count() == 0
+    before = gc.get_threshold()
     trainer = run_loop(tmp_path / "run")
     assert len(trainer.seen) == 3
     assert all(frozen > 0 and not visible for frozen, visible in trainer.seen)
+    assert trainer.thresholds == [LOOP_THRESHOLDS] * 3
     assert gc.get_freeze_count() == 0
+    assert gc.get_threshold() == before
     assert any(obj is watched for obj in gc.get_objects())
+
+
+def test_garbage_cycles_of_start_up_are_freed_before_the_freeze(tmp_path):
+    gc.disable()  # no collection of our own may free the cycle before the loop does
+    try:
+        cycle = Created()
+        WatchingTrainer.dropped = weakref.ref(cycle)
+        del cycle
+        assert WatchingTrainer.dropped() is not None  # only the cycle collector can free it
+        trainer = run_loop(tmp_path / "run")
+    finally:
+        gc.enable()
+        WatchingTrainer.dropped = None
+    assert trainer.dropped_alive == [False] * 3
 
 
 def test_a_failing_loop_hands_the_frozen_objects_back_too(tmp_path, watched):
+    before = gc.get_threshold()
     with pytest.raises(RuntimeError, match="trainer failed"):
         run_loop(tmp_path / "run", fail=True)
     assert gc.get_freeze_count() == 0
+    assert gc.get_threshold() == before
     assert any(obj is watched for obj in gc.get_objects())
+
+
+def test_quiet_start_up_raises_the_thresholds_and_puts_them_back_by_an_error_too():
+    before = gc.get_threshold()
+    with quiet_start_up():
+        assert gc.get_threshold() == START_UP_THRESHOLDS
+    assert gc.get_threshold() == before
+    with pytest.raises(ValueError), quiet_start_up():
+        raise ValueError("start-up failed")
+    assert gc.get_threshold() == before
+
+
+def test_plasmid_train_starts_a_run_under_quiet_start_up(monkeypatch):
+    seen = []
+
+    def start(argv, add_options=None):
+        seen.append(gc.get_threshold())
+        raise UsageError("stop here")
+
+    monkeypatch.setattr(run_module, "start", start)
+    before = gc.get_threshold()
+    with pytest.raises(UsageError, match="stop here"):
+        asyncio.run(run_module.run_training([]))
+    assert seen == [START_UP_THRESHOLDS]
+    assert gc.get_threshold() == before

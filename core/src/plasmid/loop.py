@@ -21,15 +21,14 @@ was being scored (it overlaps generation). The trainer adds its own (torchtrain:
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import sys
 import time
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import TextIO
 
 from plasmid.checkpoint import Checkpoints
+from plasmid.collector import startup_objects_frozen
 from plasmid.config import Config
 from plasmid.errors import DataExhausted, PlasmidError, RunStopped
 from plasmid.kernel_options import (
@@ -169,28 +168,6 @@ async def train(session: Session, log: RunLog) -> dict[str, float]:
             if in_flight is not None:
                 in_flight.cancel()
     return metrics
-
-
-@contextlib.contextmanager
-def startup_objects_frozen() -> Iterator[None]:
-    """Keep the cyclic garbage collector off the objects that exist when the loop starts.
-
-    A full (oldest-generation) collection walks every tracked object of the process: after
-    start-up that is some 400 thousand (torch, transformers, the models' modules), which takes
-    about 150 ms, and the loop's own allocations trigger one every 15-20 steps (measured on the
-    quickstart: a 150-180 ms stall every ~16 steps, ~9 ms a step on average). So the start-up objects
-    are collected once and then frozen (:func:`gc.freeze`: moved to a generation no collection
-    visits) for the loop's duration; a full collection then takes about 1 ms. Objects made during
-    the loop are collected as before, and the frozen ones are handed back to the collector
-    (:func:`gc.unfreeze`) when the loop ends, so a process that trains several times (tests) does
-    not keep them out of reach. Nothing a run computes depends on when garbage is collected.
-    """
-    gc.collect()
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 class StepClock:

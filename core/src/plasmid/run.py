@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from plasmid import loop
+from plasmid.collector import quiet_start_up
 from plasmid.config import Config
 from plasmid.errors import PluginError
 from plasmid.families import FAMILIES
@@ -134,18 +135,20 @@ def warn_missing_trace(config: Config, stream: TextIO | None = None) -> None:
 
 
 async def run_training(argv: list[str]) -> dict[str, float]:
-    startup = start(argv, add_options=add_save_option)
-    config = startup.config
-    print(describe_plugins(startup), file=sys.stderr)
-    session = await start_session(startup)
-    log = RunLog(config.run_dir, RolloutOptions.of(config).num_rollouts,
-                 plot_every=max(1, EvalOptions.of(config).eval_interval or 10))
-    try:
-        session.driver = saving(session.driver, config)
-        metrics = await observed_train(session, log)
-    finally:
-        log.close()
-        await session.shutdown()
+    # the collector seldom walks start-up's objects; the loop freezes them (plasmid.collector)
+    with quiet_start_up():
+        startup = start(argv, add_options=add_save_option)
+        config = startup.config
+        print(describe_plugins(startup), file=sys.stderr)
+        session = await start_session(startup)
+        log = RunLog(config.run_dir, RolloutOptions.of(config).num_rollouts,
+                     plot_every=max(1, EvalOptions.of(config).eval_interval or 10))
+        try:
+            session.driver = saving(session.driver, config)
+            metrics = await observed_train(session, log)
+        finally:
+            log.close()
+            await session.shutdown()
     warn_missing_trace(config)
     summary = {k: v for k, v in metrics.items() if k.startswith(("eval/", "rollout/reward_mean"))}
     print("final: " + json.dumps(summary), file=sys.stderr)
