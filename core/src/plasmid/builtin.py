@@ -3,6 +3,7 @@ unset, and the ``local`` runtime (everything in this process)."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from typing import Any
 
@@ -13,7 +14,7 @@ from plasmid.kernel_options import ScheduleOptions
 from plasmid.protocols import RolloutView
 from plasmid.session import Session, build_session
 from plasmid.startup import Startup
-from plasmid.types import ROUTED_EXPERTS_KEY, Sample, SamplingParams, Status
+from plasmid.types import ROUTED_EXPERTS_KEY, GenerationOutput, Sample, SamplingParams, Status
 
 
 class SingleTurn:
@@ -38,18 +39,52 @@ class SingleTurn:
         self.mask_offpolicy = ScheduleOptions.of(config).mask_offpolicy_in_partial_rollout
 
     async def __call__(self, ctx: RolloutView, sample: Sample, params: SamplingParams) -> Sample:
-        if sample.status in (Status.COMPLETED, Status.TRUNCATED):
+        call = self._call(sample, params)
+        if call is None:
             return sample
+        prefix, budget = call
+        return self._finish(ctx, sample, prefix, await ctx.engine_for(sample).generate(prefix, budget))
+
+    async def generate_many(self, ctx: RolloutView, samples: list[Sample],
+                            params: list[SamplingParams]) -> list[Sample]:
+        """``[await self(ctx, s, p) for s, p in zip(samples, params)]``, run concurrently, with
+        one call per engine for engines that answer many at once (``generate_many``, see
+        :class:`plasmid.protocols.RolloutEngine`) instead of a task per sample."""
+        calls: dict[int, tuple[Any, list[int], list[list[int]], list[SamplingParams]]] = {}
+        for position, (sample, sample_params) in enumerate(zip(samples, params, strict=True)):
+            call = self._call(sample, sample_params)
+            if call is not None:
+                engine = ctx.engine_for(sample)
+                entry = calls.setdefault(id(engine), (engine, [], [], []))
+                entry[1].append(position)
+                entry[2].append(call[0])
+                entry[3].append(call[1])
+        jobs = [_generate_on(engine, prefixes, budgets) for engine, _, prefixes, budgets in calls.values()]
+        answers = [await jobs[0]] if len(jobs) == 1 else await asyncio.gather(*jobs)
+        for (_, positions, prefixes, _), outputs in zip(calls.values(), answers, strict=True):
+            for position, prefix, output in zip(positions, prefixes, outputs, strict=True):
+                self._finish(ctx, samples[position], prefix, output)
+        return samples
+
+    def _call(self, sample: Sample, params: SamplingParams) -> tuple[list[int], SamplingParams] | None:
+        """The engine call ``sample`` needs (its prefix and sampling parameters); ``None`` when it
+        needs none (already finished, or a resumed response at its budget: then TRUNCATED)."""
+        if sample.status in (Status.COMPLETED, Status.TRUNCATED):
+            return None
         resumed = sample.status == Status.ABORTED and sample.response_length > 0
         old_length = sample.response_length if resumed else 0
         if old_length >= params.max_new_tokens:
             sample.status = Status.TRUNCATED
-            return sample
+            return None
         prefix = list(sample.tokens) if resumed else sample.prompt_tokens
+        budget = replace(params, max_new_tokens=params.max_new_tokens - old_length) if old_length else params
+        return prefix, budget
+
+    def _finish(self, ctx: RolloutView, sample: Sample, prefix: list[int], output: GenerationOutput) -> Sample:
+        """``sample`` continued from ``prefix`` by the engine's ``output`` (see the class docs)."""
+        old_length = len(prefix) - sample.prompt_length
         old_logprobs = list(sample.rollout_logprobs or [])[:old_length]
         old_mask = [0] * old_length if self.mask_offpolicy else list(sample.loss_mask or [1] * old_length)[:old_length]
-        budget = replace(params, max_new_tokens=params.max_new_tokens - old_length) if old_length else params
-        output = await ctx.engine_for(sample).generate(prefix, budget)
         sample.tokens = prefix + list(output.token_ids)
         sample.response_length = old_length + len(output.token_ids)
         sample.response = ctx.tokenizer.decode(sample.response_tokens, skip_special_tokens=True)
@@ -62,6 +97,16 @@ class SingleTurn:
         else:                                           # a resumed sample's old routing no longer fits
             sample.metadata.pop(ROUTED_EXPERTS_KEY, None)
         return sample
+
+
+async def _generate_on(engine: Any, prefixes: list[list[int]], budgets: list[SamplingParams]) -> list[GenerationOutput]:
+    """Every call on ``engine``: at once where it has ``generate_many``, else concurrently."""
+    many = getattr(engine, "generate_many", None)
+    if callable(many):
+        outputs: list[GenerationOutput] = await many(prefixes, budgets)
+        return outputs
+    return list(await asyncio.gather(*(engine.generate(prefix, budget)
+                                       for prefix, budget in zip(prefixes, budgets, strict=True))))
 
 
 class LocalRuntime:

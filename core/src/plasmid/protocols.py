@@ -91,7 +91,14 @@ class DataSource(Protocol):
 
 @runtime_checkable
 class RolloutEngine(Protocol):
-    """Samples responses from a model; its weights are replaced after each training step."""
+    """Samples responses from a model; its weights are replaced after each training step.
+
+    Optional: ``async generate_many(prompts: list[list[int]], params: list[SamplingParams]) ->
+    list[GenerationOutput]``, the answers of ``generate(prompts[i], params[i])`` for every ``i``,
+    in order, as if the calls ran concurrently, for callers with many requests at hand (a group's
+    samples) without a task per request. Callers check for it with ``getattr`` and fall back to
+    concurrent ``generate`` calls; :class:`plasmid.builtin.SingleTurn` uses it.
+    """
 
     @property
     def weight_version(self) -> int:
@@ -208,6 +215,11 @@ class GenerateFn(Protocol):
     - ``carries_routed_experts = True``: it copies the engine's ``GenerationOutput.routed_experts``
       into ``metadata[ROUTED_EXPERTS_KEY]`` of its samples. Start-up refuses
       ``--return-routed-experts`` with a generate function that does not declare it.
+
+    Optional: ``async generate_many(ctx, samples, params) -> list[Sample | list[Sample]]``, the
+    results of calling it on ``(ctx, samples[i], params[i])`` for every ``i``, in order, run
+    concurrently; the rollout driver then hands it a whole group in one call (the single-turn
+    default has it, and batches the group's engine calls into one).
 
     Aborts: when the rollout driver aborts a step's in-flight work it first sets
     ``ctx.aborting`` (see :class:`RolloutView`), then aborts the engines (their outputs come back

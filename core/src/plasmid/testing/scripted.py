@@ -111,3 +111,17 @@ class ScriptedEngine:
 
     async def shutdown(self) -> None:
         """Nothing runs."""
+
+
+@dataclass
+class BatchingScriptedEngine(ScriptedEngine):
+    """A :class:`ScriptedEngine` that also has the optional ``generate_many`` (see
+    :class:`plasmid.protocols.RolloutEngine`); test support. Each call answers like its requests'
+    ``generate`` calls in order, and records its size in :attr:`batches`."""
+
+    batches: list[int] = field(default_factory=list)
+
+    async def generate_many(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[GenerationOutput]:
+        self.batches.append(len(prompts))
+        return [await self.generate(prompt_ids, call_params)
+                for prompt_ids, call_params in zip(prompts, params, strict=True)]

@@ -92,6 +92,40 @@ def test_rows_of_a_batch_decode_as_they_would_alone(engine):
                                [lp for o in alone for lp in o.logprobs], rtol=0, atol=1e-5)
 
 
+def test_generate_many_answers_as_concurrent_generate_calls_in_one_batch(engine):
+    requests = [(PROMPTS[i % 4], SamplingParams(temperature=0.8, max_new_tokens=2 + i, seed=10 + i,
+                                                stop_token_ids=(i + 3,))) for i in range(8)]
+    separately = generate_all(engine, requests)
+    before = engine.stats()
+    together = run(engine.generate_many([p for p, _ in requests], [params for _, params in requests]))
+    after = engine.stats()
+    assert [(o.token_ids, o.status) for o in together] == [(o.token_ids, o.status) for o in separately]
+    np.testing.assert_allclose([lp for o in together for lp in o.logprobs],
+                               [lp for o in separately for lp in o.logprobs], rtol=0, atol=1e-5)
+    assert after["batches"] - before["batches"] == 1 and after["requests"] - before["requests"] == 8
+
+
+def test_generate_many_with_one_bad_prompt_queues_nothing(engine):
+    with pytest.raises(ValueError, match="token id 99"):
+        run(engine.generate_many([PROMPTS[0], [BOS_ID, 99]], [GREEDY, GREEDY]))
+    assert engine.stats()["requests"] == 0 and not engine._waiting
+
+
+def test_a_cancelled_generate_many_leaves_the_batch(engine):
+    long = SamplingParams(max_new_tokens=3000)
+
+    async def scenario():
+        many = asyncio.ensure_future(engine.generate_many([PROMPTS[0], PROMPTS[1]], [long, long]))
+        await decode_steps(engine, 5)
+        many.cancel()
+        await asyncio.gather(many, return_exceptions=True)
+        # a one-token request is answered by a step that starts after the cancellation is known
+        await engine.generate(PROMPTS[2], SamplingParams(max_new_tokens=1))
+        return engine._batch
+
+    assert run(scenario()) is None, "the cancelled rows left the running batch"
+
+
 def test_request_arriving_mid_generation_joins_the_running_batch(engine):
     long_params = SamplingParams(temperature=0.0, max_new_tokens=300)
     short_alone = run(engine.generate(PROMPTS[2], GREEDY))

@@ -69,6 +69,44 @@ def test_same_seed_gives_the_same_responses(tmp_path):
     assert [s.tokens for s in first.samples] == [s.tokens for s in second.samples]
 
 
+class OneByOne:
+    """The single-turn generate function without its ``generate_many``: one call per sample."""
+
+    def __init__(self, config):
+        from plasmid.builtin import SingleTurn
+
+        self.inner = SingleTurn(config)
+
+    async def __call__(self, ctx, sample, params):
+        return await self.inner(ctx, sample, params)
+
+
+class OneByOnePlugin:
+    @hookimpl
+    def plasmid_generate_fns(self, register):
+        register("one-by-one", OneByOne)
+
+
+def test_a_group_in_one_generate_many_call_equals_a_call_per_sample(tmp_path):
+    ctx, driver = make_context(tmp_path / "many")
+    whole_groups = []
+    generate_many = ctx.generate.generate_many
+
+    async def counted(ctx, samples, params):
+        whole_groups.append(len(samples))
+        return await generate_many(ctx, samples, params)
+
+    ctx.generate.generate_many = counted
+    together = asyncio.run(driver.run(ctx, 0))
+    ctx, driver = make_context(tmp_path / "one", OneByOnePlugin(), generate="one-by-one")
+    alone = asyncio.run(driver.run(ctx, 0))
+    assert whole_groups == [4] * int(together.metrics["rollout/groups_launched"]), "one call per group of 4"
+    assert [(s.index, s.tokens, s.reward, s.status) for s in together.samples] == \
+        [(s.index, s.tokens, s.reward, s.status) for s in alone.samples]
+    assert [lp for s in together.samples for lp in s.rollout_logprobs] == pytest.approx(
+        [lp for s in alone.samples for lp in s.rollout_logprobs], abs=1e-5)
+
+
 def test_filtered_groups_are_counted_and_replaced(tmp_path):
     ctx, driver = make_context(tmp_path, filter=["zero-std"], prompts_per_step=2, n_samples_per_prompt=2)
     batch = asyncio.run(driver.run(ctx, 0))

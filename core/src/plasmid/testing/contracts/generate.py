@@ -15,8 +15,10 @@ every call with :attr:`GenerateContract.reply` (a stop token ends it), with a by
 promises: every returned sample starts with its prompt's tokens and has ``response_length``,
 ``loss_mask`` and ``rollout_logprobs`` of one length, a finished status, the engine's
 ``weight_version``, at least one trained token and a ``response`` string; the first engine call
-gets the prompt and at most ``max_new_tokens``; concurrent samples are kept apart; and an engine
-output ending ``ABORTED`` gives an ``ABORTED`` sample that is still consistent. Imports no torch.
+gets the prompt and at most ``max_new_tokens``; concurrent samples are kept apart; an engine
+output ending ``ABORTED`` gives an ``ABORTED`` sample that is still consistent; and a generate
+function with the optional ``generate_many`` answers a group as its calls one by one do, on an
+engine with ``generate_many`` (one engine call for the group) and on one without. Imports no torch.
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
+
 from plasmid.config import Config
 from plasmid.context import RolloutContext
 from plasmid.protocols import GenerateFn, RolloutEngine
 from plasmid.testing import build, make_config, run
-from plasmid.testing.scripted import Reply, ScriptedEngine
+from plasmid.testing.scripted import BatchingScriptedEngine, Reply, ScriptedEngine
 from plasmid.types import Sample, SamplingParams, Status
 
 #: The stop token of the contract's sampling parameters.
@@ -144,6 +148,31 @@ class GenerateContract:
         for sample in done:
             self.check(sample, tokens[sample.index])
             assert sample.tokens[len(tokens[sample.index])] == tokens[sample.index][-1]
+
+    def test_generate_many_answers_as_calls_one_by_one_do(self) -> None:
+        config, generate = self.make()
+        if not callable(getattr(generate, "generate_many", None)):
+            pytest.skip(f"{self.provider} has no generate_many (optional: plasmid.protocols.GenerateFn)")
+
+        def reply(ids: list[int], params: SamplingParams) -> Reply:
+            return Reply([ids[-1], 70 + len(ids) % 5, STOP])
+
+        def prompts() -> list[Sample]:
+            return [self.prompt(f"q{i}{'x' * i}", index=i) for i in range(5)]
+
+        one_by_one = self.generate(prompts(), ScriptedEngine(reply, weight_version=2))
+        for engine in (ScriptedEngine(reply, weight_version=2), BatchingScriptedEngine(reply, weight_version=2)):
+            ctx = make_context(config, engine, generate, self.tokenizer())
+            done: list[Sample] = []
+            for result in run(generate.generate_many(ctx, prompts(), [self.params] * 5)):  # type: ignore[attr-defined]
+                done.extend(result if isinstance(result, list) else [result])
+            assert [(s.index, s.tokens, s.response, s.loss_mask, s.rollout_logprobs, s.status, s.weight_version)
+                    for s in done] == [(s.index, s.tokens, s.response, s.loss_mask, s.rollout_logprobs, s.status,
+                                        s.weight_version) for s in one_by_one], \
+                f"generate_many on {type(engine).__name__} differs from calls one by one"
+            if isinstance(engine, BatchingScriptedEngine):
+                assert engine.batches and sum(engine.batches) == len(engine.calls), \
+                    "an engine with generate_many gets the group's requests through it"
 
     def test_an_aborted_engine_output_gives_an_aborted_consistent_sample(self) -> None:
         engine = ScriptedEngine(lambda ids, params: Reply([70, 71], status=Status.ABORTED))

@@ -126,23 +126,55 @@ class TorchEngine:
         :raises ValueError: an empty prompt or a token id outside the vocabulary.
         :raises ProviderError: the forward pass failed (every request in that step gets it).
         """
-        self._check_open("generate")
-        self._check_tokens(prompt_ids, "prompt_ids")
-        if not prompt_ids:
-            raise ValueError("torchgen generate: prompt_ids is empty; a response needs at least one prompt token "
-                             "(tokenizers of plasmid models prepend <bos>)")
-        loop = self._bind()
-        request = Request.create(prompt_ids, params, loop.create_future())
-        self._waiting.append(request)
-        self._wakeup.set()
-        if self._batcher is None or self._batcher.done():
-            self._batcher = loop.create_task(self._serve(), name="torchgen-batcher")
-            self._batcher.add_done_callback(self._batcher_stopped)
+        request, = self._enqueue([prompt_ids], [params])
         try:
             return await request.future
         except asyncio.CancelledError:
             self._abandoned = True  # the batcher drops the row before its next step
             raise
+
+    async def generate_many(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[GenerationOutput]:
+        """``generate(prompts[i], params[i])`` for every ``i``, in order: the requests join the
+        waiting queue together (one future each, no task per request) and decode like
+        concurrent ``generate`` calls.
+
+        :raises ValueError: as :meth:`generate`, for the first bad prompt (then nothing is queued).
+        :raises ProviderError: as :meth:`generate`.
+        """
+        requests = self._enqueue(prompts, params)
+        try:
+            answers = await asyncio.gather(*(request.future for request in requests), return_exceptions=True)
+        except asyncio.CancelledError:
+            for request in requests:
+                request.future.cancel()
+            self._abandoned = True  # the batcher drops the rows before its next step
+            raise
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
+        return list(answers)
+
+    def _enqueue(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[Request]:
+        """Check the prompts, queue one request each (in order) and make sure the batcher runs.
+
+        :raises ValueError: the first bad prompt (empty, or a token id outside the vocabulary);
+            then nothing is queued.
+        """
+        self._check_open("generate")
+        for prompt_ids in prompts:
+            self._check_tokens(prompt_ids, "prompt_ids")
+            if not prompt_ids:
+                raise ValueError("torchgen generate: prompt_ids is empty; a response needs at least one prompt token "
+                                 "(tokenizers of plasmid models prepend <bos>)")
+        loop = self._bind()
+        requests = [Request.create(prompt_ids, call_params, loop.create_future())
+                    for prompt_ids, call_params in zip(prompts, params, strict=True)]
+        self._waiting.extend(requests)
+        self._wakeup.set()
+        if self._batcher is None or self._batcher.done():
+            self._batcher = loop.create_task(self._serve(), name="torchgen-batcher")
+            self._batcher.add_done_callback(self._batcher_stopped)
+        return requests
 
     async def score(self, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
         """Log-probs of ``token_ids[prompt_length:]`` at ``temperature`` (0 counts as 1, as in

@@ -156,11 +156,18 @@ class AsyncRolloutDriver:
         return RolloutBatch(rollout_id=rollout_id, groups=kept, metrics=metrics)
 
     async def _generate_group(self, ctx: RolloutContext, group: Group, params: SamplingParams) -> Group:
-        """Generate every sample of ``group`` concurrently, then score it (unless aborted)."""
-        outputs = await asyncio.gather(*(
-            ctx.generate(ctx, sample, replace(params, seed=sample_seed(self.seed, sample.index)))
-            for sample in group.samples
-        ))
+        """Generate every sample of ``group`` concurrently, then score it (unless aborted).
+
+        A generate function with ``generate_many(ctx, samples, params)`` (see
+        :class:`plasmid.protocols.GenerateFn`) gets the whole group in one call; others one call
+        per sample."""
+        seeded = [replace(params, seed=sample_seed(self.seed, sample.index)) for sample in group.samples]
+        many = getattr(ctx.generate, "generate_many", None)
+        if callable(many):
+            outputs = await many(ctx, group.samples, seeded)
+        else:
+            outputs = await asyncio.gather(*(ctx.generate(ctx, sample, sample_params)
+                                             for sample, sample_params in zip(group.samples, seeded, strict=True)))
         group.samples = [s for out in outputs for s in (out if isinstance(out, list) else [out])]
         if not any(s.status == Status.ABORTED for s in group.samples):
             await ctx.rewards.score_group(group.samples)
