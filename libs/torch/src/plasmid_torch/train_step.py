@@ -217,8 +217,9 @@ class TrainStep:
         if parts.critic is not None:
             metrics.update(critic_batch_metrics(loss_batch))
             metrics["train/policy_updated"] = float(train_policy)
+        rollout = loss_batch.rollout_logprobs
         metrics.update(batch_metrics(samples, loss_batch.advantages.cpu(), loss_batch.response_mask.cpu(),
-                                     trainer_old))
+                                     trainer_old, None if rollout is None else rollout.cpu()))
         metrics.update(self.mismatch_metrics(loss_batch, trainer_old, per_update if train_policy else []))
         metrics["train/updates"] = float(len(per_update) if train_policy else 0)
         metrics["train/seconds"] = time.perf_counter() - started

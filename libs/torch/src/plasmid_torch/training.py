@@ -22,19 +22,19 @@ def check_samples(samples: Sequence[Sample]) -> None:
     tokens, no prompt token before the response, or a ``loss_mask`` / ``rollout_logprobs``
     whose length is not ``response_length``."""
     for position, sample in enumerate(samples):
+        length, mask, logprobs = sample.response_length, sample.loss_mask, sample.rollout_logprobs
+        if (length >= 1 and len(sample.tokens) > length and (mask is None or len(mask) == length)
+                and (logprobs is None or len(logprobs) == length)):
+            continue  # the usual case, checked without building a message
         where = f"sample {position} (index {sample.index}, group {sample.group_index})"
-        if sample.response_length < 1:
-            raise ValueError(f"{where} has no response tokens (response_length={sample.response_length}); "
-                             f"drop it before training")
+        if length < 1:
+            raise ValueError(f"{where} has no response tokens (response_length={length}); drop it before training")
         if sample.prompt_length < 1:
             raise ValueError(f"{where} has no prompt token before its response (tokens={len(sample.tokens)}, "
-                             f"response_length={sample.response_length}): the first response token needs a prefix")
-        if sample.loss_mask is not None and len(sample.loss_mask) != sample.response_length:
-            raise ValueError(f"{where}: loss_mask has {len(sample.loss_mask)} entries for "
-                             f"{sample.response_length} response tokens")
-        if sample.rollout_logprobs is not None and len(sample.rollout_logprobs) != sample.response_length:
-            raise ValueError(f"{where}: rollout_logprobs has {len(sample.rollout_logprobs)} entries for "
-                             f"{sample.response_length} response tokens")
+                             f"response_length={length}): the first response token needs a prefix")
+        if mask is not None and len(mask) != length:
+            raise ValueError(f"{where}: loss_mask has {len(mask)} entries for {length} response tokens")
+        raise ValueError(f"{where}: rollout_logprobs has {len(logprobs or [])} entries for {length} response tokens")
 
 
 def check_trainer_setup(trainer: str, option: Any, loss: Any) -> None:
@@ -139,15 +139,20 @@ def response_mask(samples: Sequence[Sample], width: int) -> torch.Tensor:
 
 
 def rollout_logprob_abs_diff(samples: Sequence[Sample], trainer_logprobs: torch.Tensor,
-                             mask: torch.Tensor) -> float | None:
+                             mask: torch.Tensor, rollout: torch.Tensor | None = None) -> float | None:
     """``train_rollout_logprob_abs_diff``: the mean over trained tokens of
     ``|trainer log-prob - engine log-prob|`` (``trainer_logprobs`` and ``mask`` are ``[B, T]``
     aligned with ``samples``' responses). Samples without rollout log-probs are skipped;
-    ``None`` when none has them. After a correct weight sync this is float rounding (<= 1e-4)."""
+    ``None`` when none has them. After a correct weight sync this is float rounding (<= 1e-4).
+    ``rollout``: every sample's rollout log-probs already padded to ``[B, T]`` (the step's
+    :class:`plasmid.types.LossBatch` has them), used instead of padding them again."""
     width = mask.shape[1]
-    has = torch.tensor([s.rollout_logprobs is not None for s in samples], dtype=torch.float32)
-    engine = pad_rows([s.rollout_logprobs or () for s in samples], width)
-    counted = mask.float() * has.unsqueeze(1)
+    if rollout is not None:
+        engine, counted = rollout.float(), mask.float()
+    else:
+        has = torch.tensor([s.rollout_logprobs is not None for s in samples], dtype=torch.float32)
+        engine = pad_rows([s.rollout_logprobs or () for s in samples], width)
+        counted = mask.float() * has.unsqueeze(1)
     count = float(counted.sum())
     if not count:
         return None
@@ -155,10 +160,11 @@ def rollout_logprob_abs_diff(samples: Sequence[Sample], trainer_logprobs: torch.
 
 
 def batch_metrics(samples: Sequence[Sample], advantages: torch.Tensor, mask: torch.Tensor,
-                  trainer_logprobs: torch.Tensor | None) -> dict[str, float]:
+                  trainer_logprobs: torch.Tensor | None, rollout: torch.Tensor | None = None) -> dict[str, float]:
     """The per-step metrics every trainer reports about the batch it trained on: advantage
     mean/std over trained tokens, ``train_rollout_logprob_abs_diff`` (when both log-probs exist),
-    samples and trained tokens; ``advantages``, ``mask``, ``trainer_logprobs`` are ``[B, T]``."""
+    samples and trained tokens; ``advantages``, ``mask``, ``trainer_logprobs`` are ``[B, T]``;
+    ``rollout``: see :func:`rollout_logprob_abs_diff`."""
     trained = advantages[mask > 0]
     metrics = {
         "train/advantage_mean": float(trained.mean()) if trained.numel() else 0.0,
@@ -167,7 +173,7 @@ def batch_metrics(samples: Sequence[Sample], advantages: torch.Tensor, mask: tor
         "train/tokens": float(mask.sum()),
     }
     if trainer_logprobs is not None:
-        diff = rollout_logprob_abs_diff(samples, trainer_logprobs, mask)
+        diff = rollout_logprob_abs_diff(samples, trainer_logprobs, mask, rollout)
         if diff is not None:
             metrics["train/train_rollout_logprob_abs_diff"] = diff
     return metrics

@@ -58,13 +58,13 @@ class PaddedBatch:
 def pad_samples(samples: Sequence[Sample], pad_id: int) -> PaddedBatch:
     """Pad ``samples`` into a :class:`PaddedBatch`; errors name the offending sample."""
     check_samples(samples)
-    longest = max(len(s.tokens) for s in samples)
-    width = max(s.response_length for s in samples)
-    input_ids = pad_rows([s.tokens for s in samples], longest, fill=pad_id, dtype=torch.long)
-    attention_mask = pad_rows([[1] * len(s.tokens) for s in samples], longest, dtype=torch.long)
-    mask = response_mask(samples, width)
-    prompt_lengths = torch.tensor([s.prompt_length for s in samples], dtype=torch.long)
+    lengths = torch.tensor([len(s.tokens) for s in samples], dtype=torch.long)
     response_lengths = torch.tensor([s.response_length for s in samples], dtype=torch.long)
+    longest, width = int(lengths.max()), int(response_lengths.max())
+    input_ids = pad_rows([s.tokens for s in samples], longest, fill=pad_id, dtype=torch.long)
+    attention_mask = (torch.arange(longest).unsqueeze(0) < lengths.unsqueeze(1)).long()
+    mask = response_mask(samples, width)
+    prompt_lengths = lengths - response_lengths
     in_response = torch.arange(width).unsqueeze(0) < response_lengths.unsqueeze(1)
     return PaddedBatch(input_ids, attention_mask, prompt_lengths, response_lengths, mask, in_response)
 
