@@ -16,7 +16,8 @@ override that fixture when an engine is built differently (a server to start, a 
 It checks only what :class:`plasmid.protocols.RolloutEngine` promises: responses within the
 sampling limits with aligned log-probs, stop tokens, seeds, ``score`` agreeing with ``generate``
 and with a plain forward pass of the same weights, weight updates served and read back bit for
-bit, and ``abort_all``. Imports torch and transformers (a reference model runs in-process).
+bit, ``abort_all``, and (an engine that has the optional ``generate_many``) many requests in one
+call answered as the same requests one by one. Imports torch and transformers (a reference model runs in-process).
 """
 
 from __future__ import annotations
@@ -170,6 +171,19 @@ class GeneratorContract:
         assert len(outputs) == len(requests)
         for output, (_, params) in zip(outputs, requests, strict=True):
             self.check_output(output, params, reference_model.config.vocab_size)
+
+    def test_generate_many_answers_as_generate_calls_do(self, engine: RolloutEngine) -> None:
+        if not callable(getattr(engine, "generate_many", None)):
+            pytest.skip(f"{self.provider} has no generate_many (optional: plasmid.protocols.RolloutEngine)")
+        requests = [(PROMPTS[i % len(PROMPTS)],
+                     SamplingParams(temperature=[0.0, 1.0][i % 2], max_new_tokens=2 + i, seed=20 + i,
+                                    stop_token_ids=(2,))) for i in range(6)]
+        alone = [run(engine.generate(prompt, params)) for prompt, params in requests]
+        together = run(engine.generate_many([p for p, _ in requests], [params for _, params in requests]))  # type: ignore[attr-defined]
+        assert [(o.token_ids, o.status) for o in together] == [(o.token_ids, o.status) for o in alone], \
+            "generate_many answers in order, as the same requests one by one"
+        np.testing.assert_allclose([lp for o in together for lp in o.logprobs],
+                                   [lp for o in alone for lp in o.logprobs], rtol=0, atol=self.logprob_atol)
 
     @pytest.mark.parametrize("temperature", [1.0, 0.7])
     def test_score_returns_the_logprobs_generate_reported(self, engine: RolloutEngine, temperature: float) -> None:
