@@ -21,6 +21,17 @@ PLUGINS = (plasmid_tasks.plugin, plasmid_hf.plugin, plasmid_torchgen.plugin, pla
            plasmid_match.plugin, plasmid_dynamic.plugin)
 
 
+def generate_plugin(name, factory):
+    """A plugin that registers ``factory`` as the generate function ``name``."""
+
+    class Plugin:
+        @hookimpl
+        def plasmid_generate_fns(self, register):
+            register(name, factory)
+
+    return Plugin()
+
+
 class SlowOddGroups:
     """A generate function (a real provider kind) that holds odd groups back for a while."""
 
@@ -33,12 +44,6 @@ class SlowOddGroups:
         if sample.group_index % 2:
             await asyncio.sleep(30)
         return await self.inner(ctx, sample, params)
-
-
-class SlowPlugin:
-    @hookimpl
-    def plasmid_generate_fns(self, register):
-        register("slow-odd", SlowOddGroups)
 
 
 def make_context(tmp_path, *extra, **options):
@@ -81,12 +86,6 @@ class OneByOne:
         return await self.inner(ctx, sample, params)
 
 
-class OneByOnePlugin:
-    @hookimpl
-    def plasmid_generate_fns(self, register):
-        register("one-by-one", OneByOne)
-
-
 def test_a_group_in_one_generate_many_call_equals_a_call_per_sample(tmp_path):
     ctx, driver = make_context(tmp_path / "many")
     whole_groups = []
@@ -98,7 +97,7 @@ def test_a_group_in_one_generate_many_call_equals_a_call_per_sample(tmp_path):
 
     ctx.generate.generate_many = counted
     together = asyncio.run(driver.run(ctx, 0))
-    ctx, driver = make_context(tmp_path / "one", OneByOnePlugin(), generate="one-by-one")
+    ctx, driver = make_context(tmp_path / "one", generate_plugin("one-by-one", OneByOne), generate="one-by-one")
     alone = asyncio.run(driver.run(ctx, 0))
     assert whole_groups == [4] * int(together.metrics["rollout/groups_launched"]), "one call per group of 4"
     assert [(s.index, s.tokens, s.reward, s.status) for s in together.samples] == \
@@ -119,7 +118,8 @@ def test_filtered_groups_are_counted_and_replaced(tmp_path):
 
 
 def test_once_the_batch_is_full_the_rest_is_aborted_and_returned(tmp_path):
-    ctx, driver = make_context(tmp_path, SlowPlugin(), generate="slow-odd", over_sampling=2.0)
+    ctx, driver = make_context(tmp_path, generate_plugin("slow-odd", SlowOddGroups), generate="slow-odd",
+                               over_sampling=2.0)
     batch = asyncio.run(asyncio.wait_for(driver.run(ctx, 0), timeout=20))
     assert [g.index % 2 for g in batch.groups] == [0, 0, 0, 0]
     assert batch.metrics["rollout/groups_aborted"] == 4.0
@@ -162,15 +162,9 @@ class LongOddGroups:
         return await self.inner(ctx, sample, params)
 
 
-class LongPlugin:
-    @hookimpl
-    def plasmid_generate_fns(self, register):
-        register("long-odd", LongOddGroups)
-
-
 def test_partial_rollout_keeps_aborted_tokens_and_continues_them(tmp_path):
-    ctx, driver = make_context(tmp_path, LongPlugin(), generate="long-odd", over_sampling=2.0, partial_rollout=True,
-                               mask_offpolicy_in_partial_rollout=True)
+    ctx, driver = make_context(tmp_path, generate_plugin("long-odd", LongOddGroups), generate="long-odd",
+                               over_sampling=2.0, partial_rollout=True, mask_offpolicy_in_partial_rollout=True)
     batch = asyncio.run(driver.run(ctx, 0))
     assert all(g.index % 2 == 0 for g in batch.groups)
     returned = ctx.data_source.get_groups(4)
