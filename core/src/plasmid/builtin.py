@@ -47,9 +47,17 @@ class SingleTurn:
 
     async def generate_many(self, ctx: RolloutView, samples: list[Sample],
                             params: list[SamplingParams]) -> list[Sample]:
-        """``[await self(ctx, s, p) for s, p in zip(samples, params)]``, run concurrently, with
-        one call per engine for engines that answer many at once (``generate_many``, see
-        :class:`plasmid.protocols.RolloutEngine`) instead of a task per sample."""
+        """``[await self(ctx, s, p) for s, p in zip(samples, params)]``, run concurrently.
+
+        When every engine of the run has ``generate_many`` (see
+        :class:`plasmid.protocols.RolloutEngine`; torchgen does), each engine gets its share of
+        the samples in one call instead of a task per sample. Otherwise (the Ray runtime's engine
+        proxies) each sample is a call of its own, as :meth:`__call__` makes it, so that a
+        balancing ``engine_for`` sees each request in flight before it picks the next one's
+        engine (choosing all the engines first would send every group to the same one)."""
+        if not all(callable(getattr(engine, "generate_many", None)) for engine in ctx.engines):
+            return list(await asyncio.gather(*(self(ctx, sample, sample_params)
+                                               for sample, sample_params in zip(samples, params, strict=True))))
         calls: dict[int, tuple[Any, list[int], list[list[int]], list[SamplingParams]]] = {}
         for position, (sample, sample_params) in enumerate(zip(samples, params, strict=True)):
             call = self._call(sample, sample_params)
@@ -59,7 +67,7 @@ class SingleTurn:
                 entry[1].append(position)
                 entry[2].append(call[0])
                 entry[3].append(call[1])
-        jobs = [_generate_on(engine, prefixes, budgets) for engine, _, prefixes, budgets in calls.values()]
+        jobs = [engine.generate_many(prefixes, budgets) for engine, _, prefixes, budgets in calls.values()]
         answers = [await jobs[0]] if len(jobs) == 1 else await asyncio.gather(*jobs)
         for (_, positions, prefixes, _), outputs in zip(calls.values(), answers, strict=True):
             for position, prefix, output in zip(positions, prefixes, outputs, strict=True):
@@ -97,16 +105,6 @@ class SingleTurn:
         else:                                           # a resumed sample's old routing no longer fits
             sample.metadata.pop(ROUTED_EXPERTS_KEY, None)
         return sample
-
-
-async def _generate_on(engine: Any, prefixes: list[list[int]], budgets: list[SamplingParams]) -> list[GenerationOutput]:
-    """Every call on ``engine``: at once where it has ``generate_many``, else concurrently."""
-    many = getattr(engine, "generate_many", None)
-    if callable(many):
-        outputs: list[GenerationOutput] = await many(prefixes, budgets)
-        return outputs
-    return list(await asyncio.gather(*(engine.generate(prefix, budget)
-                                       for prefix, budget in zip(prefixes, budgets, strict=True))))
 
 
 class LocalRuntime:
