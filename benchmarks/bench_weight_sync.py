@@ -38,7 +38,7 @@ import torch
 
 from plasmid.testing import build, make_config
 from plasmid_torch.hf import load_causal_lm
-from plasmid_torch.testing.contracts.trainer import make_rollout_batch
+from plasmid_torch.testing.batches import make_rollout_batch
 from plasmid_torch.tiny import build_tiny_model
 
 PLUGINS = (sync_plugin, grpo_plugin, torchtrain_plugin, torchgen_plugin)

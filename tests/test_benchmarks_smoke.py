@@ -128,3 +128,19 @@ def test_scripts_answer_help():
                           capture_output=True, text=True, timeout=60)
     assert plan.returncode == 0, plan.stderr
     assert "bench_vs_trl.py --seeds 0 1 2" in plan.stdout
+
+
+#: what benchmarks/run.py runs, each in an env without pytest (requirements/bench.txt has none)
+RUN_SCRIPTS = ("run.py", "bench_torchgen.py", "bench_quickstart.py", "bench_vs_trl.py", "bench_weight_sync.py",
+               "bench_scaling.py", "bench_engines.py")
+
+
+@pytest.mark.parametrize("script", RUN_SCRIPTS)
+def test_scripts_import_nothing_of_pytest(script):
+    """``--help`` runs with pytest made unimportable: a benchmark that reaches test support must take
+    it from a module without pytest (plasmid_torch.testing.batches), or the bench env cannot run it."""
+    code = ("import runpy, sys; sys.modules['pytest'] = None; sys.argv = [sys.argv[1], '--help']; "
+            "runpy.run_path(sys.argv[0], run_name='__main__')")
+    done = subprocess.run([sys.executable, "-c", code, str(BENCHMARKS / script)], capture_output=True, text=True,
+                          timeout=120, cwd=BENCHMARKS)
+    assert done.returncode == 0 and "usage:" in done.stdout, done.stderr[-2000:]

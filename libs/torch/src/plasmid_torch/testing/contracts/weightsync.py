@@ -46,7 +46,8 @@ from plasmid.config import Config
 from plasmid.kernel_options import GeneralOptions
 from plasmid.protocols import RolloutEngine, Trainer, WeightSync
 from plasmid.types import Sample
-from plasmid_torch.testing.contracts.trainer import as_numpy, exported, make_rollout_batch, tensor_nbytes
+from plasmid_torch.testing.batches import make_rollout_batch
+from plasmid_torch.testing.contracts.trainer import as_numpy, exported, tensor_nbytes
 from plasmid_torch.tiny import build_tiny_model
 
 
