@@ -96,8 +96,9 @@ class RolloutEngine(Protocol):
     Optional: ``async generate_many(prompts: list[list[int]], params: list[SamplingParams]) ->
     list[GenerationOutput]``, the answers of ``generate(prompts[i], params[i])`` for every ``i``,
     in order, as if the calls ran concurrently, for callers with many requests at hand (a group's
-    samples) without a task per request. Callers check for it with ``getattr`` and fall back to
-    concurrent ``generate`` calls; :class:`plasmid.builtin.SingleTurn` uses it.
+    samples) without a task per request. Callers check for it with ``getattr``;
+    :class:`plasmid.builtin.SingleTurn` uses it when every engine of the run has it, and otherwise
+    makes one ``generate`` call per sample.
     """
 
     @property
