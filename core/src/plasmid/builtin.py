@@ -67,8 +67,8 @@ class SingleTurn:
                 entry[1].append(position)
                 entry[2].append(call[0])
                 entry[3].append(call[1])
-        jobs = [engine.generate_many(prefixes, budgets) for engine, _, prefixes, budgets in calls.values()]
-        answers = [await jobs[0]] if len(jobs) == 1 else await asyncio.gather(*jobs)
+        answers = await asyncio.gather(*(engine.generate_many(prefixes, budgets)
+                                         for engine, _, prefixes, budgets in calls.values()))
         for (_, positions, prefixes, _), outputs in zip(calls.values(), answers, strict=True):
             for position, prefix, output in zip(positions, prefixes, outputs, strict=True):
                 self._finish(ctx, samples[position], prefix, output)

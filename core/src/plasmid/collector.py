@@ -42,12 +42,8 @@ LOOP_THRESHOLDS = (20_000, 10, 10)
 def quiet_start_up() -> Iterator[None]:
     """Collect seldom (:data:`START_UP_THRESHOLDS`) inside; the previous thresholds after. The
     loop's :func:`startup_objects_frozen` nests inside it."""
-    before = gc.get_threshold()
-    gc.set_threshold(*START_UP_THRESHOLDS)
-    try:
+    with _thresholds(START_UP_THRESHOLDS):
         yield
-    finally:
-        gc.set_threshold(*before)
 
 
 @contextlib.contextmanager
@@ -56,15 +52,24 @@ def startup_objects_frozen() -> Iterator[None]:
 
     On entry: one full collection, then :func:`gc.freeze` and :data:`LOOP_THRESHOLDS`. A full
     collection inside then walks only what the loop made (~1 ms on the quickstart instead of
-    ~150 ms). On exit: :func:`gc.unfreeze` (the frozen objects become collectable again) and the
-    previous thresholds.
+    ~150 ms). On exit: the previous thresholds and :func:`gc.unfreeze` (the frozen objects become
+    collectable again).
     """
-    before = gc.get_threshold()
     gc.collect()
     gc.freeze()
-    gc.set_threshold(*LOOP_THRESHOLDS)
+    try:
+        with _thresholds(LOOP_THRESHOLDS):
+            yield
+    finally:
+        gc.unfreeze()
+
+
+@contextlib.contextmanager
+def _thresholds(values: tuple[int, int, int]) -> Iterator[None]:
+    """``gc.set_threshold(*values)`` inside; the thresholds before it after, by an error too."""
+    before = gc.get_threshold()
+    gc.set_threshold(*values)
     try:
         yield
     finally:
         gc.set_threshold(*before)
-        gc.unfreeze()

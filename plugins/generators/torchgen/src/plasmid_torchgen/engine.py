@@ -126,12 +126,8 @@ class TorchEngine:
         :raises ValueError: an empty prompt or a token id outside the vocabulary.
         :raises ProviderError: the forward pass failed (every request in that step gets it).
         """
-        request, = self._enqueue([prompt_ids], [params])
-        try:
-            return await request.future
-        except asyncio.CancelledError:
-            self._abandoned = True  # the batcher drops the row before its next step
-            raise
+        (output,) = await self._answers(self._enqueue([prompt_ids], [params]))
+        return output
 
     async def generate_many(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[GenerationOutput]:
         """``generate(prompts[i], params[i])`` for every ``i``, in order: the requests join the
@@ -141,13 +137,16 @@ class TorchEngine:
         :raises ValueError: as :meth:`generate`, for the first bad prompt (then nothing is queued).
         :raises ProviderError: as :meth:`generate`.
         """
-        requests = self._enqueue(prompts, params)
+        return await self._answers(self._enqueue(prompts, params))
+
+    async def _answers(self, requests: list[Request]) -> list[GenerationOutput]:
+        """The answers of ``requests``, in order; the first failure is raised once all are answered.
+        A cancelled caller cancels their futures (the gather does), so the batcher drops their rows
+        before its next step."""
         try:
             answers = await asyncio.gather(*(request.future for request in requests), return_exceptions=True)
         except asyncio.CancelledError:
-            for request in requests:
-                request.future.cancel()
-            self._abandoned = True  # the batcher drops the rows before its next step
+            self._abandoned = True
             raise
         for answer in answers:
             if isinstance(answer, BaseException):
