@@ -13,6 +13,12 @@ vectors of another width sum in another order. So the runs pin portable numerics
 ``COMPATIBLE``, one thread), which any x86-64 machine reproduces. The files were re-recorded so
 (session 8) after a CI machine with AVX-512 and AMX failed the unpinned recording at step 0 by one
 ulp; under the pinned settings, main before and after that session's changes gave the same 50 steps.
+Re-recorded in session 10, when torchgen began prefilling a group's shared prompt once (32 rows
+instead of 256): the prefill's matrix products over fewer rows round differently, which moved the
+rollout log-probs by float rounding only. Every token, reward, loss and gradient norm of both runs
+stayed equal; what changed is the train/rollout log-prob gap (``train/logprob_abs_diff_mean``,
+``train/mismatch_*``, ``train/train_rollout_logprob_abs_diff``: ~1.28e-7 -> ~1.29e-7) and
+``train/token_prob_ratio_max`` (by 2.4e-7 relative).
 To re-record: ``python tests/test_golden_metrics.py``.
 """
 

@@ -74,7 +74,8 @@ def test_concurrent_calls_are_decoded_as_one_batch(engine):
     outputs = generate_all(engine, [(PROMPTS[i % 4], SamplingParams(max_new_tokens=5)) for i in range(64)])
     stats = engine.stats()
     assert stats["batches"] == 1
-    assert stats["max_batch_size"] == 64 and stats["mean_batch_size"] == 64
+    # the prefill runs the 4 distinct prompts (see the prompt-sharing test), each decoding step 64 rows
+    assert stats["max_batch_size"] == 64 and stats["forward_rows"] == 4 + 4 * 64
     assert stats["decode_steps"] == 4, "the first token comes from the prefill, then one step per token"
     assert stats["generated_tokens"] == sum(len(o.token_ids) for o in outputs) == 64 * 5
     assert stats["requests"] == 64
@@ -90,6 +91,24 @@ def test_rows_of_a_batch_decode_as_they_would_alone(engine):
     assert [o.status for o in together] == [o.status for o in alone]
     np.testing.assert_allclose([lp for o in together for lp in o.logprobs],
                                [lp for o in alone for lp in o.logprobs], rtol=0, atol=1e-5)
+
+
+def test_requests_with_one_prompt_share_its_prefill_and_answer_as_alone(engine):
+    """A GRPO group: requests with the same prompt are prefilled as one row, then sample apart."""
+    requests = [(PROMPTS[i % 2], SamplingParams(temperature=0.9, max_new_tokens=2 + i, seed=100 + i,
+                                                stop_token_ids=(i + 3,))) for i in range(12)]
+    alone = generate_each_alone(engine, requests)
+    before = engine.stats()
+    together = generate_all(engine, requests)
+    after = engine.stats()
+    assert [(o.token_ids, o.status) for o in together] == [(o.token_ids, o.status) for o in alone]
+    np.testing.assert_allclose([lp for o in together for lp in o.logprobs],
+                               [lp for o in alone for lp in o.logprobs], rtol=0, atol=1e-5)
+    assert len({tuple(o.token_ids) for o in together[0::2]}) > 1, "the samples of one prompt differ"
+    prefill_rows = after["forward_rows"] - before["forward_rows"] - sum(len(o.token_ids) - 1 for o in together)
+    assert after["batches"] - before["batches"] == 1 and prefill_rows == 2
+    assert after["prompt_tokens"] - before["prompt_tokens"] == len(PROMPTS[0]) + len(PROMPTS[1])
+    assert after["shared_prompt_tokens"] - before["shared_prompt_tokens"] == 5 * (len(PROMPTS[0]) + len(PROMPTS[1]))
 
 
 def test_generate_many_answers_as_concurrent_generate_calls_in_one_batch(engine):

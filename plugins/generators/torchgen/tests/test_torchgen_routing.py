@@ -58,6 +58,19 @@ def test_each_response_reports_the_routing_of_its_fed_tokens(make_engine, moe_di
     assert not engine._decoder.routing._routes                           # nothing kept after the answers
 
 
+def test_requests_sharing_a_prompt_each_get_the_routing_of_its_tokens(make_engine, moe_dir):
+    """Requests with one prompt share its prefill row (``Decoder.prefill``); each still reports
+    the prompt's routing, then its own response's."""
+    engine = make_engine(moe_dir, return_routed_experts=True)
+    prompts = [[1, 5, 6, 7], [1, 8], [1, 5, 6, 7], [1, 5, 6, 7]]
+    outputs = run(engine.generate_many(prompts, [SamplingParams(max_new_tokens=4, seed=i) for i in range(4)]))
+    assert engine.stats()["shared_prompt_tokens"] == 8
+    for prompt, output in zip(prompts, outputs, strict=True):
+        tokens = prompt + output.token_ids
+        routed = torch.tensor(output.routed_experts)
+        assert torch.equal(routed.sort(-1).values, reference_routing(moe_dir, tokens)[:-1]), tokens
+
+
 def test_off_by_default_and_refused_for_a_dense_model(make_engine, moe_dir, tmp_path):
     engine = make_engine(moe_dir)
     assert engine._decoder.routing is None

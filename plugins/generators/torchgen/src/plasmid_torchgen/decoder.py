@@ -96,22 +96,35 @@ class Decoder:
         return batch, finished, self.stats
 
     def prefill(self, requests: list[Request]) -> tuple[DecodeBatch | None, list[Request]]:
-        """Run the prompts (left-padded to the longest) and sample each first token."""
-        width = max(len(r.prompt_ids) for r in requests)
-        input_ids = torch.tensor([[self.pad_token_id] * (width - len(r.prompt_ids)) + r.prompt_ids for r in requests])
-        attention_mask = torch.tensor([[0] * (width - len(r.prompt_ids)) + [1] * len(r.prompt_ids) for r in requests])
+        """Run the prompts (left-padded to the longest) and sample each first token.
+
+        Requests with the same prompt (a GRPO group's samples, sent together) share one row of
+        the pass: the row's last logits and its KV cache are copied to each of them before
+        sampling, so a group of ``n`` costs one prompt's prefill, not ``n``. A shared row is
+        computed as that prompt alone would be in the same pass, so each request's tokens and
+        log-probs are what an unshared prefill gives (the tests compare them)."""
+        prompts, rows = distinct_prompts([r.prompt_ids for r in requests])
+        width = max(len(prompt) for prompt in prompts)
+        input_ids = torch.tensor([[self.pad_token_id] * (width - len(p)) + p for p in prompts])
+        attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
         positions = (attention_mask.cumsum(1) - 1).clamp(min=0)
         cache = kv_cache.new_cache(self.model.config)
         logits = self._forward(input_ids, attention_mask, positions, cache)
         if self.routing is not None:
-            self.routing.prefilled(requests, attention_mask)
+            self.routing.prefilled(requests, attention_mask, rows)
         room = max(r.params.max_new_tokens for r in requests) - 1  # tokens a row may still feed
         if self._lean is not None and room > 0:  # (room 0: every row ends with its first token, no copy)
             cache = kv_cache.StaticKV.from_dynamic(cache, min(room, kv_cache.RESERVE_COLUMNS))
+        prompt_tokens = int(attention_mask.sum())
+        if rows is not None:  # one row per request from here on
+            index = torch.tensor(rows, dtype=torch.int64)
+            kv_cache.select_rows(cache, index)
+            logits, input_ids, attention_mask = logits[index.to(logits.device)], input_ids[index], attention_mask[index]
+            self.stats.shared_prompt_tokens += int(attention_mask.sum()) - prompt_tokens
         batch = DecodeBatch(requests, cache, attention_mask, next_tokens=input_ids[:, -1:],
                             next_positions=attention_mask.sum(1, keepdim=True))
         self.stats.batches += 1
-        self.stats.prompt_tokens += int(attention_mask.sum())
+        self.stats.prompt_tokens += prompt_tokens
         return self._sample(batch, logits)
 
     def decode(self, batch: DecodeBatch) -> tuple[DecodeBatch | None, list[Request]]:
@@ -191,3 +204,13 @@ class Decoder:
         self.stats.generated_tokens += len(batch)
         finished = batch.record(tokens, logprobs)
         return (batch if len(batch) else None), finished
+
+
+def distinct_prompts(prompts: list[list[int]]) -> tuple[list[list[int]], list[int] | None]:
+    """The distinct prompts, in order of first appearance, and each prompt's index among them
+    (``None`` when every prompt is distinct: nothing to share)."""
+    first: dict[tuple[int, ...], int] = {}
+    rows = [first.setdefault(tuple(prompt), len(first)) for prompt in prompts]
+    if len(first) == len(prompts):
+        return prompts, None
+    return [list(prompt) for prompt in first], rows

@@ -270,7 +270,8 @@ class TorchEngine:
     def stats(self) -> dict[str, float]:
         """Cumulative counters since the engine was built (see
         :class:`plasmid_torchgen.stats.EngineStats`): ``requests``, ``aborted``,
-        ``prompt_tokens``, ``generated_tokens``, ``batches`` (prefill passes), ``decode_steps``,
+        ``prompt_tokens``, ``shared_prompt_tokens`` (not computed: another request of the same
+        prefill had the prompt), ``generated_tokens``, ``batches`` (prefill passes), ``decode_steps``,
         ``forward_rows``, ``max_batch_size``, ``busy_seconds``, and the derived
         ``mean_batch_size`` (rows per forward pass) and ``tokens_per_second`` (generated tokens
         per busy second). Diff two readings for one rollout step."""

@@ -82,11 +82,13 @@ class RoutingCapture:
         self._pass = [None] * self.layers
         return stacked.to("cpu", torch.int32).view(rows, -1, self.layers, stacked.shape[-1])
 
-    def prefilled(self, requests: list[Any], attention_mask: torch.Tensor) -> None:
-        """After a prefill pass over ``requests`` (``[rows, width]`` left-padded ``attention_mask``):
-        each request's routing starts with its prompt tokens'."""
-        routes = self._batch_routes(len(requests))
-        for row, request in enumerate(requests):
+    def prefilled(self, requests: list[Any], attention_mask: torch.Tensor, rows: list[int] | None = None) -> None:
+        """After a prefill pass (``[rows, width]`` left-padded ``attention_mask``): each request's
+        routing starts with its prompt tokens'. ``rows``: the pass's row of each request (requests
+        with the same prompt share a row); ``None``: request ``i`` is row ``i``."""
+        routes = self._batch_routes(len(attention_mask))
+        for index, request in enumerate(requests):
+            row = index if rows is None else rows[index]
             length = int(attention_mask[row].sum())
             self._routes[request] = [routes[row, routes.shape[1] - length:]]
 

@@ -14,7 +14,10 @@ class EngineStats:
 
     :ivar requests: requests answered, whatever their status.
     :ivar aborted: of those, answered ``ABORTED``.
-    :ivar prompt_tokens: prompt tokens prefilled (padding excluded).
+    :ivar prompt_tokens: prompt tokens prefilled (padding excluded), each distinct prompt of a
+        prefill pass once.
+    :ivar shared_prompt_tokens: prompt tokens of requests that shared another request's prompt in
+        the same prefill pass, so were not computed again (see ``Decoder.prefill``).
     :ivar generated_tokens: response tokens sampled.
     :ivar batches: prefill passes: groups of requests admitted together (one per wave of
         concurrent ``generate`` calls; a group joins the running batch, if any).
@@ -27,6 +30,7 @@ class EngineStats:
     requests: int = 0
     aborted: int = 0
     prompt_tokens: int = 0
+    shared_prompt_tokens: int = 0
     generated_tokens: int = 0
     batches: int = 0
     decode_steps: int = 0
