@@ -1,5 +1,5 @@
 """--device, --precision, --gradient-checkpointing and --optimizer-offload of the torch trainer, on
-the CPU (the CUDA-only paths, fused AdamW and the offload hooks on a GPU, run in
+the CPU (the CUDA-only paths, the offload hooks on a GPU, run in
 benchmarks/gpu_check.py)."""
 
 from __future__ import annotations
@@ -64,11 +64,11 @@ def test_optimizer_offload_on_the_cpu_is_a_one_line_error(make_trainer):
         make_trainer(optimizer_offload=True)
 
 
-def test_the_defaults_on_the_cpu_are_float32_unfused_and_no_autocast(make_trainer):
+def test_the_defaults_on_the_cpu_are_float32_fused_adamw_and_no_autocast(make_trainer):
     trainer = make_trainer()
     assert trainer.place == device.Placement(torch.device("cpu"), "fp32", None)
     assert {p.dtype for p in trainer.model.parameters()} == {torch.float32}
-    assert not trainer.optimizer.defaults.get("fused")
+    assert trainer.optimizer.defaults.get("fused") is True
     assert not torch.is_autocast_enabled("cpu")
 
 
