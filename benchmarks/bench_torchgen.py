@@ -11,6 +11,11 @@ temporary directory and times, alternately in one process:
 (b) ``model.generate(do_sample=True, max_new_tokens=N, min_new_tokens=N)`` on the same prompts,
     left-padded into one tensor (a second copy of the same model).
 
+``--group-size G`` shapes the batch as RL does: ``--batch / G`` distinct prompts with ``G`` samples
+each (a GRPO group), sent to the engine as ``G`` requests per prompt (torchgen prefills each
+distinct prompt once) and to ``generate`` as the distinct prompts with ``num_return_sequences=G``
+(which repeats each prompt's row before the prefill, as TRL's sampler repeats prompts).
+
 Prints the median over ``--repeats`` of samples/s and tokens/s of each, and each engine's ratio to
 ``generate`` (above 1: the engine is faster), and the device and precision all ran on (``--device auto``:
 a GPU when torch sees one; ``--precision`` as the engine's option). Needs plasmid and
@@ -18,6 +23,7 @@ plasmid-torchgen installed.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_torchgen.py --batch 256 --new-tokens 16
     OMP_NUM_THREADS=1 python benchmarks/bench_torchgen.py --batch 256 --new-tokens 16 --model-size 20m
+    OMP_NUM_THREADS=1 python benchmarks/bench_torchgen.py --batch 256 --new-tokens 16 --group-size 8
     python benchmarks/bench_torchgen.py --device cuda --precision bf16 --batch 256 --new-tokens 64
 """
 
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import random
 import statistics
 import tempfile
@@ -64,11 +71,12 @@ async def time_engine(engine, prompts: list[list[int]], params: SamplingParams) 
 
 
 def time_hf_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                     new_tokens: int) -> tuple[float, int]:
+                     new_tokens: int, group_size: int = 1) -> tuple[float, int]:
     started = time.perf_counter()
     with torch.inference_mode():
         output = model.generate(input_ids=input_ids, attention_mask=attention_mask, do_sample=True,
-                                max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=PAD_ID)
+                                max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=PAD_ID,
+                                num_return_sequences=group_size)
     if output.is_cuda:
         torch.cuda.synchronize()
     seconds = time.perf_counter() - started
@@ -83,26 +91,30 @@ async def benchmark(args: argparse.Namespace, model_dir: Path, run_dir: Path) ->
         engines[decoder] = build("engine", "torchgen", torchgen_plugin, config=config)
     place = next(iter(engines.values())).place
     baseline = place.load_causal_lm(str(model_dir))
-    prompts = addition_prompts(load_tokenizer(str(model_dir)), args.batch, args.seed)
-    input_ids, attention_mask = (place.to_device(tensor) for tensor in left_padded(prompts))
+    distinct = addition_prompts(load_tokenizer(str(model_dir)), args.batch // args.group_size, args.seed)
+    prompts = [prompt for prompt in distinct for _ in range(args.group_size)]
+    input_ids, attention_mask = (place.to_device(tensor) for tensor in left_padded(distinct))
+    generate = functools.partial(time_hf_generate, baseline, input_ids, attention_mask, args.new_tokens,
+                                 args.group_size)
     params = SamplingParams(temperature=1.0, max_new_tokens=args.new_tokens)
     torch.manual_seed(args.seed)
 
     for engine in engines.values():  # warm-up
         await time_engine(engine, prompts, params)
-    time_hf_generate(baseline, input_ids, attention_mask, args.new_tokens)
+    generate()
     runs: dict[str, list[tuple[float, int]]] = {f"torchgen {name}": [] for name in engines} | {"HF generate": []}
     for _ in range(args.repeats):  # alternate, so drifting machine load hits all alike
         for name, engine in engines.items():
             runs[f"torchgen {name}"].append(await time_engine(engine, prompts, params))
-        runs["HF generate"].append(time_hf_generate(baseline, input_ids, attention_mask, args.new_tokens))
+        runs["HF generate"].append(generate())
     for engine in engines.values():
         await engine.shutdown()
 
     print(f"device {place.device} ({torch.cuda.get_device_name(place.device) if place.is_cuda else 'CPU'}), "
           f"precision {place.precision}")
-    print(f"{args.model_size} model: {sum(p.numel() for p in baseline.parameters())} parameters; batch {args.batch}, "
-          f"{args.new_tokens} new tokens, torch threads {torch.get_num_threads()}, median of {args.repeats}")
+    print(f"{args.model_size} model: {sum(p.numel() for p in baseline.parameters())} parameters; batch {args.batch} "
+          f"({len(distinct)} prompts x {args.group_size} samples), {args.new_tokens} new tokens, "
+          f"torch threads {torch.get_num_threads()}, median of {args.repeats}")
     rates = {}
     for name, timed in runs.items():
         seconds = statistics.median(s for s, _ in timed)
@@ -121,6 +133,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=256, help="concurrent requests / batch rows")
     parser.add_argument("--new-tokens", type=int, default=16, help="tokens generated per request")
+    parser.add_argument("--group-size", type=int, default=1,
+                        help="samples per distinct prompt (a GRPO group; must divide --batch)")
     parser.add_argument("--repeats", type=int, default=5, help="timed repetitions (the median is reported)")
     parser.add_argument("--model-size", choices=sorted(MODEL_SIZES), default="tiny",
                         help="tiny: the quickstart's model; 20m: 21M parameters, built from a config")
@@ -132,6 +146,8 @@ def main() -> None:
     parser.add_argument("--precision", choices=["fp32", "bf16", "bf16-autocast"], default="fp32",
                         help="the engine's --precision")
     args = parser.parse_args()
+    if args.group_size < 1 or args.batch % args.group_size:
+        parser.error(f"--group-size {args.group_size} must be >= 1 and divide --batch {args.batch}")
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="bench-torchgen-") as tmp:
         size = MODEL_SIZES[args.model_size]

@@ -88,6 +88,8 @@ def benchmarks() -> list[Bench]:
     return [
         Bench("torchgen", "bench_torchgen.py", lambda a: ["--batch", "256", "--new-tokens", "16", "--repeats", "3"],
               minutes=1.0),
+        Bench("torchgen_groups", "bench_torchgen.py",
+              lambda a: ["--batch", "256", "--new-tokens", "16", "--group-size", "8", "--repeats", "3"], minutes=0.5),
         # raw_grpo_loop.py sets 2 torch threads; plasmid train takes torch's default, from OMP_NUM_THREADS
         Bench("quickstart", "bench_quickstart.py", lambda a: ["--seeds", "0", "1", "2"],
               env={"OMP_NUM_THREADS": "2"}, minutes=1.5),

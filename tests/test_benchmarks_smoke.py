@@ -1,6 +1,6 @@
-"""Cheap checks of benchmarks/run.py and benchmarks/bench_vs_trl.py: argument checks, the summary
-arithmetic on a made-up curve, skip/fail reporting. Nothing is timed and no benchmark runs here
-(benchmarks measure; tests assert)."""
+"""Cheap checks of benchmarks/run.py, bench_vs_trl.py and bench_torchgen.py: argument checks, the
+summary arithmetic on a made-up curve, skip/fail reporting, bench_torchgen's plumbing at a toy size.
+No timing is asserted here (benchmarks measure; tests assert)."""
 
 from __future__ import annotations
 
@@ -140,3 +140,17 @@ def test_scripts_answer_help_without_pytest(script):
     done = subprocess.run([sys.executable, "-c", code, str(BENCHMARKS / script)], capture_output=True, text=True,
                           timeout=120, cwd=BENCHMARKS)
     assert done.returncode == 0 and "usage:" in done.stdout, done.stderr[-2000:]
+
+
+def test_bench_torchgen_runs_rl_shaped_groups_at_a_toy_size():
+    """``--group-size``: the engine gets every sample's request, ``generate`` the distinct prompts with
+    ``num_return_sequences``; both answer the whole batch (the tokens/s figures count the tokens made)."""
+    command = [sys.executable, str(BENCHMARKS / "bench_torchgen.py"), "--batch", "8", "--new-tokens", "3",
+               "--group-size", "4", "--repeats", "1", "--decoders", "lean", "--device", "cpu"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=BENCHMARKS)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "batch 8 (2 prompts x 4 samples), 3 new tokens" in done.stdout
+    assert "ratio lean:" in done.stdout and "mean batch size 8.0" not in done.stdout  # the prefill ran 2 rows
+    refused = subprocess.run([*command[:2], "--batch", "8", "--group-size", "3"], capture_output=True, text=True,
+                             timeout=120, cwd=BENCHMARKS)
+    assert refused.returncode == 2 and "--group-size 3 must be >= 1 and divide --batch 8" in refused.stderr
