@@ -100,9 +100,9 @@ class Decoder:
 
         Requests with the same prompt (a GRPO group's samples, sent together) share one row of
         the pass: the row's last logits and its KV cache are copied to each of them before
-        sampling, so a group of ``n`` costs one prompt's prefill, not ``n``. A shared row is
-        computed as that prompt alone would be in the same pass, so each request's tokens and
-        log-probs are what an unshared prefill gives (the tests compare them)."""
+        sampling, so a group of ``n`` costs one prompt's prefill, not ``n``. Each request's
+        log-probs equal an unshared prefill's up to float rounding (a pass of fewer rows may round
+        its matrix products differently; the tests compare them within 1e-5)."""
         prompts, rows = distinct_prompts([r.prompt_ids for r in requests])
         width = max(len(prompt) for prompt in prompts)
         input_ids = torch.tensor([[self.pad_token_id] * (width - len(p)) + p for p in prompts])
