@@ -23,7 +23,10 @@ torch's fused kernel on the CPU: its arithmetic rounds differently from the for-
 which moved the weights by float rounding; over both runs every token and reward stayed equal, and
 the train metrics moved by at most ~5e-7 relative (``train/grad_norm``, ``train/entropy``, the
 log-prob gap; PPO's values and ``train/explained_variance`` 2e-5; ``train/advantage_mean``, which
-is zero up to rounding, by ~1e-9 absolute).
+is zero up to rounding, by ~1e-9 absolute). And a third time when torchtrain began sharing a
+group's prompt pass (``plasmid_torchtrain.batching``: the distinct prompts, then the responses on
+their KV cache): again every token and reward stayed equal, the train metrics moved by float
+rounding (<= ~3e-7 relative), and the train/rollout log-prob gap stayed ~1e-7.
 To re-record: ``python tests/test_golden_metrics.py``.
 """
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import os
 from pathlib import Path
@@ -59,3 +60,11 @@ def load_causal_lm(path: str, dtype: str = "float32") -> Any:
     directory = _check_model_dir(path)
     model = transformers.AutoModelForCausalLM.from_pretrained(str(directory), dtype=getattr(torch, dtype))
     return model.eval()
+
+
+def cache_argument(model: Any) -> str:
+    """The keyword of ``model.forward`` that takes a KV cache: ``cache`` where its signature lists
+    it (transformers renamed ``past_key_values``), else ``past_key_values``. A peft model is asked
+    about the model it wraps (its own forward passes keywords through)."""
+    target = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    return "cache" if "cache" in inspect.signature(target.forward).parameters else "past_key_values"

@@ -20,7 +20,7 @@ VOCAB = 16
 
 @pytest.fixture
 def make_trainer(model_dir, tmp_path):
-    def factory(*, reuse: bool = True, **options):
+    def factory(*, reuse: bool = True, share_prompts: bool = False, **options):
         options = {"lr": 1e-2, "model": str(model_dir), "run_dir": tmp_path / "run", "micro_batch_size": 3,
                    **options}
         config = testing.make_config(plasmid_torchtrain.plugin, plasmid_grpo.plugin, **options)
@@ -28,6 +28,8 @@ def make_trainer(model_dir, tmp_path):
         trainer = testing.build("trainer", "torchtrain", plasmid_torchtrain.plugin, config=config, args=(loss,))
         if not reuse:   # the separate no-grad pass, as before
             trainer.recipe.parts = replace(trainer.recipe.parts, fills_old_logprobs=False)
+        # a pass is one forward call, or two where a micro-batch's samples share a prompt
+        trainer.share_prompts = share_prompts
         trainer.forwards = 0
 
         def count(module, args, kwargs):
@@ -61,13 +63,16 @@ def train(trainer, steps: int = 3) -> list[dict[str, float]]:
     return out
 
 
-def test_on_policy_steps_reuse_the_update_forward_with_identical_metrics_and_weights(make_trainer):
-    reusing, separate = make_trainer(), make_trainer(reuse=False)
+@pytest.mark.parametrize("share_prompts", [False, True], ids=["one-pass", "shared-prompts"])
+def test_on_policy_steps_reuse_the_update_forward_with_identical_metrics_and_weights(make_trainer, share_prompts):
+    reusing, separate = make_trainer(share_prompts=share_prompts), make_trainer(reuse=False, share_prompts=share_prompts)
     assert reusing.recipe.reuses_update_forward(1) and not separate.recipe.reuses_update_forward(1)
     got, want = train(reusing), train(separate)
-    # 8 samples in micro-batches of 3: 3 forward passes per update, 3 more for a separate old pass
-    assert [m.pop("forwards") for m in got] == [3, 3, 3]
-    assert [m.pop("forwards") for m in want] == [6, 6, 6]
+    # 8 samples (2 prompts x 4) in micro-batches of 3: 3 passes per update, 3 more for a separate
+    # old pass; with shared prompts each micro-batch has two samples of one prompt: 2 calls a pass
+    calls = 2 if share_prompts else 1
+    assert [m.pop("forwards") for m in got] == [3 * calls] * 3
+    assert [m.pop("forwards") for m in want] == [6 * calls] * 3
     assert got == want
     assert "train/mismatch_kl" in got[0] and got[0]["train/logprob_abs_diff_mean"] > 0
     assert got[0]["train/ppo_kl"] == 0.0 and got[0]["train/clip_frac"] == 0.0

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from plasmid_torch.device import Placement
+from plasmid_torch.hf import cache_argument
 from plasmid_torch.ops import logprobs_from_logits
 from plasmid_torchgen import kv_cache
 from plasmid_torchgen.batch import DecodeBatch, Request
@@ -60,8 +61,7 @@ class Decoder:
         self.stats = EngineStats()
         self.pad_token_id = 0  # any id: padded columns are masked out
         parameters = inspect.signature(model.forward).parameters
-        # transformers renamed ``past_key_values`` to ``cache``; pass whichever this version takes.
-        self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
+        self._cache_argument = cache_argument(model)
         self._last_logits_only = {"logits_to_keep": 1} if "logits_to_keep" in parameters else {}
         #: MoE routing capture (``--return-routed-experts``, set by the engine); ``None``: off
         self.routing: RoutingCapture | None = None

@@ -126,6 +126,10 @@ class TorchTrainer(StepCounters):
             self.dp.broadcast(lora.adapter_parameters(self.model).values())     # every rank starts from rank 0's
         if own.gradient_checkpointing:
             enable_gradient_checkpointing(self.model)
+        #: whether samples with one prompt share its forward pass (:func:`batching.response_logprobs`):
+        #: not across data-parallel ranks (they must make the same forward calls), not with
+        #: gradient checkpointing (the model then keeps no KV cache while training)
+        self.share_prompts = not self.dp.enabled and not own.gradient_checkpointing
         self.ref_model: Any = None
         if loss.needs_ref:      # with LoRA: the same model, adapters disabled (no second copy)
             self.ref_model = (lora.AdaptersDisabled(self.model) if self.lora
@@ -358,7 +362,7 @@ class TorchTrainer(StepCounters):
                 with lora.dropout_active(self.model) if self.lora else contextlib.nullcontext():
                     logprobs, entropy = batching.response_logprobs(self.model, chunk_rows.rows(micro),
                                                                    self.temperature, with_entropy=True,
-                                                                   place=self.place)
+                                                                   place=self.place, share_prompts=self.share_prompts)
                 micro_batch = chunk_batch.select(micro)
                 if old_logprobs_out is not None and micro_batch.old_logprobs is None:
                     micro_batch.old_logprobs = logprobs.detach()
@@ -417,7 +421,8 @@ class TorchTrainer(StepCounters):
                 if not len(rows):       # FSDP2: a forward pass every rank runs; its result is dropped
                     batching.response_logprobs(model, padded.rows(torch.tensor([0])), temperature, place=self.place)
                     continue
-                values, _ = batching.response_logprobs(model, padded.rows(rows), temperature, place=self.place)
+                values, _ = batching.response_logprobs(model, padded.rows(rows), temperature, place=self.place,
+                                                       share_prompts=self.share_prompts)
                 parts.append(values)
         return self.dp.gather_rows(torch.cat(parts), padded.size) if sharded else torch.cat(parts)
 
