@@ -65,7 +65,8 @@ def train(trainer, steps: int = 3) -> list[dict[str, float]]:
 
 @pytest.mark.parametrize("share_prompts", [False, True], ids=["one-pass", "shared-prompts"])
 def test_on_policy_steps_reuse_the_update_forward_with_identical_metrics_and_weights(make_trainer, share_prompts):
-    reusing, separate = make_trainer(share_prompts=share_prompts), make_trainer(reuse=False, share_prompts=share_prompts)
+    reusing = make_trainer(share_prompts=share_prompts)
+    separate = make_trainer(reuse=False, share_prompts=share_prompts)
     assert reusing.recipe.reuses_update_forward(1) and not separate.recipe.reuses_update_forward(1)
     got, want = train(reusing), train(separate)
     # 8 samples (2 prompts x 4) in micro-batches of 3: 3 passes per update, 3 more for a separate
