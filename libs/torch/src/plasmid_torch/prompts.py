@@ -1,8 +1,11 @@
 """From a data row's prompt to token ids: plain text, or chat messages through the chat template
-(shared by the data sources that read prompt files: jsonl, hf)."""
+(shared by the data sources that read prompt files: jsonl, hf); and which prompts of a batch are
+the same (:func:`shared_prompts`: torchgen's prefill and torchtrain's forward pass each run a
+group's prompt once)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from plasmid.errors import UsageError
@@ -53,3 +56,17 @@ class PromptEncoder:
 
 def _is_message(message: Any) -> bool:
     return isinstance(message, dict) and all(isinstance(message.get(key), str) for key in ("role", "content"))
+
+
+def shared_prompts(prompts: Sequence[Sequence[int]]) -> tuple[list[int], list[int]] | None:
+    """``(first, group)`` when some of ``prompts`` are equal, else ``None``: ``first[u]`` is the
+    index of distinct prompt ``u``'s first occurrence (distinct prompts in order of first
+    appearance), ``group[i]`` the distinct prompt of ``prompts[i]``."""
+    index: dict[tuple[int, ...], int] = {}
+    group = [index.setdefault(tuple(prompt), len(index)) for prompt in prompts]
+    if len(index) == len(group):
+        return None
+    first = [0] * len(index)
+    for position in reversed(range(len(group))):
+        first[group[position]] = position
+    return first, group

@@ -26,6 +26,7 @@ import torch
 from plasmid_torch.device import Placement
 from plasmid_torch.hf import cache_argument
 from plasmid_torch.ops import logprobs_from_logits
+from plasmid_torch.prompts import shared_prompts
 from plasmid_torchgen import kv_cache
 from plasmid_torchgen.batch import DecodeBatch, Request
 from plasmid_torchgen.lean import LeanStep, unsupported_reason
@@ -103,7 +104,10 @@ class Decoder:
         sampling, so a group of ``n`` costs one prompt's prefill, not ``n``. Each request's
         log-probs equal an unshared prefill's up to float rounding (a pass of fewer rows may round
         its matrix products differently; the tests compare them within 1e-5)."""
-        prompts, rows = distinct_prompts([r.prompt_ids for r in requests])
+        prompts, rows = [r.prompt_ids for r in requests], None
+        shared = shared_prompts(prompts)
+        if shared is not None:  # one row per distinct prompt; ``rows`` maps each request to its row
+            prompts, rows = [prompts[first] for first in shared[0]], shared[1]
         width = max(len(prompt) for prompt in prompts)
         input_ids = torch.tensor([[self.pad_token_id] * (width - len(p)) + p for p in prompts])
         attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
@@ -204,13 +208,3 @@ class Decoder:
         self.stats.generated_tokens += len(batch)
         finished = batch.record(tokens, logprobs)
         return (batch if len(batch) else None), finished
-
-
-def distinct_prompts(prompts: list[list[int]]) -> tuple[list[list[int]], list[int] | None]:
-    """The distinct prompts, in order of first appearance, and each prompt's index among them
-    (``None`` when every prompt is distinct: nothing to share)."""
-    first: dict[tuple[int, ...], int] = {}
-    rows = [first.setdefault(tuple(prompt), len(first)) for prompt in prompts]
-    if len(first) == len(prompts):
-        return prompts, None
-    return [list(prompt) for prompt in first], rows

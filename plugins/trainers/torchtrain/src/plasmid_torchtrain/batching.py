@@ -27,6 +27,7 @@ from plasmid.types import Sample
 from plasmid_torch import ops
 from plasmid_torch.device import Placement
 from plasmid_torch.hf import cache_argument
+from plasmid_torch.prompts import shared_prompts
 from plasmid_torch.training import check_samples, pad_rows, response_mask
 
 
@@ -57,17 +58,10 @@ class PaddedBatch:
     def prompt_groups(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(first, group)``: for each distinct prompt the row of its first sample (``[U]`` int64,
         in row order), and each row's index among the distinct prompts (``[B]`` int64); ``None``
-        when no two samples share a prompt."""
-        width = int(self.prompt_lengths.max())
-        in_prompt = torch.arange(width).unsqueeze(0) < self.prompt_lengths.unsqueeze(1)
-        prompts = torch.where(in_prompt, self.input_ids[:, :width], -1)     # -1: past the prompt's end
-        distinct, group = torch.unique(prompts, dim=0, return_inverse=True)
-        if len(distinct) == self.size:
-            return None
-        rows = torch.arange(self.size)
-        first = torch.full((len(distinct),), self.size, dtype=torch.long).scatter_reduce(0, group, rows, "amin")
-        order = first.argsort()                          # distinct prompts in order of first appearance
-        return first[order], order.argsort()[group]
+        when no two samples share a prompt (:func:`plasmid_torch.prompts.shared_prompts`)."""
+        ids = self.input_ids.tolist()
+        shared = shared_prompts([row[:length] for row, length in zip(ids, self.prompt_lengths.tolist(), strict=True)])
+        return None if shared is None else (torch.tensor(shared[0]), torch.tensor(shared[1]))
 
     def rows(self, index: torch.Tensor) -> PaddedBatch:
         """The samples ``index`` (``[b]`` int64), with padding columns none of them uses trimmed;
