@@ -76,3 +76,29 @@ def test_bf16_autocast_keeps_float32_weights_and_decodes_in_bfloat16(model_dir, 
         assert len(scored) == 2 and seen and set(seen) == {torch.bfloat16}
     finally:
         run(engine.shutdown())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: a device machine runs it")
+def test_a_gpu_engine_samples_on_the_gpu_and_brings_back_only_tokens(model_dir, tmp_path, monkeypatch):
+    import plasmid_torchgen.decoder as decoder_module
+
+    engine = make_engine(model_dir, tmp_path, device="cuda")
+    seen = []
+    sample = decoder_module.sample_tokens
+
+    def spy(logits, sampling, shared_generator):
+        tokens, logprobs = sample(logits, sampling, shared_generator)
+        seen.append((logits.device.type, shared_generator.device.type, tokens.device.type))
+        return tokens, logprobs
+
+    monkeypatch.setattr(decoder_module, "sample_tokens", spy)
+    try:
+        mixed = [SamplingParams(temperature=1.0, max_new_tokens=5), SamplingParams(temperature=0.0, max_new_tokens=5),
+                 SamplingParams(temperature=0.8, top_p=0.9, top_k=4, max_new_tokens=5, seed=3)]
+        outputs = run(engine.generate_many([[BOS_ID, 4, 5]] * 3, mixed))
+        again = run(engine.generate([BOS_ID, 4, 5], mixed[2]))
+        assert seen and set(seen) == {("cuda", "cuda", "cuda")}
+        assert all(len(o.token_ids) == 5 and all(v <= 0 for v in o.logprobs) for o in outputs)
+        assert again.token_ids == outputs[2].token_ids  # a seeded row draws alike whatever shares its batch
+    finally:
+        run(engine.shutdown())

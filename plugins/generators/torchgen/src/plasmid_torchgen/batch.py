@@ -37,8 +37,10 @@ class Request:
     status: Status = Status.PENDING
 
     @classmethod
-    def create(cls, prompt_ids: list[int], params: SamplingParams, future: asyncio.Future) -> Request:
-        generator = None if params.seed is None else torch.Generator().manual_seed(params.seed)
+    def create(cls, prompt_ids: list[int], params: SamplingParams, future: asyncio.Future,
+               device: torch.device | str = "cpu") -> Request:
+        """A request; with a ``params.seed``, its own generator on ``device`` (where the engine samples)."""
+        generator = None if params.seed is None else torch.Generator(device=device).manual_seed(params.seed)
         return cls(list(prompt_ids), params, future, generator, frozenset(params.stop_token_ids))
 
     @property

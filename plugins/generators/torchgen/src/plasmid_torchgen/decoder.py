@@ -5,9 +5,9 @@ Everything here runs on the engine's single worker thread (see :mod:`.engine`), 
 
 On a GPU (``--device``): the model and the KV cache live there (the cache in the compute dtype:
 bfloat16 with ``--precision bf16`` or ``bf16-autocast``); each forward pass moves its ids, mask
-and positions there and brings back only the ``[rows, vocab]`` logits of the last column, which
-are sampled on the CPU with the rows' CPU generators (so a seeded row draws the same tokens on
-every device). CUDA graphs for decoding are not used.
+and positions there, and the ``[rows, vocab]`` logits of the last column are sampled there too
+(with generators on the GPU, see :mod:`.sampling`): only each row's token and log-prob come back.
+CUDA graphs for decoding are not used.
 
 Decoding steps (``--torchgen-decoder``): ``lean`` runs :class:`plasmid_torchgen.lean.LeanStep`
 over a :class:`plasmid_torchgen.kv_cache.StaticKV` (prefills still run the Hugging Face forward,
@@ -178,7 +178,8 @@ class Decoder:
 
     def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor,
                  cache: kv_cache.DynamicCache) -> torch.Tensor:
-        """``[rows, vocab]`` logits of the last input column; appends the inputs to ``cache``."""
+        """``[rows, vocab]`` logits of the last input column, on the model's device; appends the inputs
+        to ``cache``."""
         place = self.place
         with place.autocast():
             output = self.model(input_ids=place.to_device(input_ids), attention_mask=place.to_device(attention_mask),
@@ -186,8 +187,7 @@ class Decoder:
                                 **{self._cache_argument: cache}, **self._last_logits_only)
         self.stats.forward_rows += len(input_ids)
         self.stats.max_batch_size = max(self.stats.max_batch_size, len(input_ids))
-        logits = output.logits[:, -1]
-        return logits if logits.device.type == "cpu" else logits.float().cpu()
+        return output.logits[:, -1]
 
     def _lean_step(self, batch: DecodeBatch, attention_mask: torch.Tensor) -> torch.Tensor:
         """:meth:`_forward` of one decoding step by :class:`LeanStep` (same logits, same counters)."""
@@ -201,10 +201,12 @@ class Decoder:
                                 place.to_device(attention_mask), cache)
         self.stats.forward_rows += len(batch)
         self.stats.max_batch_size = max(self.stats.max_batch_size, len(batch))
-        return logits if logits.device.type == "cpu" else logits.float().cpu()
+        return logits
 
     def _sample(self, batch: DecodeBatch, logits: torch.Tensor) -> tuple[DecodeBatch | None, list[Request]]:
         tokens, logprobs = sample_tokens(logits, batch.sampling, self.shared_generator)
+        if tokens.device.type != "cpu":  # the rows' tokens and log-probs only, never the logits
+            tokens, logprobs = tokens.cpu(), logprobs.cpu()
         self.stats.generated_tokens += len(batch)
         finished = batch.record(tokens, logprobs)
         return (batch if len(batch) else None), finished

@@ -87,7 +87,7 @@ class TorchEngine:
         options = TorchgenOptions.of(config)
         self.max_batch_size = options.torchgen_max_batch_size
         self._stats = EngineStats()
-        shared_generator = torch.Generator().manual_seed(general.seed)
+        shared_generator = torch.Generator(device=self.place.device).manual_seed(general.seed)
         self._decoder = Decoder(self.model, shared_generator, self.place, options.torchgen_decoder)
         #: the decoding step that runs (``--torchgen-decoder``; ``hf`` for a model ``lean`` does not support)
         self.decoder = self._decoder.decoder
@@ -166,7 +166,7 @@ class TorchEngine:
                 raise ValueError("torchgen generate: prompt_ids is empty; a response needs at least one prompt token "
                                  "(tokenizers of plasmid models prepend <bos>)")
         loop = self._bind()
-        requests = [Request.create(prompt_ids, call_params, loop.create_future())
+        requests = [Request.create(prompt_ids, call_params, loop.create_future(), self.place.device)
                     for prompt_ids, call_params in zip(prompts, params, strict=True)]
         self._waiting.extend(requests)
         self._wakeup.set()
