@@ -26,7 +26,12 @@ log-prob gap; PPO's values and ``train/explained_variance`` 2e-5; ``train/advant
 is zero up to rounding, by ~1e-9 absolute). And a third time when torchtrain began sharing a
 group's prompt pass (``plasmid_torchtrain.batching``: the distinct prompts, then the responses on
 their KV cache): again every token and reward stayed equal, the train metrics moved by float
-rounding (<= ~3e-7 relative), and the train/rollout log-prob gap stayed ~1e-7.
+rounding (<= ~3e-7 relative), and the train/rollout log-prob gap stayed ~1e-7. The PPO run was
+re-recorded a fourth time when the critic began sharing a group's prompt pass too (session 11):
+the GRPO run did not move; in the PPO run every token, reward and length stayed equal, the critic's
+values and the losses moved by float rounding (values <= 2e-7 relative, ``train/critic_grad_norm``
+7.5e-7; the near-zero ``train/loss``, ``train/pg_loss`` and ``train/advantage_mean`` by <= 2.4e-8
+absolute), and the log-prob gap (~1e-7) by <= 3.2e-8 absolute.
 To re-record: ``python tests/test_golden_metrics.py``.
 """
 

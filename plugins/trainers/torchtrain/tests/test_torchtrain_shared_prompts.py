@@ -1,6 +1,7 @@
-"""Samples that share a prompt share its forward pass (``response_logprobs(share_prompts=True)``):
-the same log-probs, entropy and gradients as one pass over the whole sequences, to float rounding,
-from a prompt pass over the distinct prompts and a response pass on their copied KV cache."""
+"""Samples that share a prompt share its forward pass (``response_logprobs(share_prompts=True)``,
+and the critic's ``response_values``): the same log-probs, entropy, values and gradients as one
+pass over the whole sequences, to float rounding, from a prompt pass over the distinct prompts and
+a response pass on their copied KV cache."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import random
 
 import pytest
 import torch
-from plasmid_torchtrain import batching
+from plasmid_torchtrain import batching, critic
 
 from plasmid.types import Sample
 from plasmid_torch.hf import load_causal_lm
@@ -86,3 +87,33 @@ def test_a_model_without_a_config_takes_one_pass():
             return self.inner(**kwargs)
 
     assert not batching._full_attention(Wrapper(None))
+
+
+def test_the_critic_shares_prompt_passes_with_the_same_values_and_gradients(model):
+    torch.manual_seed(0)
+    value_model = critic.ValueModel(model.base_model, model.config.hidden_size)
+    torch.nn.init.normal_(value_model.value_head.weight, std=0.01)     # a zero head gives the backbone no gradient
+    padded = batching.pad_samples(grouped_samples(model.config.vocab_size, seed=2), pad_id=0)
+    rows_seen = []
+    hook = model.base_model.register_forward_pre_hook(
+        lambda module, args, kwargs: rows_seen.append(kwargs["input_ids"].shape), with_kwargs=True)
+
+    def values_and_grads(share):
+        value_model.zero_grad()
+        values = critic.response_values(value_model, padded, share_prompts=share)
+        (values * torch.linspace(1, 2, values.shape[1])).sum().backward()
+        return values.detach(), {name: p.grad.clone() for name, p in value_model.named_parameters()
+                                 if p.grad is not None}
+
+    try:
+        shared = values_and_grads(True)
+        assert rows_seen == [torch.Size([3, 7]), torch.Size([9, 3])]   # distinct prompts, then responses
+        one = values_and_grads(False)
+        assert rows_seen[2:] == [padded.input_ids.shape]
+    finally:
+        hook.remove()
+    assert bool((shared[0][~padded.in_response] == 0).all()) and bool((shared[0][padded.in_response] != 0).all())
+    torch.testing.assert_close(shared[0], one[0], rtol=0, atol=1e-5)
+    assert shared[1].keys() == one[1].keys() and "value_head.weight" in one[1] and len(one[1]) > 10
+    for name, grad in one[1].items():
+        torch.testing.assert_close(shared[1][name], grad, rtol=1e-4, atol=1e-5, msg=name)

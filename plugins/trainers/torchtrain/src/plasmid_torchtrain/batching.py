@@ -5,19 +5,19 @@ generated it (positions ``0 .. len - 1``) and the log-probs equal the engine's t
 Response tensors are ``[B, T]`` with ``T`` the longest response; position ``t`` of sample ``i``
 is its ``t``-th response token.
 
-Samples that share a prompt (a GRPO group) share its forward pass (:func:`response_logprobs`
-with ``share_prompts``): the distinct prompts run once, with a KV cache, and the responses run
-after them on that cache copied to each sample's row. Autograd sums each prompt's gradient over
-its samples, so the log-probs and the gradients are those of one pass over the whole sequences,
-to float rounding (the tests compare both), for a fraction of the tokens: on the quickstart
-(prompts of 5-8 tokens, responses of 2, 8 samples a prompt) the forward and backward take half
-the time.
+Samples that share a prompt (a GRPO group) share its forward pass (:func:`response_outputs`
+with ``share_prompts``; the policy's log-probs and the critic's values both go through it): the
+distinct prompts run once, with a KV cache, and the responses run after them on that cache copied
+to each sample's row. Autograd sums each prompt's gradient over its samples, so the outputs and
+the gradients are those of one pass over the whole sequences, to float rounding (the tests compare
+both), for a fraction of the tokens: on the quickstart (prompts of 5-8 tokens, responses of 2, 8
+samples a prompt) the policy's forward and backward take half the time, the PPO critic's a third.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,28 +96,15 @@ def response_logprobs(model: Any, batch: PaddedBatch, temperature: float, *, wit
     normalised (``plasmid_torch.ops``, in float32, as the engines do). With ``place`` (the
     trainer's :class:`plasmid_torch.device.Placement`) the ids go to its device and the forward
     pass runs under its autocast; the results come back to the CPU (differentiably), where the
-    losses' batch tensors are. Without it: the CPU, no autocast.
-
-    ``share_prompts``: samples with the same prompt share its forward pass (see the module docs)
-    when some do. The caller allows it only where two forward calls per micro-batch are fine
-    (not under data parallelism, whose ranks must make the same calls) and the model keeps a KV
-    cache while training (not with gradient checkpointing); models with sliding-window or other
-    non-full attention layers always take one pass.
+    losses' batch tensors are. Without it: the CPU, no autocast. ``share_prompts``: as
+    :func:`response_outputs`.
 
     :returns: ``([B, T] float32 log-probs, [B, T] float32 entropy or None)`` on the CPU, zero
         beyond each response.
     """
-    in_response = batch.in_response
-    autocast: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
-    if place is not None:
-        in_response = place.to_device(in_response)
-        autocast = place.autocast()
-    groups = batch.prompt_groups() if share_prompts and _full_attention(model) else None
-    with autocast:
-        if groups is None:
-            picked, targets = _one_pass(model, batch, place)
-        else:
-            picked, targets = _shared_prompt_passes(model, batch, groups, place)
+    in_response = batch.in_response if place is None else place.to_device(batch.in_response)
+    with contextlib.nullcontext() if place is None else place.autocast():
+        picked, targets = response_outputs(model, batch, _logits, place=place, share_prompts=share_prompts)
     logprobs = ops.logprobs_from_logits(picked, targets, temperature)
     zero = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
     logprobs = torch.where(in_response, logprobs, zero)
@@ -127,23 +114,52 @@ def response_logprobs(model: Any, batch: PaddedBatch, temperature: float, *, wit
     return logprobs.cpu(), entropy
 
 
-def _one_pass(model: Any, batch: PaddedBatch, place: Placement | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``([B, T, V] logits predicting each response token, [B, T] those tokens)`` from one forward
-    pass over the whole sequences."""
+def response_outputs(model: Any, batch: PaddedBatch, read: Callable[[Any], torch.Tensor], *,
+                     place: Placement | None = None, share_prompts: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """What ``model`` outputs at the position that predicts each response token.
+
+    :param model: a Hugging Face model (causal LM, base model or peft model) taking ``input_ids``,
+        ``attention_mask``, ``position_ids`` and a KV cache; called under the caller's grad mode
+        and autocast.
+    :param read: ``model``'s output object -> ``[rows, columns, X]`` per-position outputs (the
+        logits; the critic's values of the last hidden states).
+    :param place: as :func:`response_logprobs` (inputs go to its device; the results stay there).
+    :param share_prompts: samples with the same prompt share its forward pass (see the module
+        docs) when some do. The caller allows it only where two forward calls per micro-batch are
+        fine (not under data parallelism, whose ranks must make the same calls) and the model
+        keeps a KV cache while training (not with gradient checkpointing); models with
+        sliding-window or other non-full attention layers always take one pass.
+    :returns: ``([B, T, X] outputs, [B, T] response token ids)``; entries beyond a response are
+        those of some real position (mask them).
+    """
+    groups = batch.prompt_groups() if share_prompts and _full_attention(model) else None
+    if groups is None:
+        return _one_pass(model, read, batch, place)
+    return _shared_prompt_passes(model, read, batch, groups, place)
+
+
+def _logits(output: Any) -> torch.Tensor:
+    return output.logits
+
+
+def _one_pass(model: Any, read: Callable[[Any], torch.Tensor], batch: PaddedBatch,
+              place: Placement | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`response_outputs` from one forward pass over the whole sequences."""
     input_ids, attention_mask, prompt_lengths = _on(place, batch.input_ids, batch.attention_mask, batch.prompt_lengths)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits               # [B, L, V]
+    outputs = read(model(input_ids=input_ids, attention_mask=attention_mask))                 # [B, L, X]
     length, width = input_ids.shape[1], batch.in_response.shape[1]
-    # the logit at position p predicts the token at p + 1: response token t sits at prompt + t
+    # the output at position p predicts the token at p + 1: response token t sits at prompt + t
     predicting = (prompt_lengths.unsqueeze(1) - 1 + torch.arange(width, device=input_ids.device)).clamp(
         max=length - 2)
-    picked = logits.gather(1, predicting.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))      # [B, T, V]
+    picked = outputs.gather(1, predicting.unsqueeze(-1).expand(-1, -1, outputs.shape[-1]))   # [B, T, X]
     return picked, input_ids.gather(1, predicting + 1)
 
 
-def _shared_prompt_passes(model: Any, batch: PaddedBatch, groups: tuple[torch.Tensor, torch.Tensor],
+def _shared_prompt_passes(model: Any, read: Callable[[Any], torch.Tensor], batch: PaddedBatch,
+                          groups: tuple[torch.Tensor, torch.Tensor],
                           place: Placement | None) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`_one_pass`'s result from two passes: the ``U`` distinct prompts (right-padded, with a
-    KV cache), whose last logits predict each sample's first response token, then every sample's
+    KV cache), whose last outputs predict each sample's first response token, then every sample's
     response tokens but the last on that cache, copied to the sample's row (differentiably), at
     the positions that follow its prompt. A prompt's padding columns stay masked out."""
     from transformers.cache_utils import DynamicCache
@@ -160,17 +176,17 @@ def _shared_prompt_passes(model: Any, batch: PaddedBatch, groups: tuple[torch.Te
         place, batch.input_ids[first, :width], prompt_mask, distinct_lengths - 1, group, responses)
     cache = DynamicCache(config=model.config)
     cached = {cache_argument(model): cache}
-    prompt_logits = model(input_ids=prompt_ids, attention_mask=prompt_mask_on, use_cache=True, **cached).logits
-    first_logits = prompt_logits[torch.arange(len(first), device=last.device), last][group_on]   # [B, V]
+    prompt_outputs = read(model(input_ids=prompt_ids, attention_mask=prompt_mask_on, use_cache=True, **cached))
+    first_outputs = prompt_outputs[torch.arange(len(first), device=last.device), last][group_on]   # [B, X]
     if responses_width == 1:
-        return first_logits.unsqueeze(1), responses
+        return first_outputs.unsqueeze(1), responses
     cache.batch_select_indices(group_on)
     fed = responses_width - 1                   # the last response token predicts nothing
     attention_mask, positions = _on(place, torch.cat([prompt_mask[group], batch.in_response[:, :fed].long()], 1),
                                     prompt_lengths.unsqueeze(1) + torch.arange(fed))
-    later = model(input_ids=responses[:, :fed], attention_mask=attention_mask, position_ids=positions,
-                  use_cache=True, **cached).logits                                     # [B, T - 1, V]
-    return torch.cat([first_logits.unsqueeze(1), later], 1), responses
+    later = read(model(input_ids=responses[:, :fed], attention_mask=attention_mask, position_ids=positions,
+                       use_cache=True, **cached))                                      # [B, T - 1, X]
+    return torch.cat([first_outputs.unsqueeze(1), later], 1), responses
 
 
 def _full_attention(model: Any) -> bool:

@@ -8,6 +8,7 @@ separate model with its own optimizer; it is never synced to the engines.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import torch
 
 from plasmid_torch.device import Placement
 from plasmid_torch.hf import load_causal_lm
-from plasmid_torchtrain.batching import PaddedBatch
+from plasmid_torchtrain.batching import PaddedBatch, response_outputs
 
 #: The critic's weights inside a torchtrain checkpoint directory.
 CRITIC_FILE = "critic.safetensors"
@@ -32,8 +33,11 @@ class ValueModel(torch.nn.Module):
         torch.nn.init.zeros_(self.value_head.bias)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state   # [B, L, H]
-        return self.value_head(hidden.float()).squeeze(-1)
+        return self.values_of(self.backbone(input_ids=input_ids, attention_mask=attention_mask)).squeeze(-1)
+
+    def values_of(self, output: Any) -> torch.Tensor:
+        """The value head over a ``backbone`` output's last hidden states: ``[B, L, 1]`` (float32 input)."""
+        return self.value_head(output.last_hidden_state.float())
 
 
 def load_value_model(model_dir: str | Path, place: Placement | None = None) -> ValueModel:
@@ -49,24 +53,20 @@ def load_value_model(model_dir: str | Path, place: Placement | None = None) -> V
     return critic.eval().requires_grad_(True)
 
 
-def response_values(critic: ValueModel, batch: PaddedBatch, place: Placement | None = None) -> torch.Tensor:
+def response_values(critic: ValueModel, batch: PaddedBatch, place: Placement | None = None, *,
+                    share_prompts: bool = False) -> torch.Tensor:
     """The critic's value of the state before each response token: ``[B, T]`` float32 on the CPU,
     0 beyond each response. Runs under the caller's grad mode; with ``place`` the forward pass runs
-    on its device under its autocast (as :func:`plasmid_torchtrain.batching.response_logprobs`).
+    on its device under its autocast, and ``share_prompts`` lets samples with one prompt share its
+    pass, as the policy's (both: :func:`plasmid_torchtrain.batching.response_outputs`).
 
     Response token ``t`` is predicted at position ``prompt_length - 1 + t`` (as in
     :func:`plasmid_torchtrain.batching.response_logprobs`); its value is read there.
     """
-    if place is None:
-        values = critic(batch.input_ids, batch.attention_mask)                             # [B, L]
-    else:
-        with place.autocast():
-            values = critic(place.to_device(batch.input_ids), place.to_device(batch.attention_mask))
-        values = values.float().cpu()
-    length, width = batch.input_ids.shape[1], batch.in_response.shape[1]
-    positions = (batch.prompt_lengths.unsqueeze(1) - 1 + torch.arange(width)).clamp(max=length - 1)
-    picked = values.gather(1, positions)
-    return torch.where(batch.in_response, picked, torch.zeros((), dtype=picked.dtype))
+    with contextlib.nullcontext() if place is None else place.autocast():
+        picked, _ = response_outputs(critic.backbone, batch, critic.values_of, place=place, share_prompts=share_prompts)
+    values = picked.squeeze(-1).float().cpu()
+    return torch.where(batch.in_response, values, torch.zeros((), dtype=values.dtype))
 
 
 def save_critic(critic: ValueModel, directory: Path) -> None:

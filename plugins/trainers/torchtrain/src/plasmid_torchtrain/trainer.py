@@ -398,7 +398,8 @@ class TorchTrainer(StepCounters):
 
         def micro_losses() -> Iterator[tuple[torch.Tensor, dict[str, float]]]:
             for micro in self.dp.micro_batches(chunk_rows.size, self.options.micro_batch_size):
-                values = critic.response_values(self.critic, chunk_rows.rows(micro), self.place)
+                values = critic.response_values(self.critic, chunk_rows.rows(micro), self.place,
+                                                share_prompts=self.share_prompts)
                 yield self.loss.value_loss(chunk_batch.select(micro), values)
 
         def update(losses: Iterator[tuple[torch.Tensor, dict[str, float]]]) -> dict[str, float]:
@@ -431,7 +432,8 @@ class TorchTrainer(StepCounters):
         parts = [torch.zeros((0, padded.response_mask.shape[1]))]
         with torch.no_grad():
             for rows in self._row_chunks(padded.size, sharded):
-                parts.append(critic.response_values(self.critic, padded.rows(rows), self.place))
+                parts.append(critic.response_values(self.critic, padded.rows(rows), self.place,
+                                                    share_prompts=self.share_prompts))
         return self.dp.gather_rows(torch.cat(parts), padded.size) if sharded else torch.cat(parts)
 
     def _row_chunks(self, size: int, sharded: bool, *, equal: bool = False) -> Iterator[torch.Tensor]:
