@@ -32,11 +32,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import json
 import random
 import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import plasmid_torchgen.plugin as torchgen_plugin
 import torch
@@ -83,7 +85,9 @@ def time_hf_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tenso
     return seconds, (output.shape[1] - input_ids.shape[1]) * output.shape[0]
 
 
-async def benchmark(args: argparse.Namespace, model_dir: Path, run_dir: Path) -> None:
+async def benchmark(args: argparse.Namespace, model_dir: Path, run_dir: Path) -> dict[str, Any]:
+    """Time the engines and ``generate`` as the module docs say; print the table and return it
+    (``samples_per_second`` and ``tokens_per_second`` of each, ``ratio`` of each engine)."""
     engines = {}
     for decoder in args.decoders:
         config = make_config(torchgen_plugin, model=str(model_dir), run_dir=run_dir / decoder, seed=args.seed,
@@ -110,26 +114,34 @@ async def benchmark(args: argparse.Namespace, model_dir: Path, run_dir: Path) ->
     for engine in engines.values():
         await engine.shutdown()
 
-    print(f"device {place.device} ({torch.cuda.get_device_name(place.device) if place.is_cuda else 'CPU'}), "
-          f"precision {place.precision}")
-    print(f"{args.model_size} model: {sum(p.numel() for p in baseline.parameters())} parameters; batch {args.batch} "
+    device_name = torch.cuda.get_device_name(place.device) if place.is_cuda else "CPU"
+    parameters = sum(p.numel() for p in baseline.parameters())
+    print(f"device {place.device} ({device_name}), precision {place.precision}")
+    print(f"{args.model_size} model: {parameters} parameters; batch {args.batch} "
           f"({len(distinct)} prompts x {args.group_size} samples), {args.new_tokens} new tokens, "
           f"torch threads {torch.get_num_threads()}, median of {args.repeats}")
-    rates = {}
+    result: dict[str, Any] = {"device": device_name, "precision": str(place.precision), "model_size": args.model_size,
+                              "parameters": parameters, "batch": args.batch, "group_size": args.group_size,
+                              "new_tokens": args.new_tokens, "threads": torch.get_num_threads(), "runs": {}}
     for name, timed in runs.items():
         seconds = statistics.median(s for s, _ in timed)
         tokens = timed[0][1]
-        rates[name] = args.batch / seconds
+        result["runs"][name] = {"seconds": seconds, "samples_per_second": args.batch / seconds,
+                                "tokens_per_second": tokens / seconds}
         print(f"{name:>16}: {seconds * 1000:8.1f} ms  {args.batch / seconds:9.0f} samples/s  "
               f"{tokens / seconds:9.0f} tokens/s")
+    generate_rate = result["runs"]["HF generate"]["samples_per_second"]
     for name, engine in engines.items():
         stats = engine.stats()
-        print(f"{'ratio ' + name:>16}: {rates['torchgen ' + name] / rates['HF generate']:.2f} (engine / HF generate, "
+        ratio = result["runs"]["torchgen " + name]["samples_per_second"] / generate_rate
+        result["runs"]["torchgen " + name].update(ratio=ratio, decoder=engine.decoder)
+        print(f"{'ratio ' + name:>16}: {ratio:.2f} (engine / HF generate, "
               f"samples/s; decoding step that ran: {engine.decoder}; busy {stats['tokens_per_second']:.0f} tokens/s, "
               f"{stats['decode_steps']} decode steps, mean batch size {stats['mean_batch_size']:.1f})")
+    return result
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=256, help="concurrent requests / batch rows")
     parser.add_argument("--new-tokens", type=int, default=16, help="tokens generated per request")
@@ -145,15 +157,31 @@ def main() -> None:
                         help="the engines' --torchgen-decoder values to time (one engine each)")
     parser.add_argument("--precision", choices=["fp32", "bf16", "bf16-autocast"], default="fp32",
                         help="the engine's --precision")
-    args = parser.parse_args()
+    parser.add_argument("--json", type=Path, default=None, help="also write the results there")
+    return parser
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Build the ``--model-size`` model in a temporary directory and run :func:`benchmark` (what
+    ``main`` and ``gpu_check.py`` call). ``args``: :func:`parser`'s options."""
     if args.group_size < 1 or args.batch % args.group_size:
-        parser.error(f"--group-size {args.group_size} must be >= 1 and divide --batch {args.batch}")
+        raise ValueError(f"--group-size {args.group_size} must be >= 1 and divide --batch {args.batch}")
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="bench-torchgen-") as tmp:
         size = MODEL_SIZES[args.model_size]
         positions = max(64, 16 + args.new_tokens)       # prompts are at most 8 tokens
         model_dir = build_tiny_model(Path(tmp) / "model", seed=args.seed, max_positions=positions, **size)
-        asyncio.run(benchmark(args, model_dir, Path(tmp) / "run"))
+        return asyncio.run(benchmark(args, model_dir, Path(tmp) / "run"))
+
+
+def main() -> None:
+    options = parser()
+    args = options.parse_args()
+    if args.group_size < 1 or args.batch % args.group_size:
+        options.error(f"--group-size {args.group_size} must be >= 1 and divide --batch {args.batch}")
+    result = measure(args)
+    if args.json is not None:
+        args.json.write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

@@ -23,8 +23,13 @@ forward 2N plus forward and backward 6N, and ``6 N`` with LoRA, whose backward s
 gradients; N = parameters without the embedding), peak GPU memory, weight-sync seconds and the
 train/rollout log-prob mean absolute difference (``train/train_rollout_logprob_abs_diff``).
 
+Then it times the torchgen engine against ``model.generate`` (``bench_torchgen.py``'s measurement,
+the issue-19 target of 2x: batch 256 x 16 tokens on the quickstart's tiny model and on the 21M one,
+distinct prompts and groups of 8, fp32 and bf16) and records the ratios under
+``torchgen_vs_generate`` (``--no-torchgen-bench`` skips it).
+
 ``--device cpu --tiny`` runs the same loop on the CPU with the quickstart's tiny model (what the
-test suite runs, < 60 s); MFU is then not reported.
+test suite runs, < 60 s; the engine-vs-generate part at a toy size); MFU is then not reported.
 """
 
 from __future__ import annotations
@@ -176,6 +181,32 @@ async def one_run(args: argparse.Namespace, model_dir: Path, run_dir: Path, *, l
     return result
 
 
+def torchgen_vs_generate(args: argparse.Namespace) -> dict[str, Any]:
+    """``bench_torchgen.measure`` on each shape of the issue-19 target (a toy one with ``--tiny``):
+    ``{"<size> x<group> <precision>": {"lean": ratio, "hf": ratio, "generate_tokens_per_second": ...}}``."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_torchgen
+
+    if args.tiny:
+        shapes = [("tiny", 1, "fp32", 16, 4, 1)]
+    else:
+        shapes = [(size, group, precision, 256, 16, 5) for size in ("tiny", "20m") for group in (1, 8)
+                  for precision in ("fp32", "bf16")]
+    figures: dict[str, Any] = {}
+    for size, group, precision, batch, new_tokens, repeats in shapes:
+        options = bench_torchgen.parser().parse_args(
+            ["--model-size", size, "--group-size", str(group), "--precision", precision, "--batch", str(batch),
+             "--new-tokens", str(new_tokens), "--repeats", str(repeats), "--device", args.device,
+             "--threads", str(torch.get_num_threads())])
+        result = bench_torchgen.measure(options)
+        runs = result["runs"]
+        figures[f"{size} x{group} {precision}"] = {
+            "batch": batch, "new_tokens": new_tokens,
+            "generate_tokens_per_second": runs["HF generate"]["tokens_per_second"],
+            **{name.removeprefix("torchgen "): run["ratio"] for name, run in runs.items() if "ratio" in run}}
+    return figures
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
@@ -189,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--micro-batch-size", type=int, default=16)
     parser.add_argument("--peak-tflops", type=float, default=None, help="peak dense bf16 TFLOP/s of the GPU")
+    parser.add_argument("--no-torchgen-bench", dest="torchgen_bench", action="store_false",
+                        help="skip timing torchgen against model.generate")
     parser.add_argument("--out", type=Path, default=Path("gpu_check.json"))
     args = parser.parse_args(argv)
     if args.tiny:
@@ -221,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
                                      "sync_seconds", "train_rollout_logprob_abs_diff") if result.get(field) is not None)
                 print(f"{key}: {figures}" + (f"; BAD STEPS {result['bad_steps']}" if result["bad_steps"] else ""),
                       flush=True)
+    if args.torchgen_bench:
+        report["torchgen_vs_generate"] = torchgen_vs_generate(args)
     report["seconds"] = time.perf_counter() - started
     args.out.write_text(json.dumps(report, indent=2))
     print(f"wrote {args.out} ({report['seconds']:.0f} s)")

@@ -1,6 +1,7 @@
 """benchmarks/gpu_check.py's CPU path (``--device cpu --tiny``): the device check's loop (torchgen
-samples, torchtrain trains in bf16 with LoRA off and on, weights synced back) runs end to end and
-writes its figures; the GPU run is the same code on --device cuda."""
+samples, torchtrain trains in bf16 with LoRA off and on, weights synced back, then torchgen is timed
+against ``generate``) runs end to end and writes its figures; the GPU run is the same code on --device
+cuda."""
 
 from __future__ import annotations
 
@@ -33,3 +34,6 @@ def test_the_device_check_runs_on_the_cpu_and_writes_its_figures(tmp_path):
         assert run["train_rollout_logprob_abs_diff"] is not None
         assert 0 <= run["train_rollout_logprob_abs_diff"] <= 5e-3
         assert run["sync_seconds"] >= 0 and "mfu" not in run
+    (shape, figures), = report["torchgen_vs_generate"].items()      # engine vs generate, at a toy size
+    assert shape == "tiny x1 fp32" and figures["batch"] == 16 and figures["generate_tokens_per_second"] > 0
+    assert figures["lean"] > 0 and figures["hf"] > 0
