@@ -50,8 +50,8 @@ def weights_digest(trainer):
 
 def count_forward_rows(trainer):
     """From now on, count the sample rows the policy model forwards in this process, in one pass
-    per micro-batch (a lone rank would otherwise share each group's prompt pass,
-    ``plasmid_torchtrain.batching``, and forward the distinct prompts as rows of their own)."""
+    per micro-batch (otherwise each rank shares a group's prompt pass, ``plasmid_torchtrain.batching``,
+    and forwards the distinct prompts as rows of their own)."""
     trainer.rows_forwarded = 0
     trainer.share_prompts = False
 

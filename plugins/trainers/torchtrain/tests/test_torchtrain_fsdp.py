@@ -1,6 +1,8 @@
 """FSDP2 with two CPU ranks (gloo): the sharded trainer's losses, gradient norms and updated
-weights equal one process training the same batches; a checkpoint saved by the two ranks resumes
-in one process (resharded by torch.distributed.checkpoint) and continues as the one process did."""
+weights equal one process training the same batches (each rank takes a group's shared prompt pass
+and its response pass, two forward calls per micro-batch, as its collectives need); a checkpoint
+saved by the two ranks resumes in one process (resharded by torch.distributed.checkpoint) and
+continues as the one process did."""
 
 from __future__ import annotations
 
@@ -55,7 +57,12 @@ def _rank(rank: int, model_dir: str, store: str, out: str) -> None:
     try:
         trainer = build(model_dir, Path(out) / "run")
         kind = (type(trainer).__name__, type(trainer).collective, type(next(trainer.model.parameters())).__name__)
+        rows = []       # the policy's forward calls (every one a collective): (rows, columns) each
+        hook = trainer.model.register_forward_pre_hook(
+            lambda module, args, kwargs: rows.append(list(kwargs["input_ids"].shape)), with_kwargs=True)
         first = picked(testing.run(trainer.train_step(batch(1))))
+        hook.remove()
+        (Path(out) / f"calls{rank}.json").write_text(json.dumps(rows))
         testing.run(trainer.save(str(Path(out) / "ckpt")))
         second = picked(testing.run(trainer.train_step(batch(2))))
         weights = exported(trainer)
@@ -78,6 +85,12 @@ def test_two_fsdp_ranks_train_save_and_resume_in_one_process_as_one_process_trai
     mp.spawn(_rank, args=(model_dir, str(tmp_path / "store"), str(tmp_path)), nprocs=WORLD, join=True)
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["kind"] == ["ShardedTorchTrainer", True, "DTensor"]
+    # samples that share a prompt share its pass; each rank makes two forward calls per micro-batch
+    # (shards of 5 and 4 samples, micro-batches of 2, groups of 3: rank 0's first micro-batch is one
+    # prompt's pair, its second spans two groups; rank 1's third is empty and runs row 0 of the chunk)
+    calls = [json.loads((tmp_path / f"calls{rank}.json").read_text()) for rank in range(WORLD)]
+    assert len(calls[0]) == len(calls[1]) and len(calls[0]) % 2 == 0
+    assert calls[0][0][0] == 1 and calls[0][1][0] == 2            # the shared prompt, then its 2 responses
 
     alone = build(model_dir, tmp_path / "alone")
     assert type(alone).__name__ == "TorchTrainer"
