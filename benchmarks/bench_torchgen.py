@@ -7,7 +7,7 @@ temporary directory and times, alternately in one process:
 (a) the ``torchgen`` engine answering ``--batch`` concurrent ``generate`` calls of exactly
     ``--new-tokens`` tokens each (temperature 1, no stop tokens), once per ``--decoders`` entry
     (``--torchgen-decoder``: ``lean``, its own decoding step, and ``hf``, the Hugging Face forward;
-    one engine each), and
+    ``graphs``: ``lean`` replayed as CUDA graphs, ``--torchgen-cuda-graphs``; one engine each), and
 (b) ``model.generate(do_sample=True, max_new_tokens=N, min_new_tokens=N)`` on the same prompts,
     left-padded into one tensor (a second copy of the same model).
 
@@ -48,6 +48,9 @@ from plasmid.types import SamplingParams
 from plasmid_torch.hf import load_tokenizer
 from plasmid_torch.tiny import PAD_ID, build_tiny_model
 
+#: ``--decoders``: the torchgen options of each engine timed
+DECODERS = {"lean": {"torchgen_decoder": "lean"}, "hf": {"torchgen_decoder": "hf"},
+            "graphs": {"torchgen_decoder": "lean", "torchgen_cuda_graphs": True}}
 #: ``--model-size``: tiny_config fields of each size (the vocabulary is the char tokenizer's)
 MODEL_SIZES = {"tiny": {}, "20m": {"hidden_size": 512, "num_layers": 5, "num_heads": 8}}
 
@@ -91,7 +94,7 @@ async def benchmark(args: argparse.Namespace, model_dir: Path, run_dir: Path) ->
     engines = {}
     for decoder in args.decoders:
         config = make_config(torchgen_plugin, model=str(model_dir), run_dir=run_dir / decoder, seed=args.seed,
-                             device=args.device, precision=args.precision, torchgen_decoder=decoder)
+                             device=args.device, precision=args.precision, **DECODERS[decoder])
         engines[decoder] = build("engine", "torchgen", torchgen_plugin, config=config)
     place = next(iter(engines.values())).place
     baseline = place.load_causal_lm(str(model_dir))
@@ -153,8 +156,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="the engine's --device")
-    parser.add_argument("--decoders", nargs="+", choices=["lean", "hf"], default=["lean", "hf"],
-                        help="the engines' --torchgen-decoder values to time (one engine each)")
+    parser.add_argument("--decoders", nargs="+", choices=sorted(DECODERS), default=["lean", "hf"],
+                        help="the engines to time (one each): lean, hf (--torchgen-decoder), graphs (lean with "
+                             "--torchgen-cuda-graphs; a GPU only)")
     parser.add_argument("--precision", choices=["fp32", "bf16", "bf16-autocast"], default="fp32",
                         help="the engine's --precision")
     parser.add_argument("--json", type=Path, default=None, help="also write the results there")

@@ -25,8 +25,9 @@ train/rollout log-prob mean absolute difference (``train/train_rollout_logprob_a
 
 Then it times the torchgen engine against ``model.generate`` (``bench_torchgen.py``'s measurement,
 the issue-19 target of 2x: batch 256 x 16 tokens on the quickstart's tiny model and on the 21M one,
-distinct prompts and groups of 8, fp32 and bf16) and records the ratios under
-``torchgen_vs_generate`` (``--no-torchgen-bench`` skips it).
+distinct prompts and groups of 8, fp32 and bf16; the lean step eager and as CUDA graphs, and the
+Hugging Face step) and records the ratios under ``torchgen_vs_generate`` (``--no-torchgen-bench``
+skips it). The first model's loop also runs with ``--torchgen-cuda-graphs`` (``full+cuda-graphs``).
 
 ``--device cpu --tiny`` runs the same loop on the CPU with the quickstart's tiny model (what the
 test suite runs, < 60 s; the engine-vs-generate part at a toy size); MFU is then not reported.
@@ -156,6 +157,7 @@ async def one_run(args: argparse.Namespace, model_dir: Path, run_dir: Path, *, l
                           "logprob_abs_diff": metrics.get("train/train_rollout_logprob_abs_diff")})
     finally:
         await engine.shutdown()
+    graph_replays = engine.stats()["graph_replays"]
     body = sum(p.numel() for name, p in trainer.model.named_parameters()
                if "embed_tokens" not in name and "lora_" not in name)
     timed = steps[1:] if len(steps) > 1 else steps          # the first step warms kernels and allocators up
@@ -169,6 +171,7 @@ async def one_run(args: argparse.Namespace, model_dir: Path, run_dir: Path, *, l
         "train_rollout_logprob_abs_diff": (None if any(s["logprob_abs_diff"] is None for s in steps)
                                            else max(s["logprob_abs_diff"] for s in steps)),
         "bad_steps": sorted({name for s in steps for name in s["bad_steps"]}), "steps": steps,
+        "engine_graph_replays": graph_replays,
     }
     if args.device == "cuda":
         result["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
@@ -197,10 +200,17 @@ def torchgen_vs_generate(args: argparse.Namespace) -> dict[str, Any]:
         options = bench_torchgen.parser().parse_args(
             ["--model-size", size, "--group-size", str(group), "--precision", precision, "--batch", str(batch),
              "--new-tokens", str(new_tokens), "--repeats", str(repeats), "--device", args.device,
-             "--threads", str(torch.get_num_threads())])
-        result = bench_torchgen.measure(options)
+             "--threads", str(torch.get_num_threads()),
+             "--decoders", *(["lean", "hf"] if args.device == "cpu" else ["lean", "graphs", "hf"])])
+        shape = f"{size} x{group} {precision}"
+        try:
+            result = bench_torchgen.measure(options)
+        except Exception as error:  # noqa: BLE001 - reported; the other shapes still measure
+            figures[shape] = {"error": f"{type(error).__name__}: {error}"}
+            print(f"torchgen vs generate, {shape}: FAILED {type(error).__name__}: {error}", flush=True)
+            continue
         runs = result["runs"]
-        figures[f"{size} x{group} {precision}"] = {
+        figures[shape] = {
             "batch": batch, "new_tokens": new_tokens,
             "generate_tokens_per_second": runs["HF generate"]["tokens_per_second"],
             **{name.removeprefix("torchgen "): run["ratio"] for name, run in runs.items() if "ratio" in run}}
@@ -245,9 +255,15 @@ def main(argv: list[str] | None = None) -> int:
             if args.device == "cuda" and name == args.models[0]:
                 plans.append(("full+checkpointing+offload", False,
                               {"gradient_checkpointing": True, "optimizer_offload": True}))
+                plans.append(("full+cuda-graphs", False, {"torchgen_cuda_graphs": True}))
             for label, lora, extra in plans:
                 key = f"{name}/{label}"
-                result = asyncio.run(one_run(args, model_dir, Path(tmp) / "runs" / key, lora=lora, extra=extra))
+                try:
+                    result = asyncio.run(one_run(args, model_dir, Path(tmp) / "runs" / key, lora=lora, extra=extra))
+                except Exception as error:  # noqa: BLE001 - reported; the other runs still measure
+                    report["runs"][key] = {"error": f"{type(error).__name__}: {error}", "bad_steps": []}
+                    print(f"{key}: FAILED {type(error).__name__}: {error}", flush=True)
+                    continue
                 report["runs"][key] = result
                 figures = ", ".join(f"{field} {result[field]:.4g}" for field in
                                     ("gen_tokens_per_second", "trainer_tokens_per_second", "mfu", "peak_memory_gib",
@@ -259,7 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     report["seconds"] = time.perf_counter() - started
     args.out.write_text(json.dumps(report, indent=2))
     print(f"wrote {args.out} ({report['seconds']:.0f} s)")
-    return 1 if any(run["bad_steps"] for run in report["runs"].values()) else 0
+    failed = [run for run in (*report["runs"].values(), *report.get("torchgen_vs_generate", {}).values())
+              if run.get("error") or run.get("bad_steps")]
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -1,4 +1,7 @@
-"""The lean decoding step (``--torchgen-decoder lean``) against the Hugging Face forward it replaces."""
+"""The lean decoding step (``--torchgen-decoder lean``) against the Hugging Face forward it replaces;
+and ``--torchgen-cuda-graphs``: the fixed-address KV cache (``FixedKV``) and the fixed-shape step
+that graphs record, run eagerly on the CPU (recording needs CUDA: a GPU-only test below, and
+``benchmarks/gpu_check.py``, run it on a device machine)."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from plasmid.errors import UsageError
 from plasmid.testing import make_config
 from plasmid.types import SamplingParams
 from plasmid_torch.device import Placement
-from plasmid_torch.tiny import build_tiny_model
+from plasmid_torch.tiny import BOS_ID, build_tiny_model
 
 ARCHS = [("qwen2", {}), ("llama", {"tie_word_embeddings": False}), ("qwen3", {}), ("qwen2", {"num_kv_heads": 2})]
 
@@ -160,5 +163,127 @@ def test_lean_and_hf_decode_alike_in_bfloat16_on_the_cpu(tmp_path, precision):
             _drive(decoder, waves)
             answers[name] = [(r.token_ids, r.logprobs) for wave in waves.values() for r in wave]
         assert answers["lean"] == answers["hf"]
+    finally:
+        loop.close()
+
+
+def _prefilled(model, rows: int, width: int, room: int, seed: int) -> kv_cache.StaticKV:
+    generator = torch.Generator().manual_seed(seed)
+    cache = kv_cache.new_cache(model.config)
+    with torch.inference_mode():
+        model(input_ids=torch.randint(3, 16, (rows, width), generator=generator), cache=cache, use_cache=True)
+    return kv_cache.StaticKV.from_dynamic(cache, room=room)
+
+
+def _addresses(cache: kv_cache.FixedKV) -> list[int]:
+    return [buffer.data_ptr() for buffer in (*cache.key_buffers, *cache.value_buffers)]
+
+
+def test_fixed_kv_surgery_equals_static_kv_surgery_and_keeps_its_buffers(tmp_path):
+    model = _model(tmp_path / "qwen2", "qwen2", num_kv_heads=2)
+    static, joining = _prefilled(model, 3, 5, 4, seed=0), _prefilled(model, 2, 8, 4, seed=1)
+    with torch.inference_mode():
+        fixed = kv_cache.FixedKV.of(_prefilled(model, 3, 5, 4, seed=0))
+        assert fixed.slots == 4 and fixed.capacity == kv_cache.COLUMN_QUANTUM and fixed.rows == 3
+        fixed.select_rows(torch.tensor([2, 0]))              # rows leave: the kept ones move to the front
+        static.select_rows(torch.tensor([2, 0]))
+        addresses = _addresses(fixed)
+        kv_cache.join_rows(fixed, joining)                   # 2 + 2 rows fit in 4 slots; columns shift right
+        kv_cache.join_rows(static, joining)
+        kv_cache.select_rows(fixed, torch.tensor([3, 1, 2]))
+        kv_cache.select_rows(static, torch.tensor([3, 1, 2]))
+        kv_cache.drop_leading_columns(fixed, 2)
+        kv_cache.drop_leading_columns(static, 2)
+        assert _addresses(fixed) == addresses and fixed.generation == 0
+        assert fixed.columns == static.columns == 6 and fixed.rows == 3
+        for mine, theirs in zip((*fixed.keys, *fixed.values), (*static.keys, *static.values), strict=True):
+            assert mine.shape[0] == 3 and torch.equal(mine[:, :, :6], theirs[:, :, :6])
+        kv_cache.join_rows(fixed, _prefilled(model, 2, 3, 4, seed=2))    # 5 rows: reallocated to 8 slots
+        assert fixed.slots == 8 and fixed.rows == 5 and fixed.generation == 1 and _addresses(fixed) != addresses
+        fixed.reserve(fixed.capacity)                                    # more columns: reallocated again
+        assert fixed.capacity == 2 * kv_cache.COLUMN_QUANTUM and fixed.generation == 2
+        buffers = (*fixed.key_buffers, *fixed.value_buffers)
+        assert all(bool(torch.isfinite(buffer).all()) for buffer in buffers)   # zeroed, never uninitialised
+
+
+def test_the_fixed_shape_step_equals_the_lean_step_over_padded_rows(tmp_path):
+    model = _model(tmp_path / "qwen3", "qwen3")
+    lean = LeanStep(model)
+    with torch.inference_mode():
+        static = _prefilled(model, 3, 6, 8, seed=3)
+        fixed = kv_cache.FixedKV.of(_prefilled(model, 3, 6, 8, seed=3))
+        mask = torch.tensor([[0, 1, 1, 1, 1, 1], [1] * 6, [0, 0, 1, 1, 1, 1]])
+        tokens, positions = torch.tensor([[4], [5], [6]]), mask.sum(1, keepdim=True)
+        for _ in range(3):
+            mask = torch.cat([mask, torch.ones(3, 1, dtype=torch.int64)], 1)
+            expected = lean(tokens, positions, mask, static)
+            column = fixed.columns
+            padded = torch.zeros(4, 1, 1, fixed.capacity, dtype=torch.bool)    # 3 rows padded to 4
+            padded[:3, 0, 0, :column + 1] = mask.bool()
+            padded[3, 0, 0, 0] = True
+            got = lean.fixed_shape(torch.cat([tokens, torch.zeros(1, 1, dtype=torch.int64)]),
+                                   torch.cat([positions, torch.zeros(1, 1, dtype=torch.int64)]), padded,
+                                   torch.tensor([column]), fixed.key_buffers, fixed.value_buffers)
+            fixed.columns += 1
+            torch.testing.assert_close(got[:3], expected, rtol=0, atol=2e-6)
+            tokens, positions = expected.argmax(-1, keepdim=True), positions + 1
+
+
+@pytest.mark.parametrize("reserve", [kv_cache.RESERVE_COLUMNS, 2])
+def test_continuous_batching_through_the_graph_path_answers_as_the_lean_step(tmp_path, monkeypatch, reserve):
+    """Rows join mid-generation and leave at different steps, the row count passes several powers
+    of two, and (reserve 2) the buffers regrow: the same tokens, log-probs within float rounding."""
+    monkeypatch.setattr(kv_cache, "RESERVE_COLUMNS", reserve)
+    model = _model(tmp_path / "qwen2", "qwen2", num_kv_heads=2)
+    fixed_steps = []
+    fixed_shape = LeanStep.fixed_shape
+    monkeypatch.setattr(LeanStep, "fixed_shape",
+                        lambda self, tokens, *rest: fixed_steps.append(len(tokens)) or fixed_shape(self, tokens, *rest))
+    loop = asyncio.new_event_loop()
+    try:
+        answers = {}
+        for graphs in (False, True):
+            decoder = Decoder(model, torch.Generator().manual_seed(0), decoder="lean", graphs=graphs)
+            waves = {0: _requests(_prompts(7, seed=0), loop, 0), 2: _requests(_prompts(5, seed=1), loop, 100),
+                     5: _requests(_prompts(3, seed=2), loop, 200)}
+            steps = _drive(decoder, waves)
+            answers[graphs] = [(r.token_ids, r.logprobs, r.status) for wave in waves.values() for r in wave]
+        assert (bool(fixed_steps) and steps - 1 <= len(fixed_steps) <= steps
+                and set(fixed_steps) <= {1, 2, 4, 8, 16})         # every decoding step, rows padded to 2^k
+        assert len(set(fixed_steps)) >= 3
+        for (tokens, logprobs, status), (lean_tokens, lean_logprobs, lean_status) in zip(
+                answers[True], answers[False], strict=True):
+            assert tokens == lean_tokens and status == lean_status
+            assert logprobs == pytest.approx(lean_logprobs, abs=1e-6)
+    finally:
+        loop.close()
+
+
+def test_cuda_graphs_need_a_gpu_and_the_lean_step(make_engine, tmp_path):
+    model_dir = build_tiny_model(tmp_path / "qwen2", seed=0)
+    with pytest.raises(UsageError, match=r"--torchgen-cuda-graphs needs a GPU, but it serves on cpu"):
+        make_engine(model_dir, torchgen_cuda_graphs=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: a device machine runs it")
+def test_recorded_graphs_replay_the_eager_steps(tmp_path):
+    """On a GPU: graphs are recorded once per row count and replayed; answers equal the eager lean
+    step's (greedy tokens; log-probs within float rounding)."""
+    place = Placement(torch.device("cuda"))
+    model = place.load_causal_lm(str(build_tiny_model(tmp_path / "qwen2", seed=0, num_kv_heads=2)))
+    loop = asyncio.new_event_loop()
+    try:
+        answers, decoders = {}, {}
+        for graphs in (False, True):
+            decoders[graphs] = Decoder(model, torch.Generator("cuda").manual_seed(0), place, graphs=graphs)
+            params = SamplingParams(temperature=0.0, max_new_tokens=12)
+            requests = [Request.create([BOS_ID, 3 + i % 7, 4 + i % 5], params, loop.create_future(), "cuda")
+                        for i in range(6)]
+            _drive(decoders[graphs], {0: requests})
+            answers[graphs] = [(r.token_ids, r.logprobs) for r in requests]
+        runner = decoders[True]._graphs
+        assert runner.captures >= 1 and runner.replays >= 5
+        for (tokens, logprobs), (eager_tokens, eager_logprobs) in zip(answers[True], answers[False], strict=True):
+            assert tokens == eager_tokens and logprobs == pytest.approx(eager_logprobs, abs=1e-4)
     finally:
         loop.close()

@@ -7,7 +7,8 @@ On a GPU (``--device``): the model and the KV cache live there (the cache in the
 bfloat16 with ``--precision bf16`` or ``bf16-autocast``); each forward pass moves its ids, mask
 and positions there, and the ``[rows, vocab]`` logits of the last column are sampled there too
 (with generators on the GPU, see :mod:`.sampling`): only each row's token and log-prob come back.
-CUDA graphs for decoding are not used.
+With ``--torchgen-cuda-graphs`` the lean decoding steps replay captured CUDA graphs over a
+:class:`plasmid_torchgen.kv_cache.FixedKV` (:mod:`.graphs`).
 
 Decoding steps (``--torchgen-decoder``): ``lean`` runs :class:`plasmid_torchgen.lean.LeanStep`
 over a :class:`plasmid_torchgen.kv_cache.StaticKV` (prefills still run the Hugging Face forward,
@@ -29,6 +30,7 @@ from plasmid_torch.ops import logprobs_from_logits
 from plasmid_torch.prompts import shared_prompts
 from plasmid_torchgen import kv_cache
 from plasmid_torchgen.batch import DecodeBatch, Request
+from plasmid_torchgen.graphs import DecodeGraphs
 from plasmid_torchgen.lean import LeanStep, unsupported_reason
 from plasmid_torchgen.routing import RoutingCapture
 from plasmid_torchgen.sampling import sample_tokens
@@ -44,10 +46,13 @@ class Decoder:
     :param place: the device and autocast of forward passes (default: the CPU, float32).
     :param decoder: ``lean`` or ``hf`` (see the module docs); ``lean`` on a model it does not
         support decodes with ``hf`` (:attr:`decoder` says which runs, :attr:`lean_unsupported` why).
+    :param graphs: run the lean steps through :class:`plasmid_torchgen.graphs.DecodeGraphs`,
+        recording CUDA graphs when ``place`` is a GPU (on the CPU: the same fixed-shape path,
+        eagerly; what the tests run).
     """
 
     def __init__(self, model: Any, shared_generator: torch.Generator, place: Placement | None = None,
-                 decoder: str = "lean") -> None:
+                 decoder: str = "lean", graphs: bool = False) -> None:
         if decoder not in ("lean", "hf"):
             raise ValueError(f"torchgen Decoder: decoder must be 'lean' or 'hf', got {decoder!r}")
         self.model = model
@@ -57,6 +62,7 @@ class Decoder:
         #: the decoding step that runs: ``lean`` or ``hf``
         self.decoder = "lean" if self._lean is not None else "hf"
         self.place = place if place is not None else Placement(torch.device("cpu"))
+        self._graphs = DecodeGraphs(self._lean, capture=self.place.is_cuda) if graphs and self._lean else None
         self.shared_generator = shared_generator
         #: the counts of the step in progress (returned by :meth:`step`).
         self.stats = EngineStats()
@@ -125,6 +131,8 @@ class Decoder:
             kv_cache.select_rows(cache, index)
             logits, input_ids, attention_mask = logits[index.to(logits.device)], input_ids[index], attention_mask[index]
             self.stats.shared_prompt_tokens += int(attention_mask.sum()) - prompt_tokens
+        if self._graphs is not None and isinstance(cache, kv_cache.StaticKV):
+            cache = kv_cache.FixedKV.of(cache)
         batch = DecodeBatch(requests, cache, attention_mask, next_tokens=input_ids[:, -1:],
                             next_positions=attention_mask.sum(1, keepdim=True))
         self.stats.batches += 1
@@ -196,9 +204,15 @@ class Decoder:
             room = max(r.params.max_new_tokens - len(r.token_ids) for r in batch.requests)
             cache.reserve(min(max(room, 1), kv_cache.RESERVE_COLUMNS))
         place = self.place
+        graphs = self._graphs if isinstance(cache, kv_cache.FixedKV) else None
+        step = self._lean if graphs is None else graphs
+        counts = (graphs.captures, graphs.replays) if graphs is not None else (0, 0)
         with place.autocast():
-            logits = self._lean(place.to_device(batch.next_tokens), place.to_device(batch.next_positions),
-                                place.to_device(attention_mask), cache)
+            logits = step(place.to_device(batch.next_tokens), place.to_device(batch.next_positions),
+                          place.to_device(attention_mask), cache)
+        if graphs is not None:
+            self.stats.graph_captures += graphs.captures - counts[0]
+            self.stats.graph_replays += graphs.replays - counts[1]
         self.stats.forward_rows += len(batch)
         self.stats.max_batch_size = max(self.stats.max_batch_size, len(batch))
         return logits

@@ -63,8 +63,9 @@ class TorchEngine:
     """Samples from a local Hugging Face causal LM, on the CPU or a GPU.
 
     Built by the kernel as ``TorchEngine(config)``; reads ``--model`` (the model directory),
-    ``--seed`` (the generator of requests without a seed), ``--torchgen-max-batch-size``, ``--torchgen-decoder`` and the
-    "device" group it shares with torchtrain (:class:`plasmid_torch.device_options.DeviceOptions`:
+    ``--seed`` (the generator of requests without a seed), ``--torchgen-max-batch-size``,
+    ``--torchgen-decoder``, ``--torchgen-cuda-graphs`` and the "device" group it shares with
+    torchtrain (:class:`plasmid_torch.device_options.DeviceOptions`:
     ``--device``, ``--precision``: bf16 serves bfloat16 weights, bf16-autocast float32 weights under
     bfloat16 autocast; ``--attn-implementation``). See :mod:`.decoder` for what runs where.
     """
@@ -88,7 +89,15 @@ class TorchEngine:
         self.max_batch_size = options.torchgen_max_batch_size
         self._stats = EngineStats()
         shared_generator = torch.Generator(device=self.place.device).manual_seed(general.seed)
-        self._decoder = Decoder(self.model, shared_generator, self.place, options.torchgen_decoder)
+        if options.torchgen_cuda_graphs and not self.place.is_cuda:
+            raise UsageError(f"engine 'torchgen' (plugin plasmid-torchgen): --torchgen-cuda-graphs needs a GPU, but "
+                             f"it serves on {self.place.device}; add --device cuda, or leave the option out")
+        self._decoder = Decoder(self.model, shared_generator, self.place, options.torchgen_decoder,
+                                graphs=options.torchgen_cuda_graphs)
+        if options.torchgen_cuda_graphs and self._decoder.decoder != "lean":
+            why = self._decoder.lean_unsupported or "--torchgen-decoder hf was chosen"
+            raise UsageError(f"engine 'torchgen' (plugin plasmid-torchgen): --torchgen-cuda-graphs replays the lean "
+                             f"decoding step, which does not run here ({why}); leave the option out")
         #: the decoding step that runs (``--torchgen-decoder``; ``hf`` for a model ``lean`` does not support)
         self.decoder = self._decoder.decoder
         if RolloutOptions.of(config).return_routed_experts:        # plasmid_torchgen.routing

@@ -86,6 +86,127 @@ class StaticKV:
         self.columns = columns
 
 
+class FixedKV(StaticKV):
+    """A :class:`StaticKV` whose buffers keep their addresses while rows leave and join: what a
+    captured CUDA graph replays against (:mod:`.graphs`).
+
+    Each layer's keys and values live in a buffer of ``slots`` rows and :attr:`capacity` columns;
+    the batch's rows are its first ``rows`` (:attr:`keys` / :attr:`values` are views of them, so
+    :class:`~plasmid_torchgen.lean.LeanStep` runs on them unchanged). Rows leave by moving the kept
+    ones to the front and join behind them; columns are shifted in place. The buffers start zeroed
+    and only ever receive finite values: a graph attends over every column, the masked ones with
+    weight 0, and ``0 * NaN`` would be NaN. Only growing past ``slots`` rows or the capacity
+    reallocates; :attr:`generation` counts reallocations (graphs captured before one are stale).
+    """
+
+    def __init__(self, key_buffers: list[torch.Tensor], value_buffers: list[torch.Tensor], rows: int,
+                 columns: int) -> None:
+        self.key_buffers, self.value_buffers = key_buffers, value_buffers
+        self.generation = 0
+        super().__init__([], [], columns)
+        self._set_rows(rows)
+
+    @classmethod
+    def of(cls, cache: StaticKV, room: int = 0) -> FixedKV:
+        """A copy of ``cache`` in buffers of :func:`slots_for` its rows, with at least ``room``
+        unwritten columns (a multiple of :data:`COLUMN_QUANTUM` in all)."""
+        rows = cache.keys[0].shape[0]
+        capacity = _quantum(max(cache.capacity, cache.columns + room))
+        fixed = cls(_zeroed(cache.keys, slots_for(rows), capacity), _zeroed(cache.values, slots_for(rows), capacity),
+                    rows, cache.columns)
+        fixed._write(0, cache, cache.columns)
+        return fixed
+
+    @property
+    def slots(self) -> int:
+        """Rows the buffers hold (the batch's and free ones)."""
+        return self.key_buffers[0].shape[0]
+
+    @property
+    def capacity(self) -> int:
+        return self.key_buffers[0].shape[2]
+
+    def reserve(self, room: int) -> None:
+        if self.capacity - self.columns < room:
+            self._reallocate(self.slots, _quantum(self.columns + room))
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        kept = len(rows)
+        if kept > self.slots:
+            self._reallocate(slots_for(kept), self.capacity)
+        rows = rows.to(self.key_buffers[0].device)
+        for buffer in (*self.key_buffers, *self.value_buffers):
+            buffer[:kept] = buffer[rows]             # the gather is made first, then copied to the front
+        self._set_rows(kept)
+
+    def drop_leading_columns(self, count: int) -> None:
+        rows, left = self.rows, self.columns - count
+        for buffer in (*self.key_buffers, *self.value_buffers):
+            buffer[:rows, :, :left] = buffer[:rows, :, count:self.columns].clone()
+        self.columns = left
+
+    def join(self, other: StaticKV) -> None:
+        rows, joining = self.rows, other.keys[0].shape[0]
+        columns = max(self.columns, other.columns)
+        room = other.capacity - other.columns        # what the newcomers asked for (later growth: reserve)
+        if rows + joining > self.slots or columns + room > self.capacity:
+            self._reallocate(max(self.slots, slots_for(rows + joining)), max(self.capacity, _quantum(columns + room)))
+        if columns > self.columns:                   # left-pad the batch's rows: shift them right
+            shift = columns - self.columns
+            for buffer in (*self.key_buffers, *self.value_buffers):
+                buffer[:rows, :, shift:columns] = buffer[:rows, :, :self.columns].clone()
+                buffer[:rows, :, :shift] = 0
+            self.columns = columns
+        self._write(rows, other, columns)
+        self._set_rows(rows + joining)
+
+    def _write(self, first_row: int, cache: StaticKV, columns: int) -> None:
+        """Rows ``first_row..`` := ``cache``'s rows, left-padded with zeros to end at column ``columns``."""
+        count, pad = cache.keys[0].shape[0], columns - cache.columns
+        for buffers, states in ((self.key_buffers, cache.keys), (self.value_buffers, cache.values)):
+            for buffer, state in zip(buffers, states, strict=True):
+                buffer[first_row:first_row + count, :, :pad] = 0
+                buffer[first_row:first_row + count, :, pad:columns] = state[:, :, :cache.columns]
+
+    def _reallocate(self, slots: int, capacity: int) -> None:
+        rows, columns = self.rows, self.columns
+        self.key_buffers = _zeroed([b[:rows, :, :columns] for b in self.key_buffers], slots, capacity, copy=True)
+        self.value_buffers = _zeroed([b[:rows, :, :columns] for b in self.value_buffers], slots, capacity, copy=True)
+        self.generation += 1
+        self._set_rows(rows)
+
+    def _set_rows(self, rows: int) -> None:
+        self.rows = rows
+        self.keys = [buffer[:rows] for buffer in self.key_buffers]
+        self.values = [buffer[:rows] for buffer in self.value_buffers]
+
+
+#: :class:`FixedKV` capacities are multiples of this many columns (fewer reallocations, fewer graphs)
+COLUMN_QUANTUM = 64
+
+
+def slots_for(rows: int) -> int:
+    """The power of two at or above ``rows``: the row buckets of :class:`FixedKV` and its graphs."""
+    return 1 << max(rows - 1, 0).bit_length()
+
+
+def _quantum(columns: int) -> int:
+    return -(-columns // COLUMN_QUANTUM) * COLUMN_QUANTUM
+
+
+def _zeroed(states: list[torch.Tensor], slots: int, capacity: int, copy: bool = False) -> list[torch.Tensor]:
+    """Zeroed ``[slots, heads, capacity, dim]`` buffers like ``states`` (each state's own dtype and
+    device); with ``copy`` holding ``states`` in their leading rows and columns."""
+    buffers = []
+    for state in states:
+        rows, heads, columns, dim = state.shape
+        buffer = state.new_zeros((slots, heads, capacity, dim))
+        if copy:
+            buffer[:rows, :, :columns] = state
+        buffers.append(buffer)
+    return buffers
+
+
 def _with_room(states: torch.Tensor, columns: int, room: int) -> torch.Tensor:
     """A new buffer with ``states[:, :, :columns]`` first and ``room`` unwritten columns after."""
     rows, heads, _, dim = states.shape

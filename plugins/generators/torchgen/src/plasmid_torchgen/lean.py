@@ -19,10 +19,10 @@ LMs with full attention in every layer, the default RoPE, the ``sdpa`` attention
 and a SiLU MLP: what ``plasmid_torch.tiny`` builds and the real Qwen2.5 / Llama / Qwen3 dense
 models are. Any other model decodes through the Hugging Face forward.
 
-CUDA graphs (issue 16): every tensor a step reads or writes has a shape fixed by the batch's rows
-and the cache's capacity except the attended prefix ``[:, :, :columns]``; a captured variant would
-attend over the whole capacity with the mask's unwritten columns false and write the new column
-at an index held in a device tensor (``index_copy_``), which this layout already allows.
+CUDA graphs (``--torchgen-cuda-graphs``, :mod:`.graphs`): :meth:`LeanStep.fixed_shape` is the same
+step with every shape fixed by the rows and the cache's capacity: it writes the new key/value column
+at an index held in a device tensor (``index_copy_``) and attends over the whole capacity, the
+mask's unwritten columns false, so one captured graph serves every step of a row count.
 """
 
 from __future__ import annotations
@@ -100,23 +100,49 @@ class LeanStep:
             (:meth:`StaticKV.reserve`).
         :returns: ``[rows, vocab]`` logits of the next token (the model's dtype).
         """
-        embed = self.model.model.embed_tokens
-        hidden = F.embedding(tokens, embed.weight, embed.padding_idx)
-        cos, sin = self._rotary(positions, cache.capacity, hidden.dtype)
         # The Hugging Face sdpa mask: none when no row has padding, else [rows, 1, 1, columns + 1] bool.
         mask = None if bool(attention_mask.all()) else attention_mask.bool()[:, None, None, :]
         column = cache.columns
-        for index, layer in enumerate(self.layers):
-            hidden = self._layer(layer, hidden, cos, sin, mask, cache, index, column)
+        logits = self._forward(tokens, positions, mask, cache.keys, cache.values, column, cache.capacity)
         cache.columns = column + 1
+        return logits
+
+    def fixed_shape(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, column: torch.Tensor,
+                    keys: list[torch.Tensor], values: list[torch.Tensor]) -> torch.Tensor:
+        """The step with every shape fixed by the rows and the buffers' capacity, and nothing read
+        back to the host: what :mod:`.graphs` captures as a CUDA graph.
+
+        :param tokens: ``[rows, 1]`` int64, each row's pending token (on the model's device, as all).
+        :param positions: ``[rows, 1]`` int64, their position ids.
+        :param mask: ``[rows, 1, 1, capacity]`` bool, true on each row's cached real tokens and on
+            the column being written; every row needs at least one true column.
+        :param column: ``[1]`` int64, the column the new keys and values go to.
+        :param keys: per layer ``[rows, kv_heads, capacity, head_dim]``; every column finite (the
+            attention multiplies masked ones by 0).
+        :param values: laid out as ``keys``.
+        :returns: ``[rows, vocab]`` logits; equal to :meth:`__call__`'s up to float rounding.
+        """
+        return self._forward(tokens, positions, mask, keys, values, column, keys[0].shape[2])
+
+    def _forward(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
+                 keys: list[torch.Tensor], values: list[torch.Tensor], column: int | torch.Tensor,
+                 capacity: int) -> torch.Tensor:
+        embed = self.model.model.embed_tokens
+        hidden = F.embedding(tokens, embed.weight, embed.padding_idx)
+        cos, sin = self._rotary(positions, capacity, hidden.dtype)
+        for index, layer in enumerate(self.layers):
+            hidden = self._layer(layer, hidden, cos, sin, mask, keys[index], values[index], column)
         norm = self.model.model.norm
         hidden = _rms_norm(hidden, norm.weight, norm.variance_epsilon)
         head = self.model.lm_head
         return F.linear(hidden, head.weight, head.bias)[:, -1]
 
     def _layer(self, layer: Any, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-               mask: torch.Tensor | None, cache: StaticKV, index: int, column: int) -> torch.Tensor:
-        """One decoder layer on ``hidden`` ``[rows, 1, hidden]`` (Qwen2DecoderLayer's order of operations)."""
+               mask: torch.Tensor | None, keys: torch.Tensor, values: torch.Tensor,
+               column: int | torch.Tensor) -> torch.Tensor:
+        """One decoder layer on ``hidden`` ``[rows, 1, hidden]`` (Qwen2DecoderLayer's order of
+        operations). ``column``: an int, the cached columns (attention over them and the new one),
+        or a ``[1]`` device tensor (:meth:`fixed_shape`: attention over the whole capacity)."""
         attention = layer.self_attn
         rows = hidden.shape[0]
         normed = _rms_norm(hidden, layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)
@@ -128,10 +154,13 @@ class LeanStep:
             query = _rms_norm(query, attention.q_norm.weight, attention.q_norm.variance_epsilon)
             key = _rms_norm(key, attention.k_norm.weight, attention.k_norm.variance_epsilon)
         query, key = _rotate(query.transpose(1, 2), cos, sin), _rotate(key.transpose(1, 2), cos, sin)
-        keys, values = cache.keys[index], cache.values[index]
-        keys[:, :, column] = key[:, :, 0]
-        values[:, :, column] = value[:, :, 0]
-        keys, values = keys[:, :, :column + 1], values[:, :, :column + 1]
+        if isinstance(column, int):
+            keys[:, :, column] = key[:, :, 0]
+            values[:, :, column] = value[:, :, 0]
+            keys, values = keys[:, :, :column + 1], values[:, :, :column + 1]
+        else:
+            keys.index_copy_(2, column, key.to(keys.dtype))
+            values.index_copy_(2, column, value.to(values.dtype))
         extra = {}
         if self.groups > 1:
             if mask is None and self.head_dim <= 256:

@@ -25,6 +25,8 @@ class EngineStats:
     :ivar forward_rows: rows summed over all forward passes (prefills and decode steps).
     :ivar max_batch_size: most rows in one forward pass.
     :ivar busy_seconds: wall-clock seconds spent in forward passes and sampling.
+    :ivar graph_captures: decoding steps recorded as CUDA graphs (``--torchgen-cuda-graphs``).
+    :ivar graph_replays: decoding steps run by replaying one.
     """
 
     requests: int = 0
@@ -37,6 +39,8 @@ class EngineStats:
     forward_rows: int = 0
     max_batch_size: int = 0
     busy_seconds: float = 0.0
+    graph_captures: int = 0
+    graph_replays: int = 0
 
     def add(self, step: EngineStats) -> None:
         """Add the counts of one step (``max_batch_size``: the larger)."""
