@@ -287,3 +287,29 @@ def test_recorded_graphs_replay_the_eager_steps(tmp_path):
             assert tokens == eager_tokens and logprobs == pytest.approx(eager_logprobs, abs=1e-4)
     finally:
         loop.close()
+
+
+def test_a_new_batch_reuses_the_last_batchs_fixed_buffers(tmp_path, monkeypatch):
+    """Graphs are recorded for buffers: a batch that starts after the last one finished decodes in
+    the same buffers (and the same graphs) when it fits, and regrows them when it does not."""
+    from plasmid_torchgen.graphs import DecodeGraphs
+
+    model = _model(tmp_path / "qwen2", "qwen2")
+    seen = []
+    run_graphs = DecodeGraphs.__call__
+    monkeypatch.setattr(DecodeGraphs, "__call__", lambda self, tokens, positions, mask, cache: seen.append(
+        (cache, _addresses(cache), cache.generation)) or run_graphs(self, tokens, positions, mask, cache))
+    loop = asyncio.new_event_loop()
+    try:
+        decoder = Decoder(model, torch.Generator().manual_seed(0), graphs=True)
+        for wave, count in enumerate((5, 3, 9)):          # 9 rows do not fit the 8 slots of the first batch
+            seen.clear()
+            _drive(decoder, {0: _requests(_prompts(count, seed=wave), loop, 10 * wave)})
+            caches = {id(cache) for cache, _, _ in seen}
+            assert len(caches) == 1
+            if wave == 0:
+                first_cache, first_addresses = seen[0][0], seen[0][1]
+            assert seen[0][0] is first_cache
+            assert (seen[0][1] == first_addresses) == (wave < 2) and (seen[0][2] == 0) == (wave < 2)
+    finally:
+        loop.close()

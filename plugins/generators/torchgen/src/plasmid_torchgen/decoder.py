@@ -63,6 +63,7 @@ class Decoder:
         self.decoder = "lean" if self._lean is not None else "hf"
         self.place = place if place is not None else Placement(torch.device("cpu"))
         self._graphs = DecodeGraphs(self._lean, capture=self.place.is_cuda) if graphs and self._lean else None
+        self._spare: kv_cache.FixedKV | None = None
         self.shared_generator = shared_generator
         #: the counts of the step in progress (returned by :meth:`step`).
         self.stats = EngineStats()
@@ -97,6 +98,8 @@ class Decoder:
                 finished += done
                 if batch is None:
                     batch = newcomers
+                    if batch is not None and self._graphs is not None:
+                        self._fix(batch)
                 elif newcomers is not None:
                     batch.join(newcomers)
         self.stats.busy_seconds += time.perf_counter() - started
@@ -131,8 +134,6 @@ class Decoder:
             kv_cache.select_rows(cache, index)
             logits, input_ids, attention_mask = logits[index.to(logits.device)], input_ids[index], attention_mask[index]
             self.stats.shared_prompt_tokens += int(attention_mask.sum()) - prompt_tokens
-        if self._graphs is not None and isinstance(cache, kv_cache.StaticKV):
-            cache = kv_cache.FixedKV.of(cache)
         batch = DecodeBatch(requests, cache, attention_mask, next_tokens=input_ids[:, -1:],
                             next_positions=attention_mask.sum(1, keepdim=True))
         self.stats.batches += 1
@@ -217,10 +218,25 @@ class Decoder:
         self.stats.max_batch_size = max(self.stats.max_batch_size, len(batch))
         return logits
 
+    def _fix(self, batch: DecodeBatch) -> None:
+        """Move a new batch's lean cache into fixed buffers (:class:`kv_cache.FixedKV`) for the
+        graphs: the last finished batch's buffers when there are any (the graphs recorded for them
+        stay valid), else new ones."""
+        if type(batch.cache) is not kv_cache.StaticKV:
+            return
+        spare, self._spare = self._spare, None
+        if spare is None:
+            batch.cache = kv_cache.FixedKV.of(batch.cache)
+        else:
+            spare.refill(batch.cache)
+            batch.cache = spare
+
     def _sample(self, batch: DecodeBatch, logits: torch.Tensor) -> tuple[DecodeBatch | None, list[Request]]:
         tokens, logprobs = sample_tokens(logits, batch.sampling, self.shared_generator)
         if tokens.device.type != "cpu":  # the rows' tokens and log-probs only, never the logits
             tokens, logprobs = tokens.cpu(), logprobs.cpu()
         self.stats.generated_tokens += len(batch)
         finished = batch.record(tokens, logprobs)
+        if not len(batch) and isinstance(batch.cache, kv_cache.FixedKV):
+            self._spare = batch.cache                    # the next batch's buffers (see _fix)
         return (batch if len(batch) else None), finished

@@ -117,6 +117,18 @@ class FixedKV(StaticKV):
         fixed._write(0, cache, cache.columns)
         return fixed
 
+    def refill(self, cache: StaticKV) -> None:
+        """Hold ``cache``'s rows instead of the current ones (a new batch in the same buffers, so
+        graphs recorded for them stay valid), reallocating only when they do not fit."""
+        rows = cache.keys[0].shape[0]
+        room = cache.capacity - cache.columns
+        if rows > self.slots or cache.columns + room > self.capacity:
+            self._set_rows(0)
+            self._reallocate(max(self.slots, slots_for(rows)), max(self.capacity, _quantum(cache.columns + room)))
+        self.columns = cache.columns
+        self._write(0, cache, cache.columns)
+        self._set_rows(rows)
+
     @property
     def slots(self) -> int:
         """Rows the buffers hold (the batch's and free ones)."""
