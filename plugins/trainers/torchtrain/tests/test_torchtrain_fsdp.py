@@ -1,8 +1,9 @@
 """FSDP2 with two CPU ranks (gloo): the sharded trainer's losses, gradient norms and updated
-weights equal one process training the same batches (each rank takes a group's shared prompt pass
-and its response pass, two forward calls per micro-batch, as its collectives need); a checkpoint
-saved by the two ranks resumes in one process (resharded by torch.distributed.checkpoint) and
-continues as the one process did."""
+weights equal one process training the same batches (the ranks make the same forward calls, which
+are collectives); a checkpoint saved by the two ranks resumes in one process (resharded by
+torch.distributed.checkpoint) and continues as the one process did. And replicated ranks
+(``--torchtrain-sharding replicate``), whose samples share their group's prompt pass, update as
+one process does."""
 
 from __future__ import annotations
 
@@ -29,13 +30,13 @@ def batch(seed: int):
     return make_rollout_batch(16, groups=3, group_size=3, seed=seed)
 
 
-def build(model_dir: str, run_dir: Path):
+def build(model_dir: str, run_dir: Path, **options):
     import plasmid_torchtrain.plugin
 
     from plasmid import testing
     from plasmid_torch.testing.contracts.trainer import ContractLoss
 
-    config = testing.make_config(plasmid_torchtrain.plugin, model=model_dir, run_dir=run_dir, **OPTIONS)
+    config = testing.make_config(plasmid_torchtrain.plugin, model=model_dir, run_dir=run_dir, **OPTIONS, **options)
     return testing.build("trainer", "torchtrain", plasmid_torchtrain.plugin, config=config, args=(ContractLoss(),))
 
 
@@ -85,12 +86,11 @@ def test_two_fsdp_ranks_train_save_and_resume_in_one_process_as_one_process_trai
     mp.spawn(_rank, args=(model_dir, str(tmp_path / "store"), str(tmp_path)), nprocs=WORLD, join=True)
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["kind"] == ["ShardedTorchTrainer", True, "DTensor"]
-    # samples that share a prompt share its pass; each rank makes two forward calls per micro-batch
-    # (shards of 5 and 4 samples, micro-batches of 2, groups of 3: rank 0's first micro-batch is one
-    # prompt's pair, its second spans two groups; rank 1's third is empty and runs row 0 of the chunk)
+    # every forward call is a collective: the ranks make the same ones, one pass per micro-batch (a
+    # group's samples do not share a prompt pass here, TorchTrainer._shares); rank 1's last
+    # micro-batch is empty and runs row 0 (shards of 5 and 4 samples, micro-batches of 2)
     calls = [json.loads((tmp_path / f"calls{rank}.json").read_text()) for rank in range(WORLD)]
-    assert len(calls[0]) == len(calls[1]) and len(calls[0]) % 2 == 0
-    assert calls[0][0][0] == 1 and calls[0][1][0] == 2            # the shared prompt, then its 2 responses
+    assert len(calls[0]) == len(calls[1]) and [rows for rows, _ in calls[0]] == [2, 2, 1] * (len(calls[0]) // 3)
 
     alone = build(model_dir, tmp_path / "alone")
     assert type(alone).__name__ == "TorchTrainer"
@@ -108,3 +108,47 @@ def test_two_fsdp_ranks_train_save_and_resume_in_one_process_as_one_process_trai
     assert picked(testing.run(resumed.train_step(batch(2)))) == pytest.approx(expected[1], rel=1e-5, abs=1e-7)
     for name, tensor in exported(resumed).items():
         torch.testing.assert_close(tensor, single_weights[name], rtol=0, atol=WEIGHT_ATOL, msg=name)
+
+
+def _replicated_rank(rank: int, model_dir: str, store: str, out: str) -> None:
+    import torch.distributed as dist
+
+    from plasmid import testing
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
+    try:
+        trainer = build(model_dir, Path(out) / "run", torchtrain_sharding="replicate")
+        rows = []
+        trainer.model.register_forward_pre_hook(
+            lambda module, args, kwargs: rows.append(list(kwargs["input_ids"].shape)), with_kwargs=True)
+        metrics = picked(testing.run(trainer.train_step(batch(1))))
+        (Path(out) / f"calls{rank}.json").write_text(json.dumps(rows))
+        if rank == 0:
+            torch.save(exported(trainer), Path(out) / "weights.pt")
+            (Path(out) / "result.json").write_text(json.dumps({"kind": type(trainer).__name__, "metrics": metrics}))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(600)
+def test_replicated_ranks_share_prompt_passes_and_update_as_one_process(tmp_path, monkeypatch):
+    from plasmid import testing
+    from plasmid_torch.tiny import build_tiny_model
+
+    torch.set_num_threads(1)
+    model_dir = str(build_tiny_model(tmp_path / "tiny"))
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[4]))
+    mp.spawn(_replicated_rank, args=(model_dir, str(tmp_path / "store"), str(tmp_path)), nprocs=WORLD, join=True)
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["kind"] == "TorchTrainer"
+    # rank 0's first micro-batch is two samples of one group: one prompt row, then their responses
+    calls = json.loads((tmp_path / "calls0.json").read_text())
+    assert calls[0][0] == 1 and calls[1][0] == 2
+
+    alone = build(model_dir, tmp_path / "alone")
+    assert result["metrics"] == pytest.approx(picked(testing.run(alone.train_step(batch(1)))), rel=1e-5, abs=1e-7)
+    replicated = torch.load(tmp_path / "weights.pt")
+    for name, tensor in exported(alone).items():
+        torch.testing.assert_close(replicated[name], tensor, rtol=0, atol=WEIGHT_ATOL, msg=name)

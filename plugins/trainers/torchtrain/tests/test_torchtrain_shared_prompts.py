@@ -118,29 +118,3 @@ def test_the_critic_shares_prompt_passes_with_the_same_values_and_gradients(mode
     for name, grad in one[1].items():
         torch.testing.assert_close(shared[1][name], grad, rtol=1e-4, atol=1e-5, msg=name)
 
-
-def test_two_passes_whatever_the_batch_with_the_same_values_and_gradients(model):
-    """``two_passes`` (an FSDP2 policy's ranks must make the same forward calls): all-distinct prompts
-    and one-token responses still take a prompt pass and a response pass, and change nothing."""
-    samples = grouped_samples(model.config.vocab_size, seed=4)
-    one_token = [Sample(tokens=s.prompt_tokens + s.response_tokens[:1], response_length=1) for s in samples[:3]]
-    calls = []
-    hook = model.register_forward_pre_hook(lambda module, args, kwargs: calls.append(kwargs["input_ids"].shape),
-                                           with_kwargs=True)
-    try:
-        for chosen in (batching.pad_samples(samples[:3], pad_id=0), batching.pad_samples(one_token, pad_id=0)):
-            assert chosen.prompt_groups() is None
-            calls.clear()
-            results = []
-            for two in (True, False):
-                model.zero_grad()
-                logprobs, _ = batching.response_logprobs(model, chosen, 1.0, share_prompts=True, two_passes=two)
-                logprobs.sum().backward()
-                results.append((logprobs.detach(), {n: p.grad.clone() for n, p in model.named_parameters()
-                                                    if p.grad is not None}))
-            assert [shape[0] for shape in calls] == [3, 3, 3]      # two passes (prompts, responses), then one
-            torch.testing.assert_close(results[0][0], results[1][0], rtol=0, atol=1e-5)
-            for name, grad in results[1][1].items():
-                torch.testing.assert_close(results[0][1][name], grad, rtol=1e-4, atol=1e-5, msg=name)
-    finally:
-        hook.remove()

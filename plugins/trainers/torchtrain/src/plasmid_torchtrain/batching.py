@@ -88,7 +88,7 @@ def pad_samples(samples: Sequence[Sample], pad_id: int) -> PaddedBatch:
 
 
 def response_logprobs(model: Any, batch: PaddedBatch, temperature: float, *, with_entropy: bool = False,
-                      place: Placement | None = None, share_prompts: bool = False, two_passes: bool = False
+                      place: Placement | None = None, share_prompts: bool = False
                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``model``'s log-probs (and entropy) of each response token at ``temperature``.
 
@@ -96,16 +96,15 @@ def response_logprobs(model: Any, batch: PaddedBatch, temperature: float, *, wit
     normalised (``plasmid_torch.ops``, in float32, as the engines do). With ``place`` (the
     trainer's :class:`plasmid_torch.device.Placement`) the ids go to its device and the forward
     pass runs under its autocast; the results come back to the CPU (differentiably), where the
-    losses' batch tensors are. Without it: the CPU, no autocast. ``share_prompts``, ``two_passes``:
-    as :func:`response_outputs`.
+    losses' batch tensors are. Without it: the CPU, no autocast. ``share_prompts``: as
+    :func:`response_outputs`.
 
     :returns: ``([B, T] float32 log-probs, [B, T] float32 entropy or None)`` on the CPU, zero
         beyond each response.
     """
     in_response = batch.in_response if place is None else place.to_device(batch.in_response)
     with contextlib.nullcontext() if place is None else place.autocast():
-        picked, targets = response_outputs(model, batch, _logits, place=place, share_prompts=share_prompts,
-                                           two_passes=two_passes)
+        picked, targets = response_outputs(model, batch, _logits, place=place, share_prompts=share_prompts)
     logprobs = ops.logprobs_from_logits(picked, targets, temperature)
     zero = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
     logprobs = torch.where(in_response, logprobs, zero)
@@ -116,8 +115,7 @@ def response_logprobs(model: Any, batch: PaddedBatch, temperature: float, *, wit
 
 
 def response_outputs(model: Any, batch: PaddedBatch, read: Callable[[Any], torch.Tensor], *,
-                     place: Placement | None = None, share_prompts: bool = False,
-                     two_passes: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                     place: Placement | None = None, share_prompts: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """What ``model`` outputs at the position that predicts each response token.
 
     :param model: a Hugging Face model (causal LM, base model or peft model) taking ``input_ids``,
@@ -127,24 +125,18 @@ def response_outputs(model: Any, batch: PaddedBatch, read: Callable[[Any], torch
         logits; the critic's values of the last hidden states).
     :param place: as :func:`response_logprobs` (inputs go to its device; the results stay there).
     :param share_prompts: samples with the same prompt share its forward pass (see the module
-        docs) when some do. The caller allows it only where the model keeps a KV cache while
-        training (not with gradient checkpointing); models with sliding-window or other non-full
-        attention layers always take one pass.
-    :param two_passes: with ``share_prompts``, a full-attention model takes the two passes whatever
-        the batch (every row its own prompt when none is shared; one-token responses are fed to
-        the response pass, whose outputs are then only kept in the graph times zero), so that the
-        number of forward calls does not depend on the data: every rank of an FSDP2 model, whose
-        forward passes are collectives, makes the same calls.
+        docs) when some do: then two forward calls, else one. The caller allows it only where that
+        is fine (not for an FSDP2 model, whose forward calls are collectives that every rank must
+        make alike) and the model keeps a KV cache while training (not with gradient
+        checkpointing); models with sliding-window or other non-full attention layers always take
+        one pass.
     :returns: ``([B, T, X] outputs, [B, T] response token ids)``; entries beyond a response are
         those of some real position (mask them).
     """
-    sharing = share_prompts and _full_attention(model)
-    groups = batch.prompt_groups() if sharing else None
-    if groups is None and sharing and two_passes:
-        groups = (torch.arange(batch.size), torch.arange(batch.size))
+    groups = batch.prompt_groups() if share_prompts and _full_attention(model) else None
     if groups is None:
         return _one_pass(model, read, batch, place)
-    return _shared_prompt_passes(model, read, batch, groups, place, two_passes=two_passes)
+    return _shared_prompt_passes(model, read, batch, groups, place)
 
 
 def _logits(output: Any) -> torch.Tensor:
@@ -165,14 +157,13 @@ def _one_pass(model: Any, read: Callable[[Any], torch.Tensor], batch: PaddedBatc
 
 
 def _shared_prompt_passes(model: Any, read: Callable[[Any], torch.Tensor], batch: PaddedBatch,
-                          groups: tuple[torch.Tensor, torch.Tensor], place: Placement | None, *,
-                          two_passes: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                          groups: tuple[torch.Tensor, torch.Tensor],
+                          place: Placement | None) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`_one_pass`'s result from two passes: the ``U`` distinct prompts (right-padded, with a
     KV cache), whose last outputs predict each sample's first response token, then every sample's
     response tokens but the last on that cache, copied to the sample's row (differentiably), at
     the positions that follow its prompt. A prompt's padding columns stay masked out. With only
-    one-token responses the second pass is skipped, unless ``two_passes``
-    (:func:`response_outputs`)."""
+    one-token responses there is no second pass."""
     from transformers.cache_utils import DynamicCache
 
     first, group = groups
@@ -189,16 +180,14 @@ def _shared_prompt_passes(model: Any, read: Callable[[Any], torch.Tensor], batch
     cached = {cache_argument(model): cache}
     prompt_outputs = read(model(input_ids=prompt_ids, attention_mask=prompt_mask_on, use_cache=True, **cached))
     first_outputs = prompt_outputs[torch.arange(len(first), device=last.device), last][group_on]   # [B, X]
-    if responses_width == 1 and not two_passes:
+    if responses_width == 1:
         return first_outputs.unsqueeze(1), responses
     cache.batch_select_indices(group_on)
-    fed = max(responses_width - 1, 1)           # the last response token predicts nothing (fed only if alone)
+    fed = responses_width - 1                   # the last response token predicts nothing
     attention_mask, positions = _on(place, torch.cat([prompt_mask[group], batch.in_response[:, :fed].long()], 1),
                                     prompt_lengths.unsqueeze(1) + torch.arange(fed))
     later = read(model(input_ids=responses[:, :fed], attention_mask=attention_mask, position_ids=positions,
                        use_cache=True, **cached))                                      # [B, T - 1, X]
-    if responses_width == 1:                    # two_passes: the pass ran; its outputs count for nothing
-        return (first_outputs + 0.0 * later[:, 0]).unsqueeze(1), responses
     return torch.cat([first_outputs.unsqueeze(1), later], 1), responses
 
 

@@ -127,8 +127,8 @@ class TorchTrainer(StepCounters):
         if own.gradient_checkpointing:
             enable_gradient_checkpointing(self.model)
         #: whether samples with one prompt share its forward pass (:func:`batching.response_outputs`):
-        #: not with gradient checkpointing (the model then keeps no KV cache while training). An
-        #: FSDP2 policy takes two passes per micro-batch on every rank (:meth:`_sharing`).
+        #: not with gradient checkpointing (the model then keeps no KV cache while training); for an
+        #: FSDP2 policy see :meth:`_shares`
         self.share_prompts = not own.gradient_checkpointing
         self.ref_model: Any = None
         if loss.needs_ref:      # with LoRA: the same model, adapters disabled (no second copy)
@@ -356,14 +356,14 @@ class TorchTrainer(StepCounters):
             for micro in self.dp.micro_batches(chunk_rows.size, self.options.micro_batch_size, equal=self.sharded):
                 if not len(micro):      # FSDP2: a forward and backward every rank runs; contributes nothing
                     logprobs, _ = batching.response_logprobs(self.model, chunk_rows.rows(torch.tensor([0])),
-                                                             self.temperature, place=self.place,
-                                                             **self._sharing(self.model))
+                                                             self.temperature, place=self.place)
                     yield logprobs.sum() * 0.0, {}
                     continue
                 with lora.dropout_active(self.model) if self.lora else contextlib.nullcontext():
                     logprobs, entropy = batching.response_logprobs(self.model, chunk_rows.rows(micro),
                                                                    self.temperature, with_entropy=True,
-                                                                   place=self.place, **self._sharing(self.model))
+                                                                   place=self.place,
+                                                                   share_prompts=self._shares(self.model))
                 micro_batch = chunk_batch.select(micro)
                 if old_logprobs_out is not None and micro_batch.old_logprobs is None:
                     micro_batch.old_logprobs = logprobs.detach()
@@ -421,11 +421,10 @@ class TorchTrainer(StepCounters):
         with torch.no_grad():
             for rows in self._row_chunks(padded.size, sharded, equal=self.sharded):
                 if not len(rows):       # FSDP2: a forward pass every rank runs; its result is dropped
-                    batching.response_logprobs(model, padded.rows(torch.tensor([0])), temperature, place=self.place,
-                                               **self._sharing(model))
+                    batching.response_logprobs(model, padded.rows(torch.tensor([0])), temperature, place=self.place)
                     continue
                 values, _ = batching.response_logprobs(model, padded.rows(rows), temperature, place=self.place,
-                                                       **self._sharing(model))
+                                                       share_prompts=self._shares(model))
                 parts.append(values)
         return self.dp.gather_rows(torch.cat(parts), padded.size) if sharded else torch.cat(parts)
 
@@ -438,11 +437,14 @@ class TorchTrainer(StepCounters):
                                                     share_prompts=self.share_prompts))
         return self.dp.gather_rows(torch.cat(parts), padded.size) if sharded else torch.cat(parts)
 
-    def _sharing(self, model: Any) -> dict[str, bool]:
-        """How ``model``'s passes share prompts (:func:`batching.response_outputs`' keywords): as
-        each micro-batch allows, except the FSDP2-sharded policy (a LoRA reference wrapper around
-        it takes one pass anyway), whose forward passes are collectives: two per micro-batch."""
-        return {"share_prompts": self.share_prompts, "two_passes": self.sharded and model is self.model}
+    def _shares(self, model: Any) -> bool:
+        """Whether ``model``'s passes share prompts (:func:`batching.response_outputs`): on every
+        rank of replicated data parallelism as each micro-batch allows, but not for an FSDP2 policy
+        (a LoRA reference wrapper around it takes one pass anyway). Its forward calls are
+        collectives, so ranks would have to make two per micro-batch whatever their samples, and
+        each call all-gathers the parameters again: measured with 2 gloo ranks and one-token
+        responses, that made the train step 50-58 -> 63-71 ms."""
+        return self.share_prompts and not (self.sharded and model is self.model)
 
     def _row_chunks(self, size: int, sharded: bool, *, equal: bool = False) -> Iterator[torch.Tensor]:
         if sharded:
