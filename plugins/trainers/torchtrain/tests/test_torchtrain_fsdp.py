@@ -48,7 +48,9 @@ def picked(metrics: dict[str, float]) -> dict[str, float]:
     return {name: metrics[name] for name in ("train/loss", "train/grad_norm", "train/pg_loss")}
 
 
-def _rank(rank: int, model_dir: str, store: str, out: str) -> None:
+def _rank(rank: int, model_dir: str, store: str, out: str, sharding: str) -> None:
+    """One rank: a step on ``batch(1)`` (its policy's forward calls recorded in ``calls<rank>.json``);
+    with FSDP2 also a checkpoint and a step on ``batch(2)``. Rank 0 writes the weights and metrics."""
     import torch.distributed as dist
 
     from plasmid import testing
@@ -56,35 +58,43 @@ def _rank(rank: int, model_dir: str, store: str, out: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
     try:
-        trainer = build(model_dir, Path(out) / "run")
-        kind = (type(trainer).__name__, type(trainer).collective, type(next(trainer.model.parameters())).__name__)
-        rows = []       # the policy's forward calls (every one a collective): (rows, columns) each
+        trainer = build(model_dir, Path(out) / "run", torchtrain_sharding=sharding)
+        kind = (type(trainer).__name__, getattr(trainer, "collective", False),
+                type(next(trainer.model.parameters())).__name__)
+        rows = []       # the policy's forward calls: (rows, columns) each
         hook = trainer.model.register_forward_pre_hook(
             lambda module, args, kwargs: rows.append(list(kwargs["input_ids"].shape)), with_kwargs=True)
-        first = picked(testing.run(trainer.train_step(batch(1))))
+        metrics = [picked(testing.run(trainer.train_step(batch(1))))]
         hook.remove()
         (Path(out) / f"calls{rank}.json").write_text(json.dumps(rows))
-        testing.run(trainer.save(str(Path(out) / "ckpt")))
-        second = picked(testing.run(trainer.train_step(batch(2))))
+        if sharding == "fsdp":
+            testing.run(trainer.save(str(Path(out) / "ckpt")))
+            metrics.append(picked(testing.run(trainer.train_step(batch(2)))))
         weights = exported(trainer)
         if rank == 0:
             torch.save(weights, Path(out) / "weights.pt")
-            (Path(out) / "result.json").write_text(json.dumps({"kind": kind, "metrics": [first, second]}))
+            (Path(out) / "result.json").write_text(json.dumps({"kind": kind, "metrics": metrics}))
     finally:
         dist.destroy_process_group()
 
 
-@pytest.mark.timeout(600)
-def test_two_fsdp_ranks_train_save_and_resume_in_one_process_as_one_process_trains(tmp_path, monkeypatch):
-    from plasmid import testing
+def _spawn(tmp_path: Path, monkeypatch, sharding: str) -> tuple[str, dict]:
+    """Two ranks of :func:`_rank` on a fresh tiny model: ``(its directory, rank 0's result)``."""
     from plasmid_torch.tiny import build_tiny_model
 
     torch.set_num_threads(1)
     model_dir = str(build_tiny_model(tmp_path / "tiny"))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[4]))   # see test_torchtrain_bad_steps
-    mp.spawn(_rank, args=(model_dir, str(tmp_path / "store"), str(tmp_path)), nprocs=WORLD, join=True)
-    result = json.loads((tmp_path / "result.json").read_text())
+    mp.spawn(_rank, args=(model_dir, str(tmp_path / "store"), str(tmp_path), sharding), nprocs=WORLD, join=True)
+    return model_dir, json.loads((tmp_path / "result.json").read_text())
+
+
+@pytest.mark.timeout(600)
+def test_two_fsdp_ranks_train_save_and_resume_in_one_process_as_one_process_trains(tmp_path, monkeypatch):
+    from plasmid import testing
+
+    model_dir, result = _spawn(tmp_path, monkeypatch, "fsdp")
     assert result["kind"] == ["ShardedTorchTrainer", True, "DTensor"]
     # every forward call is a collective: the ranks make the same ones, one pass per micro-batch (a
     # group's samples do not share a prompt pass here, TorchTrainer._shares); rank 1's last
@@ -110,45 +120,18 @@ def test_two_fsdp_ranks_train_save_and_resume_in_one_process_as_one_process_trai
         torch.testing.assert_close(tensor, single_weights[name], rtol=0, atol=WEIGHT_ATOL, msg=name)
 
 
-def _replicated_rank(rank: int, model_dir: str, store: str, out: str) -> None:
-    import torch.distributed as dist
-
-    from plasmid import testing
-
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
-    try:
-        trainer = build(model_dir, Path(out) / "run", torchtrain_sharding="replicate")
-        rows = []
-        trainer.model.register_forward_pre_hook(
-            lambda module, args, kwargs: rows.append(list(kwargs["input_ids"].shape)), with_kwargs=True)
-        metrics = picked(testing.run(trainer.train_step(batch(1))))
-        (Path(out) / f"calls{rank}.json").write_text(json.dumps(rows))
-        if rank == 0:
-            torch.save(exported(trainer), Path(out) / "weights.pt")
-            (Path(out) / "result.json").write_text(json.dumps({"kind": type(trainer).__name__, "metrics": metrics}))
-    finally:
-        dist.destroy_process_group()
-
-
 @pytest.mark.timeout(600)
 def test_replicated_ranks_share_prompt_passes_and_update_as_one_process(tmp_path, monkeypatch):
     from plasmid import testing
-    from plasmid_torch.tiny import build_tiny_model
 
-    torch.set_num_threads(1)
-    model_dir = str(build_tiny_model(tmp_path / "tiny"))
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[4]))
-    mp.spawn(_replicated_rank, args=(model_dir, str(tmp_path / "store"), str(tmp_path)), nprocs=WORLD, join=True)
-    result = json.loads((tmp_path / "result.json").read_text())
-    assert result["kind"] == "TorchTrainer"
+    model_dir, result = _spawn(tmp_path, monkeypatch, "replicate")
+    assert result["kind"] == ["TorchTrainer", False, "Parameter"]
     # rank 0's first micro-batch is two samples of one group: one prompt row, then their responses
     calls = json.loads((tmp_path / "calls0.json").read_text())
     assert calls[0][0] == 1 and calls[1][0] == 2
 
     alone = build(model_dir, tmp_path / "alone")
-    assert result["metrics"] == pytest.approx(picked(testing.run(alone.train_step(batch(1)))), rel=1e-5, abs=1e-7)
+    assert result["metrics"][0] == pytest.approx(picked(testing.run(alone.train_step(batch(1)))), rel=1e-5, abs=1e-7)
     replicated = torch.load(tmp_path / "weights.pt")
     for name, tensor in exported(alone).items():
         torch.testing.assert_close(replicated[name], tensor, rtol=0, atol=WEIGHT_ATOL, msg=name)
