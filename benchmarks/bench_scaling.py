@@ -17,7 +17,7 @@ peak is not read: the RSS column is host memory.
   (``--sync-hidden 1024 --sync-layers 6``: 101M float32 parameters), every sync it knows against an
   in-process copy.
 
-Tables are printed; everything is written as JSON to ``--json`` (default ``bench_scaling.json``).
+Tables are printed; everything is written as JSON to ``--json`` (default ``runs/bench/bench_scaling.json``).
 
     OMP_NUM_THREADS=1 python benchmarks/bench_scaling.py --quick       # a few minutes on 2 idle cores
     OMP_NUM_THREADS=1 python benchmarks/bench_scaling.py               # the full curves
@@ -183,7 +183,8 @@ def print_tables(result: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small settings that finish in a few minutes")
-    parser.add_argument("--json", type=Path, default=Path("bench_scaling.json"), help="where the JSON results go")
+    parser.add_argument("--json", type=Path, default=Path("runs/bench/bench_scaling.json"),
+                        help="where the JSON results go")
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray runtime (points and syncs)")
     parser.add_argument("--only", choices=["curves", "ray", "sync"], action="append",
                         help="run only these parts (repeatable; default: all)")
