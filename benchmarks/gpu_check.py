@@ -16,7 +16,8 @@ group gets 0/1 rewards, the trainer takes one step (the group-baseline policy gr
 engine (``export_weights`` buckets of 512 MiB -> ``update_weights``). A last run trains the 0.5B
 model with ``--gradient-checkpointing`` and ``--optimizer-offload`` (the CUDA-only paths).
 
-Printed and written as JSON (``--out``), per run: generated tokens/s, trainer tokens/s (trained
+Printed and written as JSON (``--out``, rewritten after every run, so a check cut short keeps what it
+measured), per run: generated tokens/s, trainer tokens/s (trained
 sequence tokens, prompt included, per second of ``train_step``), MFU (model FLOPs per second over
 the GPU's peak dense bf16 FLOPs: ``8 N`` per token for full training, i.e. the no-grad old-log-prob
 forward 2N plus forward and backward 6N, and ``6 N`` with LoRA, whose backward skips the weight
@@ -262,9 +263,11 @@ def main(argv: list[str] | None = None) -> int:
                     result = asyncio.run(one_run(args, model_dir, Path(tmp) / "runs" / key, lora=lora, extra=extra))
                 except Exception as error:  # noqa: BLE001 - reported; the other runs still measure
                     report["runs"][key] = {"error": f"{type(error).__name__}: {error}", "bad_steps": []}
+                    args.out.write_text(json.dumps(report, indent=2))
                     print(f"{key}: FAILED {type(error).__name__}: {error}", flush=True)
                     continue
                 report["runs"][key] = result
+                args.out.write_text(json.dumps(report, indent=2))    # so far: a run cut short keeps these
                 figures = ", ".join(f"{field} {result[field]:.4g}" for field in
                                     ("gen_tokens_per_second", "trainer_tokens_per_second", "mfu", "peak_memory_gib",
                                      "sync_seconds", "train_rollout_logprob_abs_diff") if result.get(field) is not None)
