@@ -165,11 +165,19 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """:func:`parser`'s options from ``argv`` (the command line when ``None``); a ``--group-size``
+    that does not divide ``--batch`` is a usage error (one line, exit 2)."""
+    options = parser()
+    args = options.parse_args(argv)
+    if args.group_size < 1 or args.batch % args.group_size:
+        options.error(f"--group-size {args.group_size} must be >= 1 and divide --batch {args.batch}")
+    return args
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Build the ``--model-size`` model in a temporary directory and run :func:`benchmark` (what
-    ``main`` and ``gpu_check.py`` call). ``args``: :func:`parser`'s options."""
-    if args.group_size < 1 or args.batch % args.group_size:
-        raise ValueError(f"--group-size {args.group_size} must be >= 1 and divide --batch {args.batch}")
+    ``main`` and ``gpu_check.py`` call). ``args``: from :func:`parse`."""
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="bench-torchgen-") as tmp:
         size = MODEL_SIZES[args.model_size]
@@ -179,10 +187,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> None:
-    options = parser()
-    args = options.parse_args()
-    if args.group_size < 1 or args.batch % args.group_size:
-        options.error(f"--group-size {args.group_size} must be >= 1 and divide --batch {args.batch}")
+    args = parse()
     result = measure(args)
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=1))

@@ -198,7 +198,7 @@ def torchgen_vs_generate(args: argparse.Namespace) -> dict[str, Any]:
                   for precision in ("fp32", "bf16")]
     figures: dict[str, Any] = {}
     for size, group, precision, batch, new_tokens, repeats in shapes:
-        options = bench_torchgen.parser().parse_args(
+        options = bench_torchgen.parse(
             ["--model-size", size, "--group-size", str(group), "--precision", precision, "--batch", str(batch),
              "--new-tokens", str(new_tokens), "--repeats", str(repeats), "--device", args.device,
              "--threads", str(torch.get_num_threads()),
@@ -262,12 +262,12 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     result = asyncio.run(one_run(args, model_dir, Path(tmp) / "runs" / key, lora=lora, extra=extra))
                 except Exception as error:  # noqa: BLE001 - reported; the other runs still measure
-                    report["runs"][key] = {"error": f"{type(error).__name__}: {error}", "bad_steps": []}
-                    args.out.write_text(json.dumps(report, indent=2))
-                    print(f"{key}: FAILED {type(error).__name__}: {error}", flush=True)
-                    continue
+                    result = {"error": f"{type(error).__name__}: {error}", "bad_steps": []}
                 report["runs"][key] = result
-                args.out.write_text(json.dumps(report, indent=2))    # so far: a run cut short keeps these
+                args.out.write_text(json.dumps(report, indent=2))    # so far: a check cut short keeps these
+                if "error" in result:
+                    print(f"{key}: FAILED {result['error']}", flush=True)
+                    continue
                 figures = ", ".join(f"{field} {result[field]:.4g}" for field in
                                     ("gen_tokens_per_second", "trainer_tokens_per_second", "mfu", "peak_memory_gib",
                                      "sync_seconds", "train_rollout_logprob_abs_diff") if result.get(field) is not None)

@@ -259,10 +259,23 @@ def test_continuous_batching_through_the_graph_path_answers_as_the_lean_step(tmp
         loop.close()
 
 
-def test_cuda_graphs_need_a_gpu_and_the_lean_step(make_engine, tmp_path):
+def test_cuda_graphs_need_a_gpu_and_the_lean_step(make_engine, tmp_path, monkeypatch):
     model_dir = build_tiny_model(tmp_path / "qwen2", seed=0)
+    loaded = []
+    monkeypatch.setattr(Placement, "load_causal_lm", lambda self, path: loaded.append(path))
     with pytest.raises(UsageError, match=r"--torchgen-cuda-graphs needs a GPU, but it serves on cpu"):
         make_engine(model_dir, torchgen_cuda_graphs=True)
+    assert loaded == []                                  # refused before any weights were read
+    monkeypatch.undo()
+    # past the GPU check (a placement that says CUDA, the model still on the CPU): a step that is not
+    # the lean one cannot be recorded
+    monkeypatch.setattr(Placement, "is_cuda", property(lambda self: True))
+    with pytest.raises(UsageError, match=r"replays the lean decoding step, which does not run here "
+                                         r"\(--torchgen-decoder hf was chosen\)"):
+        make_engine(model_dir, torchgen_cuda_graphs=True, torchgen_decoder="hf")
+    moe_dir = build_tiny_model(tmp_path / "moe", arch="qwen2_moe", seed=0)
+    with pytest.raises(UsageError, match=r"which does not run here \(model type 'qwen2_moe'"):
+        make_engine(moe_dir, torchgen_cuda_graphs=True)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: a device machine runs it")

@@ -82,16 +82,16 @@ class TorchEngine:
         self.model_path = str(model_path)
         #: device and precision of the served model (``--device``, ``--precision``)
         self.place = placement(DeviceOptions.of(config), "engine 'torchgen' (plugin plasmid-torchgen)")
+        options = TorchgenOptions.of(config)
+        if options.torchgen_cuda_graphs and not self.place.is_cuda:      # before loading any weights
+            raise UsageError(f"engine 'torchgen' (plugin plasmid-torchgen): --torchgen-cuda-graphs needs a GPU, but "
+                             f"it serves on {self.place.device}; add --device cuda, or leave the option out")
         self.model = self.place.load_causal_lm(self.model_path)
         self.model.requires_grad_(False)
         self.vocab_size: int = self.model.get_input_embeddings().num_embeddings
-        options = TorchgenOptions.of(config)
         self.max_batch_size = options.torchgen_max_batch_size
         self._stats = EngineStats()
         shared_generator = torch.Generator(device=self.place.device).manual_seed(general.seed)
-        if options.torchgen_cuda_graphs and not self.place.is_cuda:
-            raise UsageError(f"engine 'torchgen' (plugin plasmid-torchgen): --torchgen-cuda-graphs needs a GPU, but "
-                             f"it serves on {self.place.device}; add --device cuda, or leave the option out")
         self._decoder = Decoder(self.model, shared_generator, self.place, options.torchgen_decoder,
                                 graphs=options.torchgen_cuda_graphs)
         if options.torchgen_cuda_graphs and self._decoder.decoder != "lean":

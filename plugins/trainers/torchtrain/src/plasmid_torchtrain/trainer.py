@@ -400,7 +400,7 @@ class TorchTrainer(StepCounters):
         def micro_losses() -> Iterator[tuple[torch.Tensor, dict[str, float]]]:
             for micro in self.dp.micro_batches(chunk_rows.size, self.options.micro_batch_size):
                 values = critic.response_values(self.critic, chunk_rows.rows(micro), self.place,
-                                                share_prompts=self.share_prompts)
+                                                share_prompts=self._shares(self.critic))
                 yield self.loss.value_loss(chunk_batch.select(micro), values)
 
         def update(losses: Iterator[tuple[torch.Tensor, dict[str, float]]]) -> dict[str, float]:
@@ -434,15 +434,16 @@ class TorchTrainer(StepCounters):
         with torch.no_grad():
             for rows in self._row_chunks(padded.size, sharded):
                 parts.append(critic.response_values(self.critic, padded.rows(rows), self.place,
-                                                    share_prompts=self.share_prompts))
+                                                    share_prompts=self._shares(self.critic)))
         return self.dp.gather_rows(torch.cat(parts), padded.size) if sharded else torch.cat(parts)
 
     def _shares(self, model: Any) -> bool:
-        """Whether ``model``'s passes share prompts (:func:`batching.response_outputs`): on every
-        rank of replicated data parallelism as each micro-batch allows, but not for an FSDP2 policy
-        (a LoRA reference wrapper around it takes one pass anyway). Its forward calls are
-        collectives, so ranks would have to make two per micro-batch whatever their samples, and
-        each call all-gathers the parameters again: measured with 2 gloo ranks and one-token
+        """Whether ``model``'s passes (the policy's, the reference's, the critic's) share prompts
+        (:func:`batching.response_outputs`): as each micro-batch allows, on every rank of replicated
+        data parallelism too (the reference and the critic are always replicated), but not for an
+        FSDP2 policy (a LoRA reference wrapper around it takes one pass anyway). Its forward calls
+        are collectives, so ranks would have to make two per micro-batch whatever their samples,
+        and each call all-gathers the parameters again: measured with 2 gloo ranks and one-token
         responses, that made the train step 50-58 -> 63-71 ms."""
         return self.share_prompts and not (self.sharded and model is self.model)
 
