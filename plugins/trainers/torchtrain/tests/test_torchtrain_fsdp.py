@@ -58,12 +58,15 @@ def _rank(rank: int, model_dir: str, store: str, out: str, sharding: str) -> Non
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
     try:
-        trainer = build(model_dir, Path(out) / "run", torchtrain_sharding=sharding)
+        # the FSDP2 ranks pack their micro-batches; the replicated ones are checked sharing prompt passes
+        trainer = build(model_dir, Path(out) / "run", torchtrain_sharding=sharding,
+                        torchtrain_packing=sharding == "fsdp")
         kind = (type(trainer).__name__, getattr(trainer, "collective", False),
                 type(next(trainer.model.parameters())).__name__)
-        rows = []       # the policy's forward calls: (rows, columns) each
+        rows = []       # the policy's forward calls: the samples of each (packed into one row or padded)
         hook = trainer.model.register_forward_pre_hook(
-            lambda module, args, kwargs: rows.append(list(kwargs["input_ids"].shape)), with_kwargs=True)
+            lambda module, args, kwargs: rows.append(len(kwargs["cu_seq_lens_q"]) - 1 if "cu_seq_lens_q" in kwargs
+                                                     else len(kwargs["input_ids"])), with_kwargs=True)
         metrics = [picked(testing.run(trainer.train_step(batch(1))))]
         hook.remove()
         (Path(out) / f"calls{rank}.json").write_text(json.dumps(rows))
@@ -100,7 +103,7 @@ def test_two_fsdp_ranks_train_save_and_resume_in_one_process_as_one_process_trai
     # group's samples do not share a prompt pass here, TorchTrainer._shares); rank 1's last
     # micro-batch is empty and runs row 0 (shards of 5 and 4 samples, micro-batches of 2)
     calls = [json.loads((tmp_path / f"calls{rank}.json").read_text()) for rank in range(WORLD)]
-    assert len(calls[0]) == len(calls[1]) and [rows for rows, _ in calls[0]] == [2, 2, 1] * (len(calls[0]) // 3)
+    assert len(calls[0]) == len(calls[1]) and calls[0] == [2, 2, 1] * (len(calls[0]) // 3)
 
     alone = build(model_dir, tmp_path / "alone")
     assert type(alone).__name__ == "TorchTrainer"
@@ -128,7 +131,7 @@ def test_replicated_ranks_share_prompt_passes_and_update_as_one_process(tmp_path
     assert result["kind"] == ["TorchTrainer", False, "Parameter"]
     # rank 0's first micro-batch is two samples of one group: one prompt row, then their responses
     calls = json.loads((tmp_path / "calls0.json").read_text())
-    assert calls[0][0] == 1 and calls[1][0] == 2
+    assert calls[0] == 1 and calls[1] == 2
 
     alone = build(model_dir, tmp_path / "alone")
     assert result["metrics"][0] == pytest.approx(picked(testing.run(alone.train_step(batch(1)))), rel=1e-5, abs=1e-7)

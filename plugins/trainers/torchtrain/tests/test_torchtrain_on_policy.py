@@ -20,9 +20,9 @@ VOCAB = 16
 
 @pytest.fixture
 def make_trainer(model_dir, tmp_path):
-    def factory(*, reuse: bool = True, share_prompts: bool = False, **options):
+    def factory(*, reuse: bool = True, share_prompts: bool = False, pack: bool = False, **options):
         options = {"lr": 1e-2, "model": str(model_dir), "run_dir": tmp_path / "run", "micro_batch_size": 3,
-                   **options}
+                   "torchtrain_packing": pack, **options}
         config = testing.make_config(plasmid_torchtrain.plugin, plasmid_grpo.plugin, **options)
         loss = testing.build("loss", "grpo", plasmid_grpo.plugin, config=config)
         trainer = testing.build("trainer", "torchtrain", plasmid_torchtrain.plugin, config=config, args=(loss,))
@@ -63,14 +63,17 @@ def train(trainer, steps: int = 3) -> list[dict[str, float]]:
     return out
 
 
-@pytest.mark.parametrize("share_prompts", [False, True], ids=["one-pass", "shared-prompts"])
-def test_on_policy_steps_reuse_the_update_forward_with_identical_metrics_and_weights(make_trainer, share_prompts):
-    reusing = make_trainer(share_prompts=share_prompts)
-    separate = make_trainer(reuse=False, share_prompts=share_prompts)
+@pytest.mark.parametrize(("share_prompts", "pack"), [(False, False), (True, False), (False, True)],
+                         ids=["one-pass", "shared-prompts", "packed"])
+def test_on_policy_steps_reuse_the_update_forward_with_identical_metrics_and_weights(make_trainer, share_prompts,
+                                                                                     pack):
+    reusing = make_trainer(share_prompts=share_prompts, pack=pack)
+    separate = make_trainer(reuse=False, share_prompts=share_prompts, pack=pack)
     assert reusing.recipe.reuses_update_forward(1) and not separate.recipe.reuses_update_forward(1)
     got, want = train(reusing), train(separate)
     # 8 samples (2 prompts x 4) in micro-batches of 3: 3 passes per update, 3 more for a separate
-    # old pass; with shared prompts each micro-batch has two samples of one prompt: 2 calls a pass
+    # old pass; with shared prompts each micro-batch has two samples of one prompt: 2 calls a pass;
+    # packed, one call a pass
     calls = 2 if share_prompts else 1
     assert [m.pop("forwards") for m in got] == [3 * calls] * 3
     assert [m.pop("forwards") for m in want] == [6 * calls] * 3

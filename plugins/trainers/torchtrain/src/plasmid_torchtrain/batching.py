@@ -17,14 +17,14 @@ samples a prompt) the policy's forward and backward take half the time, the PPO 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from plasmid.types import Sample
-from plasmid_torch import ops
+from plasmid_torch import lm_head, ops, packing
 from plasmid_torch.device import Placement
 from plasmid_torch.hf import cache_argument
 from plasmid_torch.prompts import shared_prompts
@@ -88,55 +88,101 @@ def pad_samples(samples: Sequence[Sample], pad_id: int) -> PaddedBatch:
 
 
 def response_logprobs(model: Any, batch: PaddedBatch, temperature: float, *, with_entropy: bool = False,
-                      place: Placement | None = None, share_prompts: bool = False
+                      place: Placement | None = None, share_prompts: bool = False, pack: bool = False
                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``model``'s log-probs (and entropy) of each response token at ``temperature``.
 
-    Runs under the caller's grad mode. Only the logits that predict response tokens are
-    normalised (``plasmid_torch.ops``, in float32, as the engines do). With ``place`` (the
-    trainer's :class:`plasmid_torch.device.Placement`) the ids go to its device and the forward
-    pass runs under its autocast; the results come back to the CPU (differentiably), where the
-    losses' batch tensors are. Without it: the CPU, no autocast. ``share_prompts``: as
-    :func:`response_outputs`.
+    Runs under the caller's grad mode. The model returns its last hidden states
+    (:data:`plasmid_torch.lm_head.HIDDEN_ONLY`), and the LM head is applied to the response
+    positions alone, a bounded number of tokens at a time, forward and backward
+    (:func:`plasmid_torch.lm_head.token_logprobs`; normalised in float32 as the engines do), so no
+    ``[tokens, vocab]`` logits of the whole micro-batch are ever held. A model without an output
+    embedding returns its logits whole instead. With ``place`` (the trainer's
+    :class:`plasmid_torch.device.Placement`) the ids go to its device and the passes run under its
+    autocast; the results come back to the CPU (differentiably), where the losses' batch tensors
+    are. Without it: the CPU, no autocast. ``share_prompts``, ``pack``: as :func:`response_outputs`.
 
     :returns: ``([B, T] float32 log-probs, [B, T] float32 entropy or None)`` on the CPU, zero
         beyond each response.
     """
     in_response = batch.in_response if place is None else place.to_device(batch.in_response)
+    head = lm_head.LMHead.of(model)
+    read, forward = (_logits, {}) if head is None else (lm_head.last_hidden, lm_head.HIDDEN_ONLY)
     with contextlib.nullcontext() if place is None else place.autocast():
-        picked, targets = response_outputs(model, batch, _logits, place=place, share_prompts=share_prompts)
-    logprobs = ops.logprobs_from_logits(picked, targets, temperature)
+        picked, targets = response_outputs(model, batch, read, place=place, share_prompts=share_prompts,
+                                           pack=pack, forward=forward)
+        if head is None:
+            logprobs = ops.logprobs_from_logits(picked, targets, temperature)
+            entropy = ops.entropy_from_logits(picked, temperature) if with_entropy else None
+        else:
+            logprobs, entropy = _scattered(in_response, *lm_head.token_logprobs(
+                head, picked[in_response], targets[in_response], temperature, with_entropy=with_entropy))
     zero = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
     logprobs = torch.where(in_response, logprobs, zero)
-    entropy = None
-    if with_entropy:
-        entropy = torch.where(in_response, ops.entropy_from_logits(picked, temperature), zero).cpu()
+    if entropy is not None:
+        entropy = torch.where(in_response, entropy, zero).cpu()
     return logprobs.cpu(), entropy
 
 
+def _scattered(where: torch.Tensor, *values: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+    """Each ``[N]`` tensor of ``values`` (``N`` the true entries of the ``[B, T]`` bool ``where``,
+    in row-major order) placed into a ``[B, T]`` zero tensor, differentiably."""
+    return tuple(None if value is None else torch.zeros(where.shape, dtype=value.dtype, device=value.device)
+                 .masked_scatter(where, value) for value in values)
+
+
 def response_outputs(model: Any, batch: PaddedBatch, read: Callable[[Any], torch.Tensor], *,
-                     place: Placement | None = None, share_prompts: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                     place: Placement | None = None, share_prompts: bool = False, pack: bool = False,
+                     forward: Mapping[str, Any] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """What ``model`` outputs at the position that predicts each response token.
+
+    Of the ways to compute it that the caller allows, the one that feeds the fewest token
+    positions (:func:`choose_pass`): one padded pass over the whole sequences; the samples
+    packed into one row without padding (``pack``, :mod:`plasmid_torch.packing`); or a shared pass
+    of each distinct prompt followed by the responses on its KV cache (``share_prompts``).
 
     :param model: a Hugging Face model (causal LM, base model or peft model) taking ``input_ids``,
         ``attention_mask``, ``position_ids`` and a KV cache; called under the caller's grad mode
         and autocast.
     :param read: ``model``'s output object -> ``[rows, columns, X]`` per-position outputs (the
-        logits; the critic's values of the last hidden states).
+        last hidden states; the critic's values).
     :param place: as :func:`response_logprobs` (inputs go to its device; the results stay there).
-    :param share_prompts: samples with the same prompt share its forward pass (see the module
-        docs) when some do: then two forward calls, else one. The caller allows it only where that
-        is fine (not for an FSDP2 model, whose forward calls are collectives that every rank must
-        make alike) and the model keeps a KV cache while training (not with gradient
-        checkpointing); models with sliding-window or other non-full attention layers always take
-        one pass.
+    :param share_prompts: samples with the same prompt may share its forward pass (see the module
+        docs): then two forward calls. The caller allows it only where that is fine (not for an
+        FSDP2 model, whose forward calls are collectives that every rank must make alike) and the
+        model keeps a KV cache while training (not with gradient checkpointing); models with
+        sliding-window or other non-full attention layers always take one pass.
+    :param pack: the samples may be packed into one row, when ``model`` takes packed batches
+        (:func:`plasmid_torch.packing.enable` was called on it).
+    :param forward: more keyword arguments of every forward call (the policy's
+        :data:`plasmid_torch.lm_head.HIDDEN_ONLY`).
     :returns: ``([B, T, X] outputs, [B, T] response token ids)``; entries beyond a response are
         those of some real position (mask them).
     """
     groups = batch.prompt_groups() if share_prompts and _full_attention(model) else None
-    if groups is None:
-        return _one_pass(model, read, batch, place)
-    return _shared_prompt_passes(model, read, batch, groups, place)
+    chosen = choose_pass(batch, groups, pack=pack and packing.packable(model))
+    forward = dict(forward or {})
+    if chosen == "packed":
+        return _packed_pass(model, read, batch, place, forward)
+    if chosen == "shared":
+        return _shared_prompt_passes(model, read, batch, groups, place, forward)
+    return _one_pass(model, read, batch, place, forward)
+
+
+def choose_pass(batch: PaddedBatch, groups: tuple[torch.Tensor, torch.Tensor] | None, *, pack: bool) -> str:
+    """``"padded"``, ``"packed"`` or ``"shared"``: of the passes allowed (``pack``; ``groups``, the
+    batch's shared prompts, not ``None``), the one that feeds the fewest token positions: padded
+    ``B x L``; packed ``sum(length - 1)`` (a sample's last token predicts nothing); shared
+    ``U x longest distinct prompt + B x (T - 1)``. Ties go to the padded, then the packed pass."""
+    lengths = batch.prompt_lengths + batch.response_lengths
+    costs = {"padded": batch.size * int(lengths.max())}
+    if pack:
+        costs["packed"] = int((lengths - 1).sum())
+    if groups is not None:
+        first = groups[0]
+        costs["shared"] = len(first) * int(batch.prompt_lengths[first].max()) + batch.size * (
+            batch.in_response.shape[1] - 1)
+    return min(costs, key=lambda name: costs[name])
 
 
 def _logits(output: Any) -> torch.Tensor:
@@ -144,10 +190,10 @@ def _logits(output: Any) -> torch.Tensor:
 
 
 def _one_pass(model: Any, read: Callable[[Any], torch.Tensor], batch: PaddedBatch,
-              place: Placement | None) -> tuple[torch.Tensor, torch.Tensor]:
+              place: Placement | None, forward: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`response_outputs` from one forward pass over the whole sequences."""
     input_ids, attention_mask, prompt_lengths = _on(place, batch.input_ids, batch.attention_mask, batch.prompt_lengths)
-    outputs = read(model(input_ids=input_ids, attention_mask=attention_mask))                 # [B, L, X]
+    outputs = read(model(input_ids=input_ids, attention_mask=attention_mask, **forward))               # [B, L, X]
     length, width = input_ids.shape[1], batch.in_response.shape[1]
     # the output at position p predicts the token at p + 1: response token t sits at prompt + t
     predicting = (prompt_lengths.unsqueeze(1) - 1 + torch.arange(width, device=input_ids.device)).clamp(
@@ -156,9 +202,26 @@ def _one_pass(model: Any, read: Callable[[Any], torch.Tensor], batch: PaddedBatc
     return picked, input_ids.gather(1, predicting + 1)
 
 
+def _packed_pass(model: Any, read: Callable[[Any], torch.Tensor], batch: PaddedBatch,
+                 place: Placement | None, forward: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_one_pass`'s result from one pass over the samples packed into one row
+    (:func:`plasmid_torch.packing.pack`), each without its last token (it predicts nothing)."""
+    lengths = batch.prompt_lengths + batch.response_lengths
+    rows = batch.input_ids.tolist()
+    packed = packing.pack([row[:length - 1] for row, length in zip(rows, lengths.tolist(), strict=True)],
+                          None if place is None else place.device)
+    outputs = read(model(**packed, **forward))[0]                                           # [N, X]
+    starts = torch.cumsum(lengths - 1, 0) - (lengths - 1)
+    width = batch.in_response.shape[1]
+    within = (batch.prompt_lengths.unsqueeze(1) - 1 + torch.arange(width)).minimum((lengths - 2).unsqueeze(1))
+    picked_at, = _on(place, starts.unsqueeze(1) + within)
+    targets, = _on(place, batch.input_ids.gather(1, within + 1))
+    return outputs[picked_at], targets
+
+
 def _shared_prompt_passes(model: Any, read: Callable[[Any], torch.Tensor], batch: PaddedBatch,
                           groups: tuple[torch.Tensor, torch.Tensor],
-                          place: Placement | None) -> tuple[torch.Tensor, torch.Tensor]:
+                          place: Placement | None, forward: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`_one_pass`'s result from two passes: the ``U`` distinct prompts (right-padded, with a
     KV cache), whose last outputs predict each sample's first response token, then every sample's
     response tokens but the last on that cache, copied to the sample's row (differentiably), at
@@ -178,7 +241,8 @@ def _shared_prompt_passes(model: Any, read: Callable[[Any], torch.Tensor], batch
         place, batch.input_ids[first, :width], prompt_mask, distinct_lengths - 1, group, responses)
     cache = DynamicCache(config=model.config)
     cached = {cache_argument(model): cache}
-    prompt_outputs = read(model(input_ids=prompt_ids, attention_mask=prompt_mask_on, use_cache=True, **cached))
+    prompt_outputs = read(model(input_ids=prompt_ids, attention_mask=prompt_mask_on, use_cache=True, **cached,
+                                **forward))
     first_outputs = prompt_outputs[torch.arange(len(first), device=last.device), last][group_on]   # [B, X]
     if responses_width == 1:
         return first_outputs.unsqueeze(1), responses
@@ -187,7 +251,7 @@ def _shared_prompt_passes(model: Any, read: Callable[[Any], torch.Tensor], batch
     attention_mask, positions = _on(place, torch.cat([prompt_mask[group], batch.in_response[:, :fed].long()], 1),
                                     prompt_lengths.unsqueeze(1) + torch.arange(fed))
     later = read(model(input_ids=responses[:, :fed], attention_mask=attention_mask, position_ids=positions,
-                       use_cache=True, **cached))                                      # [B, T - 1, X]
+                       use_cache=True, **cached, **forward))                           # [B, T - 1, X]
     return torch.cat([first_outputs.unsqueeze(1), later], 1), responses
 
 

@@ -54,17 +54,19 @@ def load_value_model(model_dir: str | Path, place: Placement | None = None) -> V
 
 
 def response_values(critic: ValueModel, batch: PaddedBatch, place: Placement | None = None, *,
-                    share_prompts: bool = False) -> torch.Tensor:
+                    share_prompts: bool = False, pack: bool = False) -> torch.Tensor:
     """The critic's value of the state before each response token: ``[B, T]`` float32 on the CPU,
     0 beyond each response. Runs under the caller's grad mode; with ``place`` the forward pass runs
-    on its device under its autocast, and ``share_prompts`` lets samples with one prompt share its
-    pass, as the policy's (both: :func:`plasmid_torchtrain.batching.response_outputs`).
+    on its device under its autocast; ``share_prompts`` lets samples with one prompt share its
+    pass and ``pack`` packs the samples into one row, as for the policy (both:
+    :func:`plasmid_torchtrain.batching.response_outputs`).
 
     Response token ``t`` is predicted at position ``prompt_length - 1 + t`` (as in
     :func:`plasmid_torchtrain.batching.response_logprobs`); its value is read there.
     """
     with contextlib.nullcontext() if place is None else place.autocast():
-        picked, _ = response_outputs(critic.backbone, batch, critic.values_of, place=place, share_prompts=share_prompts)
+        picked, _ = response_outputs(critic.backbone, batch, critic.values_of, place=place,
+                                     share_prompts=share_prompts, pack=pack)
     values = picked.squeeze(-1).float().cpu()
     return torch.where(batch.in_response, values, torch.zeros((), dtype=values.dtype))
 

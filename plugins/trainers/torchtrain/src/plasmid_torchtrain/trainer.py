@@ -49,6 +49,7 @@ from plasmid.kernel_options import GeneralOptions, ProfileOptions, RolloutOption
 from plasmid.options import Options
 from plasmid.protocols import Loss
 from plasmid.types import LossBatch, RolloutBatch, Sample
+from plasmid_torch import packing
 from plasmid_torch.compute import run_compute
 from plasmid_torch.device import enable_gradient_checkpointing, offload_optimizer_state, placement
 from plasmid_torch.device_options import DeviceOptions
@@ -126,6 +127,8 @@ class TorchTrainer(StepCounters):
             self.dp.broadcast(lora.adapter_parameters(self.model).values())     # every rank starts from rank 0's
         if own.gradient_checkpointing:
             enable_gradient_checkpointing(self.model)
+        if own.torchtrain_packing:      # before the reference copies it
+            packing.enable(self.model)
         #: whether samples with one prompt share its forward pass (:func:`batching.response_outputs`):
         #: not with gradient checkpointing (the model then keeps no KV cache while training); for an
         #: FSDP2 policy see :meth:`_shares`
@@ -148,6 +151,8 @@ class TorchTrainer(StepCounters):
         critic_parts = None
         if loss.needs_critic:
             self.critic = critic.load_value_model(self.model_dir, self.place)
+            if own.torchtrain_packing:
+                packing.enable(self.critic.backbone)
             if own.gradient_checkpointing:
                 enable_gradient_checkpointing(self.critic.backbone)
             self.critic_optimizer = self._adamw(self.critic, options.critic_learning_rate)
@@ -363,7 +368,7 @@ class TorchTrainer(StepCounters):
                     logprobs, entropy = batching.response_logprobs(self.model, chunk_rows.rows(micro),
                                                                    self.temperature, with_entropy=True,
                                                                    place=self.place,
-                                                                   share_prompts=self._shares(self.model))
+                                                                   **self._passes(self.model))
                 micro_batch = chunk_batch.select(micro)
                 if old_logprobs_out is not None and micro_batch.old_logprobs is None:
                     micro_batch.old_logprobs = logprobs.detach()
@@ -400,7 +405,7 @@ class TorchTrainer(StepCounters):
         def micro_losses() -> Iterator[tuple[torch.Tensor, dict[str, float]]]:
             for micro in self.dp.micro_batches(chunk_rows.size, self.options.micro_batch_size):
                 values = critic.response_values(self.critic, chunk_rows.rows(micro), self.place,
-                                                share_prompts=self._shares(self.critic))
+                                                **self._passes(self.critic))
                 yield self.loss.value_loss(chunk_batch.select(micro), values)
 
         def update(losses: Iterator[tuple[torch.Tensor, dict[str, float]]]) -> dict[str, float]:
@@ -424,7 +429,7 @@ class TorchTrainer(StepCounters):
                     batching.response_logprobs(model, padded.rows(torch.tensor([0])), temperature, place=self.place)
                     continue
                 values, _ = batching.response_logprobs(model, padded.rows(rows), temperature, place=self.place,
-                                                       share_prompts=self._shares(model))
+                                                       **self._passes(model))
                 parts.append(values)
         return self.dp.gather_rows(torch.cat(parts), padded.size) if sharded else torch.cat(parts)
 
@@ -434,8 +439,14 @@ class TorchTrainer(StepCounters):
         with torch.no_grad():
             for rows in self._row_chunks(padded.size, sharded):
                 parts.append(critic.response_values(self.critic, padded.rows(rows), self.place,
-                                                    share_prompts=self._shares(self.critic)))
+                                                    **self._passes(self.critic)))
         return self.dp.gather_rows(torch.cat(parts), padded.size) if sharded else torch.cat(parts)
+
+    def _passes(self, model: Any) -> dict[str, bool]:
+        """How ``model``'s passes may run (:func:`batching.response_outputs`): ``share_prompts``
+        (:meth:`_shares`) and ``pack`` (``--torchtrain-packing``; the model was made to take packed
+        batches at start-up)."""
+        return {"share_prompts": self._shares(model), "pack": self.own_options.torchtrain_packing}
 
     def _shares(self, model: Any) -> bool:
         """Whether ``model``'s passes (the policy's, the reference's, the critic's) share prompts

@@ -1,0 +1,136 @@
+"""Packed micro-batches (``response_logprobs(pack=True)``, the critic's ``response_values``): the
+samples in one row without padding, attention within each sample (plasmid_torch.packing), give the
+padded pass's log-probs, entropy, values, loss and gradients within 1e-5 in float32; and the pass
+with the fewest token positions is the one taken."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from plasmid_torchtrain import batching, critic
+
+from plasmid.types import Sample
+from plasmid_torch import packing
+from plasmid_torch.hf import load_causal_lm
+from plasmid_torch.tiny import build_tiny_model
+
+
+@pytest.fixture(scope="module", params=["qwen2", "llama", "qwen3_moe"])
+def model_dir(request, tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp(request.param) / "model", arch=request.param, seed=5)
+
+
+@pytest.fixture(scope="module")
+def model(model_dir):
+    loaded = load_causal_lm(str(model_dir))
+    assert packing.enable(loaded) and packing.attention_of(loaded) == packing.VARLEN
+    return loaded
+
+
+def ragged_samples(vocab: int, seed: int = 0) -> list[Sample]:
+    """Six samples of distinct prompts (2-9 tokens) and responses of 1-20 tokens (lengths vary
+    10x), two with partial loss masks."""
+    rng = random.Random(seed)
+    samples = []
+    for index, (prompt_length, response_length) in enumerate([(2, 20), (9, 1), (5, 12), (3, 2), (7, 18), (4, 6)]):
+        prompt = [1] + [rng.randrange(3, vocab) for _ in range(prompt_length - 1)]
+        response = [rng.randrange(3, vocab) for _ in range(response_length)]
+        mask = [1] * response_length
+        if index in (2, 4):
+            mask[1] = 0
+        samples.append(Sample(tokens=prompt + response, response_length=response_length, loss_mask=mask,
+                              reward=float(index % 2), index=index, group_index=index // 2))
+    return samples
+
+
+def loss_and_grads(model, samples, padded, pack: bool):
+    """A policy-gradient loss of ``padded`` (advantages reward - 0.5, an entropy bonus), with its
+    log-probs, entropy and gradients."""
+    model.zero_grad()
+    logprobs, entropy = batching.response_logprobs(model, padded, 0.7, with_entropy=True, pack=pack)
+    advantages = (torch.tensor([sample.reward for sample in samples]) - 0.5).unsqueeze(1)
+    mask = padded.response_mask
+    value = -((advantages * logprobs + 0.01 * entropy) * mask).sum() / mask.sum()
+    value.backward()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    return value.detach(), logprobs.detach(), entropy.detach(), grads
+
+
+def test_packed_pass_equals_the_padded_pass_in_values_loss_and_gradients(model):
+    samples = ragged_samples(model.config.vocab_size)
+    padded = batching.pad_samples(samples, pad_id=0)
+    assert batching.choose_pass(padded, None, pack=True) == "packed"
+    calls = []
+    hook = model.register_forward_pre_hook(lambda module, args, kwargs: calls.append(kwargs["input_ids"].shape),
+                                           with_kwargs=True)
+    try:
+        packed = loss_and_grads(model, samples, padded, pack=True)
+        one = loss_and_grads(model, samples, padded, pack=False)
+    finally:
+        hook.remove()
+    fed = sum(len(s.tokens) - 1 for s in samples)
+    assert calls == [torch.Size([1, fed]), padded.input_ids.shape]
+    torch.testing.assert_close(packed[0], one[0], rtol=0, atol=1e-5)
+    torch.testing.assert_close(packed[1], one[1], rtol=0, atol=1e-5)
+    torch.testing.assert_close(packed[2], one[2], rtol=0, atol=1e-5)
+    assert packed[3].keys() == one[3].keys() and len(one[3]) > 10
+    for name, grad in one[3].items():
+        torch.testing.assert_close(packed[3][name], grad, rtol=0, atol=1e-5, msg=name)
+
+
+def test_samples_never_attend_to_each_other(model):
+    """A sample's log-probs packed beside others equal its log-probs alone."""
+    samples = ragged_samples(model.config.vocab_size, seed=1)
+    with torch.no_grad():
+        together, _ = batching.response_logprobs(model, batching.pad_samples(samples, pad_id=0), 1.0, pack=True)
+        for row, sample in enumerate(samples):
+            alone, _ = batching.response_logprobs(model, batching.pad_samples([sample], pad_id=0), 1.0, pack=False)
+            width = sample.response_length
+            torch.testing.assert_close(together[row, :width], alone[0, :width], rtol=0, atol=1e-5)
+
+
+def test_critic_values_packed_equal_padded(model_dir):
+    value_model = critic.load_value_model(model_dir)
+    torch.nn.init.normal_(value_model.value_head.weight, std=0.5)
+    assert packing.enable(value_model.backbone)
+    padded = batching.pad_samples(ragged_samples(value_model.backbone.config.vocab_size), pad_id=0)
+    with torch.no_grad():
+        packed = critic.response_values(value_model, padded, pack=True)
+        one = critic.response_values(value_model, padded, pack=False)
+    assert packed.abs().sum() > 0
+    torch.testing.assert_close(packed, one, rtol=0, atol=1e-5)
+
+
+def test_the_pass_with_fewest_token_positions_is_chosen():
+    def batch(prompt: int, responses: list[int], shared: bool) -> batching.PaddedBatch:
+        samples = [Sample(tokens=[1 + (0 if shared else i)] * prompt + [5] * length, response_length=length)
+                   for i, length in enumerate(responses)]
+        return batching.pad_samples(samples, pad_id=0)
+
+    ragged = batch(4, [1, 30, 2, 3], shared=False)          # padded 4 x 34 = 136, packed 3+32+4+5 = 44
+    assert batching.choose_pass(ragged, None, pack=True) == "packed"
+    assert batching.choose_pass(ragged, None, pack=False) == "padded"
+    group = batch(8, [2] * 8, shared=True)                  # padded 80, packed 72, shared 8 + 8 = 16
+    assert batching.choose_pass(group, group.prompt_groups(), pack=True) == "shared"
+    long_answers = batch(3, [2, 40, 3, 5], shared=True)     # padded 172, packed 54, shared 3 + 156
+    assert batching.choose_pass(long_answers, long_answers.prompt_groups(), pack=True) == "packed"
+
+
+def test_eager_attention_and_sliding_windows_are_not_packed(tmp_path):
+    eager = load_causal_lm(str(build_tiny_model(tmp_path / "m", seed=1)))
+    eager.set_attn_implementation("eager")
+    assert not packing.enable(eager) and packing.attention_of(eager) == "eager"
+    padded = batching.pad_samples(ragged_samples(eager.config.vocab_size), pad_id=0)
+    calls = []
+    eager.register_forward_pre_hook(lambda module, args, kwargs: calls.append(kwargs["input_ids"].shape),
+                                    with_kwargs=True)
+    with torch.no_grad():
+        batching.response_logprobs(eager, padded, 1.0, pack=True)
+    assert calls == [padded.input_ids.shape]
+
+
+def test_pack_refuses_an_empty_sequence():
+    with pytest.raises(ValueError, match="non-empty"):
+        packing.pack([[1, 2], []])
