@@ -22,7 +22,8 @@ from plasmid.options import Options, option
 
 
 class TrainerOptions(Options, group="training", description="shared by every trainer"):
-    """The optimizer, its learning-rate schedule, batching into updates and micro-batches, the
+    """The optimizer, its learning-rate schedule, batching into updates and micro-batches (by samples,
+    and by tokens with ``--max-tokens-per-micro-batch``), the
     critic's learning rate and warm-up, and the bound on how far one step may move the weights
     (``--max-update-ratio``, :mod:`plasmid_torch.step_guard`).
 
@@ -40,6 +41,10 @@ class TrainerOptions(Options, group="training", description="shared by every tra
     global_batch_size: int | None = option(None, "samples per optimizer step", min=1,
                                            default_text="the whole rollout, one update per step")
     micro_batch_size: int = option(256, "samples per forward/backward", min=1)
+    max_tokens_per_micro_batch: int | None = option(
+        None, "cut micro-batches by a budget of tokens as well as --micro-batch-size samples: torchtrain counts "
+        "each sample's prompt + response tokens, in order (a longer sample is a micro-batch of its own); megatron "
+        "packs padded tokens (samples x longest), longest first", min=1, default_text="off")
     critic_lr: float | None = option(None, "learning rate of the critic, for losses that need one", gt=0,
                                      default_text="--lr")
     critic_warmup_steps: int = option(0, "with a loss that trains a critic: the first N steps train only the "

@@ -29,6 +29,7 @@ def test_typed_reads_give_the_declared_defaults():
 @pytest.mark.parametrize(("options", "flag"), [
     ({"clip_grad": -1.0}, "--clip-grad"),
     ({"micro_batch_size": 0}, "--micro-batch-size"),
+    ({"max_tokens_per_micro_batch": 0}, "--max-tokens-per-micro-batch"),
     ({"global_batch_size": 0}, "--global-batch-size"),
     ({"critic_warmup_steps": -1}, "--critic-warmup-steps"),
     ({"lr": 0.0}, "--lr"),

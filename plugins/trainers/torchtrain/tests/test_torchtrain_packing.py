@@ -134,3 +134,41 @@ def test_eager_attention_and_sliding_windows_are_not_packed(tmp_path):
 def test_pack_refuses_an_empty_sequence():
     with pytest.raises(ValueError, match="non-empty"):
         packing.pack([[1, 2], []])
+
+
+def test_micro_batches_keep_within_the_token_budget():
+    from plasmid_torchtrain.distributed import DataParallel, token_budget_runs
+
+    lengths = [5, 9, 3, 20, 4, 4, 2]
+    assert token_budget_runs(range(7), 256, lengths, 12) == [[0], [1, 2], [3], [4, 5, 6]]
+    assert token_budget_runs(range(7), 2, lengths, 12) == [[0], [1, 2], [3], [4, 5], [6]]
+    assert token_budget_runs(range(7), 3) == [[0, 1, 2], [3, 4, 5], [6]]
+    two = [DataParallel(rank, 2) for rank in (0, 1)]     # shards rows 0-3 and 4-6
+    got = [[m.tolist() for m in dp.micro_batches(7, 256, lengths=lengths, max_tokens=12, equal=True)] for dp in two]
+    assert got == [[[0], [1, 2], [3]], [[4, 5, 6], [], []]]
+
+
+def test_the_trainer_cuts_micro_batches_by_tokens(model_dir, tmp_path):
+    import plasmid_grpo.plugin
+    import plasmid_torchtrain.plugin
+
+    from plasmid import testing
+    from plasmid_torch.testing.contracts.trainer import make_rollout_batch
+
+    def trainer(**options):
+        config = testing.make_config(plasmid_torchtrain.plugin, plasmid_grpo.plugin, model=str(model_dir), lr=1e-3,
+                                     run_dir=tmp_path / "run", **options)
+        loss = testing.build("loss", "grpo", plasmid_grpo.plugin, config=config)
+        return testing.build("trainer", "torchtrain", plasmid_torchtrain.plugin, config=config, args=(loss,))
+
+    batch = make_rollout_batch(16)
+    budget = max(len(sample.tokens) for sample in batch.samples) + 2
+    limited, whole = trainer(max_tokens_per_micro_batch=budget), trainer()
+    sizes: list[int] = []
+    limited.model.register_forward_pre_hook(
+        lambda module, args, kwargs: sizes.append(int(kwargs["cu_seq_lens_q"][-1]) if "cu_seq_lens_q" in kwargs
+                                                  else int(kwargs["attention_mask"].sum())), with_kwargs=True)
+    got, want = testing.run(limited.train_step(batch)), testing.run(whole.train_step(batch))
+    assert len(sizes) >= len(batch.samples) // 2 and max(sizes) <= budget
+    assert got["train/loss"] == pytest.approx(want["train/loss"], rel=1e-5, abs=1e-7)
+    assert got["train/grad_norm"] == pytest.approx(want["train/grad_norm"], rel=1e-4)

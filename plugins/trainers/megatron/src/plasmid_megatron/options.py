@@ -28,9 +28,6 @@ class MegatronOptions(Options, group="megatron", description="the megatron-core 
         "(data-parallel) ranks, tokens exchanged all-to-all; must divide num_experts. Mixture-of-experts models "
         "only (qwen2_moe, qwen3_moe); each expert's weights are split further over "
         "--megatron-expert-tensor-parallel-size ranks (default: the tensor-parallel size)", min=1)
-    max_tokens_per_micro_batch: int | None = option(
-        None, "pack micro-batches by a budget of padded tokens (samples x longest) instead of --micro-batch-size "
-        "samples each", min=1, default_text="off")
     routing_replay: Literal["none", "r2", "r3"] = option(
         "none", "mixture-of-experts routing replay (plasmid_megatron.routing_replay): r2 records each token's "
         "experts in the step's old-log-prob pass and routes every update of the step the same way; r3 routes "

@@ -157,7 +157,7 @@ class MegatronTrainer(StepCounters):
         self.model_dir = Path(general.model)
         self.temperature: float = self.rollout_options.temperature
         self.micro_batch_size: int = self.options.micro_batch_size
-        self.max_tokens_per_micro_batch: int | None = megatron.max_tokens_per_micro_batch
+        self.max_tokens_per_micro_batch: int | None = self.options.max_tokens_per_micro_batch
         self.sizes = ParallelSizes(megatron.tensor_model_parallel_size, megatron.pipeline_model_parallel_size,
                                    megatron.context_parallel_size, megatron.expert_model_parallel_size)
         self.native = native_values(config.option)

@@ -31,10 +31,30 @@ merged tensor whole as its bucket is copied, as for full training.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
+
+
+def token_budget_runs(rows: Sequence[int], max_rows: int, lengths: Sequence[int] | None = None,
+                      max_tokens: int | None = None) -> list[list[int]]:
+    """``rows`` in order, cut into consecutive runs of at most ``max_rows`` rows and, with
+    ``max_tokens``, whose ``lengths[row]`` sum to at most ``max_tokens``; a row longer than the
+    budget is a run of its own."""
+    runs: list[list[int]] = []
+    current: list[int] = []
+    tokens = 0
+    for row in rows:
+        length = lengths[row] if lengths is not None and max_tokens is not None else 0
+        if current and (len(current) >= max(1, max_rows) or (max_tokens is not None and tokens + length > max_tokens)):
+            runs.append(current)
+            current, tokens = [], 0
+        current.append(row)
+        tokens += length
+    if current:
+        runs.append(current)
+    return runs
 
 
 class DataParallel:
@@ -59,19 +79,24 @@ class DataParallel:
         """This rank's contiguous share of ``range(size)`` (``[b]`` int64; shares differ by at most one)."""
         return torch.tensor_split(torch.arange(size), self.world)[self.rank]
 
-    def micro_batches(self, size: int, micro_batch_size: int, *, equal: bool = False) -> Iterator[torch.Tensor]:
-        """This rank's shard of ``range(size)`` in micro-batches of at most ``micro_batch_size``.
+    def micro_batches(self, size: int, micro_batch_size: int, *, equal: bool = False,
+                      lengths: Sequence[int] | None = None, max_tokens: int | None = None) -> Iterator[torch.Tensor]:
+        """This rank's shard of ``range(size)`` in consecutive micro-batches of at most
+        ``micro_batch_size`` rows and, with ``max_tokens``, at most that many tokens (``lengths``:
+        each row's; a longer row is a micro-batch of its own: :func:`token_budget_runs`).
 
         ``equal`` (an FSDP2 model, whose every forward pass is a collective): every rank yields
         as many micro-batches as the rank with the most, the missing ones empty (``[0]``); the
         caller runs a forward pass for each that contributes nothing."""
-        step = max(1, micro_batch_size)
-        mine = self.shard(size)
-        count = -(-len(mine) // step)
-        if equal:
-            count = max(-(-len(part) // step) for part in torch.tensor_split(torch.arange(size), self.world))
+        shards = torch.tensor_split(torch.arange(size), self.world)
+
+        def runs(rows: torch.Tensor) -> list[list[int]]:
+            return token_budget_runs(rows.tolist(), micro_batch_size, lengths, max_tokens)
+
+        mine = runs(shards[self.rank])
+        count = max(len(runs(part)) for part in shards) if equal else len(mine)
         for index in range(count):
-            yield mine[index * step: (index + 1) * step]
+            yield torch.tensor(mine[index] if index < len(mine) else [], dtype=torch.long)
 
     def gather_rows(self, local: torch.Tensor, size: int) -> torch.Tensor:
         """The ``[size, ...]`` tensor whose shards (:meth:`shard`) each rank computed as ``local``."""

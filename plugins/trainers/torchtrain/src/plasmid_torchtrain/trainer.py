@@ -57,7 +57,7 @@ from plasmid_torch.optimizer_update import optimizer_update
 from plasmid_torch.step_guard import TorchSnapshot
 from plasmid_torch.train_step import CriticParts, StepCounters, TrainerParts, TrainStep
 from plasmid_torch.trainer_options import TrainerOptions
-from plasmid_torch.training import check_trainer_setup, index_chunks, timed_update
+from plasmid_torch.training import check_trainer_setup, timed_update
 from plasmid_torchtrain import batching, checkpoint, critic, distributed, lora, schedule, weights
 from plasmid_torchtrain.options import TorchtrainOptions
 
@@ -358,7 +358,7 @@ class TorchTrainer(StepCounters):
         chunk_batch, chunk_rows = batch.select(rows), padded.rows(rows)
 
         def micro_losses() -> Iterator[tuple[torch.Tensor, dict[str, float]]]:
-            for micro in self.dp.micro_batches(chunk_rows.size, self.options.micro_batch_size, equal=self.sharded):
+            for micro in self._micro_batches(chunk_rows, sharded=True, equal=self.sharded):
                 if not len(micro):      # FSDP2: a forward and backward every rank runs; contributes nothing
                     logprobs, _ = batching.response_logprobs(self.model, chunk_rows.rows(torch.tensor([0])),
                                                              self.temperature, place=self.place)
@@ -403,7 +403,7 @@ class TorchTrainer(StepCounters):
         chunk_batch, chunk_rows = batch.select(rows), padded.rows(rows)
 
         def micro_losses() -> Iterator[tuple[torch.Tensor, dict[str, float]]]:
-            for micro in self.dp.micro_batches(chunk_rows.size, self.options.micro_batch_size):
+            for micro in self._micro_batches(chunk_rows, sharded=True):
                 values = critic.response_values(self.critic, chunk_rows.rows(micro), self.place,
                                                 **self._passes(self.critic))
                 yield self.loss.value_loss(chunk_batch.select(micro), values)
@@ -424,7 +424,7 @@ class TorchTrainer(StepCounters):
         a collective call): each data-parallel rank computes its shard and the rows are gathered."""
         parts = [torch.zeros((0, padded.response_mask.shape[1]))]
         with torch.no_grad():
-            for rows in self._row_chunks(padded.size, sharded, equal=self.sharded):
+            for rows in self._micro_batches(padded, sharded=sharded, equal=self.sharded):
                 if not len(rows):       # FSDP2: a forward pass every rank runs; its result is dropped
                     batching.response_logprobs(model, padded.rows(torch.tensor([0])), temperature, place=self.place)
                     continue
@@ -437,7 +437,7 @@ class TorchTrainer(StepCounters):
         """``[B, T]`` critic values without gradient, in micro-batches (``sharded``: as above)."""
         parts = [torch.zeros((0, padded.response_mask.shape[1]))]
         with torch.no_grad():
-            for rows in self._row_chunks(padded.size, sharded):
+            for rows in self._micro_batches(padded, sharded=sharded):
                 parts.append(critic.response_values(self.critic, padded.rows(rows), self.place,
                                                     **self._passes(self.critic)))
         return self.dp.gather_rows(torch.cat(parts), padded.size) if sharded else torch.cat(parts)
@@ -458,10 +458,15 @@ class TorchTrainer(StepCounters):
         responses, that made the train step 50-58 -> 63-71 ms."""
         return self.share_prompts and not (self.sharded and model is self.model)
 
-    def _row_chunks(self, size: int, sharded: bool, *, equal: bool = False) -> Iterator[torch.Tensor]:
-        if sharded:
-            return self.dp.micro_batches(size, self.options.micro_batch_size, equal=equal)
-        return map(torch.tensor, index_chunks(size, self.options.micro_batch_size))
+    def _micro_batches(self, padded: batching.PaddedBatch, *, sharded: bool,
+                       equal: bool = False) -> Iterator[torch.Tensor]:
+        """The rows of ``padded`` in micro-batches of at most ``--micro-batch-size`` samples and
+        ``--max-tokens-per-micro-batch`` tokens (prompt + response), in order; ``sharded``: this
+        data-parallel rank's shard only (``equal``: :meth:`distributed.DataParallel.micro_batches`)."""
+        lengths = (padded.prompt_lengths + padded.response_lengths).tolist()
+        dp = self.dp if sharded else distributed.DataParallel()
+        return dp.micro_batches(padded.size, self.options.micro_batch_size, equal=equal, lengths=lengths,
+                                max_tokens=self.options.max_tokens_per_micro_batch)
 
 
 class ShardedTorchTrainer(TorchTrainer):
