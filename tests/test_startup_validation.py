@@ -172,3 +172,70 @@ def test_losses_without_group_baselines_start_with_one_sample_per_prompt(tmp_pat
     with pytest.raises(UsageError, match="needs --n-samples-per-prompt of at least 2"):
         start(["--loss", "dr-grpo", "--n-samples-per-prompt", "1", "--run-dir", str(tmp_path / "run")])
     assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------------------------- context limits (issue 30)
+ROWS = [{"prompt": "1+2=", "label": "3"}, {"prompt": "4+4=", "label": "8"}, {"prompt": "1" * 254 + "=", "label": "1"},
+        {"prompt": "2+5=", "label": "7"}]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--max-prompt-length", "0"], "plasmid: error: --max-prompt-length 0: must be >= 1"),
+    (["--max-prompt-length", "x"], "plasmid: error: argument --max-prompt-length: invalid int value: 'x'"),
+    (["--overlong-prompts", "truncate"], "plasmid: error: argument --overlong-prompts: invalid choice: 'truncate'"),
+])
+def test_a_bad_value_of_the_prompt_options_writes_nothing(capsys, tmp_path, args, message):
+    line = train_fails(capsys, *args, "--run-dir", str(tmp_path / "run"))
+    assert line.startswith(message)
+    assert not (tmp_path / "run").exists()
+
+
+def test_max_new_tokens_past_the_models_context_is_refused_before_anything_is_written(capsys, tmp_path, model):
+    line = train_fails(capsys, "--model", str(model), "--max-new-tokens", "300", "--run-dir", str(tmp_path / "run"))
+    assert line == (f"plasmid: error: --max-new-tokens 300: the model at {model} has a context of 256 tokens "
+                    f"(max_position_embeddings in config.json), so a response of 300 tokens leaves no room for a "
+                    f"prompt; lower --max-new-tokens (at most 255)")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_max_prompt_length_past_the_models_context_is_refused(capsys, tmp_path, model):
+    line = train_fails(capsys, "--model", str(model), "--max-new-tokens", "8", "--max-prompt-length", "250",
+                       "--run-dir", str(tmp_path / "run"))
+    assert "--max-prompt-length 250: a prompt of 250 tokens and a response of --max-new-tokens 8 need 258 " in line
+    assert "give at most 248" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_overlong_row_with_overlong_prompts_error_names_the_row_and_both_lengths(capsys, tmp_path, model):
+    data = write_jsonl(tmp_path / "rows.jsonl", ROWS)
+    line = train_fails(capsys, "--datasource", "jsonl", "--model", str(model), "--prompt-data", str(data),
+                       "--max-new-tokens", "16", "--overlong-prompts", "error", "--run-dir", str(tmp_path / "run"))
+    assert line == (f"plasmid: error: {data}:3: the prompt has 256 tokens, more than --max-prompt-length 240 (the "
+                    f"model's context of 256 tokens minus --max-new-tokens 16); shorten or remove the row, or skip "
+                    f"such rows with --overlong-prompts drop")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_character_the_tokenizer_cannot_encode_is_named_before_anything_is_written(capsys, tmp_path, model):
+    data = write_jsonl(tmp_path / "rows.jsonl", [*ROWS[:2], {"prompt": "3×4=", "label": "12"}])
+    line = train_fails(capsys, "--datasource", "jsonl", "--model", str(model), "--prompt-data", str(data),
+                       "--run-dir", str(tmp_path / "run"))
+    assert line.startswith(f"plasmid: error: {data}:3: the tokenizer cannot encode the character '×' (U+00D7) of "
+                           f"the prompt (Exception: WordLevel error: Missing [UNK] token from the vocabulary)")
+    assert not (tmp_path / "run").exists()
+
+
+def test_overlong_rows_are_dropped_counted_and_logged_once(capsys, tmp_path, model):
+    data = write_jsonl(tmp_path / "rows.jsonl", ROWS)
+    run_dir = tmp_path / "run"
+    code = main(["train", *FAST, "--num-rollouts", "2", "--datasource", "jsonl", "--model", str(model),
+                 "--prompt-data", str(data), "--max-new-tokens", "4", "--reward", "math", "--run-dir", str(run_dir)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert (f"plasmid: dropped 1 of 4 prompts of --prompt-data {data}: longer than --max-prompt-length 252 (the "
+            f"model's context of 256 tokens minus --max-new-tokens 4) (the first: {data}:3, 256 tokens)") in err
+    # the tiny model's char tokenizer has a chat template, and --model was given: plain prompts are warned about
+    assert (f"plasmid: warning: the tokenizer of --model {model} has a chat template (an instruct model?), but the "
+            f"prompts of --prompt-data {data} are encoded as plain text; add --apply-chat-template") in err
+    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [step.get("data/dropped_overlong") for step in steps] == [1.0, None]

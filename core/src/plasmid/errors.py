@@ -40,3 +40,41 @@ class DataExhausted(PlasmidError):
     afterwards is exact. The loop ends the run normally when it sees it. (Not a
     ``StopIteration``: inside coroutines that becomes a ``RuntimeError``, PEP 479.)
     """
+
+
+class ContextLengthError(PlasmidError, ValueError):
+    """A generation request whose prompt and completion budget do not fit the model's context,
+    refused before anything is generated, in vLLM's words (``This model's maximum context length
+    is N tokens. However, you requested M tokens (P in the messages, K in the completion)``).
+
+    Engines raise it instead of serving the request (torchgen checks itself; the SGLang and vLLM
+    clients turn their servers' HTTP 400 into it, :meth:`from_server`); the agent gateway answers
+    it with HTTP 400. A ``ValueError`` too, as every refused request of an engine is.
+
+    :ivar context: the model's context (positions); ``prompt_tokens``, ``completion_tokens``: the
+        request's prompt length and its ``max_new_tokens``.
+    """
+
+    def __init__(self, context: int, prompt_tokens: int, completion_tokens: int, *, where: str = "") -> None:
+        self.context, self.prompt_tokens, self.completion_tokens = context, prompt_tokens, completion_tokens
+        self.openai_message = (
+            f"This model's maximum context length is {context} tokens. However, you requested "
+            f"{prompt_tokens + completion_tokens} tokens ({prompt_tokens} in the messages, {completion_tokens} in "
+            f"the completion). Please reduce the length of the messages or completion.")
+        super().__init__(f"{where}: {self.openai_message}" if where else self.openai_message)
+
+    @classmethod
+    def from_server(cls, answer: str, prompt_tokens: int, completion_tokens: int, *, context: int | None = None,
+                    where: str = "") -> ContextLengthError | None:
+        """The error an inference server's refusal ``answer`` (the body of its HTTP 400) stands
+        for, when it refused the request for its length, else ``None``. The context is the one
+        the server names (vLLM: ``maximum context length is N``; SGLang: ``maximum context length
+        of N``, ``context length (N tokens)``), else ``context``; without either, ``None``."""
+        import re
+
+        text = " ".join(answer.split())
+        if not re.search(r"context[ _]length|context window|max_model_len", text, re.IGNORECASE):
+            return None
+        named = re.search(r"(?:context[ _]length|max_model_len)\D{0,12}?(\d+)", text, re.IGNORECASE)
+        found = int(named.group(1)) if named else context
+        return None if found is None else cls(found, prompt_tokens, completion_tokens, where=where)

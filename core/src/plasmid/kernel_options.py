@@ -60,6 +60,15 @@ class RolloutOptions(Options, group="rollout", description="what each step sampl
         return self.prompts_per_step * self.n_samples_per_prompt
 
 
+class PromptOptions(Options, group="prompts", description="which prompts fit the model's context"):
+    max_prompt_length: int | None = option(
+        None, "the longest prompt (tokens) a data source keeps; at most the model's context minus --max-new-tokens",
+        min=1, default_text="the model's context minus --max-new-tokens; none when the model names no context")
+    overlong_prompts: Literal["drop", "error"] = option(
+        "drop", "a prompt longer than --max-prompt-length at start-up: drop it (counted on stderr and in the metric "
+        "data/dropped_overlong), or stop with an error naming its row")
+
+
 class ScheduleOptions(Options, group="schedule",
                       description="how rollout, training and weight sync are placed and overlapped"):
     engines: int = option(1, "rollout engines", min=1)
@@ -115,8 +124,8 @@ class ProfileOptions(Options, group="profiling", description="where each step's 
 
 
 #: The kernel's own option classes, in ``--help`` order.
-KERNEL_OPTIONS: tuple[type[Options], ...] = (GeneralOptions, RolloutOptions, ScheduleOptions, EvalOptions,
-                                             CheckpointOptions, FaultOptions, ProfileOptions)
+KERNEL_OPTIONS: tuple[type[Options], ...] = (GeneralOptions, RolloutOptions, PromptOptions, ScheduleOptions,
+                                             EvalOptions, CheckpointOptions, FaultOptions, ProfileOptions)
 
 
 def reward_spec(text: str) -> tuple[str, float]:

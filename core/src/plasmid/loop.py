@@ -100,6 +100,7 @@ async def train(session: Session, log: RunLog) -> dict[str, float]:
                   f"continue with --resume once it is fixed", file=sys.stderr)
 
     metrics: dict[str, float] = {}
+    first_metrics = dict(session.startup.metrics)  # start-up's (data/dropped_overlong), with the first step
     in_flight: asyncio.Task[RolloutBatch] | None = None
     with StopSignals(asyncio.get_running_loop()) as stop, startup_objects_frozen():
         try:
@@ -120,7 +121,8 @@ async def train(session: Session, log: RunLog) -> dict[str, float]:
                 data_state = ctx.data_source.state_dict()  # before the next rollout takes its prompts
                 in_flight = rollout(rollout_id + 1) if overlap and not last and not stop.requested else None
                 rolled = time.perf_counter()
-                metrics = {**batch.metrics, **drop_stale(batch, version, schedule.max_staleness)}
+                metrics = {**first_metrics, **batch.metrics, **drop_stale(batch, version, schedule.max_staleness)}
+                first_metrics = {}
 
                 if colocated:
                     await asyncio.gather(*(engine.release_memory() for engine in session.engines))

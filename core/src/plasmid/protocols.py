@@ -11,7 +11,8 @@ dataclasses of :mod:`plasmid.types`; never live objects such as a model or a tok
 what lets the Ray runtime put any of them behind an actor without changing the caller.
 
 Optional capabilities of a provider are small protocols of their own (:class:`SupportsStats`,
-:class:`SupportsDiskWeights`, :class:`SupportsValues`, :class:`SupportsRestarts`); callers test
+:class:`SupportsDiskWeights`, :class:`SupportsValues`, :class:`SupportsRestarts`,
+:class:`SupportsPromptReport`); callers test
 them with ``isinstance``, never with ``getattr``.
 
 This module imports only :mod:`plasmid.types` (and :mod:`plasmid.config` for type checking):
@@ -29,6 +30,7 @@ from plasmid.types import (
     GenerationOutput,
     Group,
     LossBatch,
+    PromptReport,
     RewardParts,
     RolloutBatch,
     Sample,
@@ -87,6 +89,16 @@ class DataSource(Protocol):
         ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class SupportsPromptReport(Protocol):
+    """A data source that checked its prompts when it was built (tokenized every row, applied the
+    run's :class:`plasmid.prompt_limits.PromptLimit`): the kernel prints what it found and logs
+    ``data/dropped_overlong`` once (:func:`plasmid.prompt_limits.report_prompts`)."""
+
+    @property
+    def prompt_report(self) -> PromptReport: ...
 
 
 @runtime_checkable
@@ -444,6 +456,7 @@ __all__ = [
     "RolloutEngine",
     "RolloutView",
     "SupportsDiskWeights",
+    "SupportsPromptReport",
     "SupportsRestarts",
     "SupportsStats",
     "SupportsValues",

@@ -13,11 +13,14 @@ import math
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from plasmid.errors import UsageError
 from plasmid.groups import GroupStream, make_group
-from plasmid.types import Group
+from plasmid.types import Group, PromptReport
+
+if TYPE_CHECKING:
+    from plasmid.prompt_limits import PromptScreen
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,14 @@ def records_of(rows: Iterable[tuple[str, Any]], keys: Keys) -> list[Record]:
 class RecordStream(GroupStream):
     """A data source's stream over in-memory training :class:`Record` s, plus an eval split.
 
+    Every row, training and eval, is encoded with ``encode`` when the stream is built, so that a
+    prompt the tokenizer cannot encode stops the run at start-up (``encode`` raises
+    :class:`UsageError`, which is re-raised naming the row's location). With a ``screen``
+    (:class:`plasmid.prompt_limits.PromptScreen`) the rows whose prompt is too long are dropped
+    (or refused) there too, and :attr:`prompt_report` says what was found (a split left empty is
+    an error). A drawn prompt is encoded again (ids are not kept: a large data set's ids would
+    outweigh its text).
+
     Training visits ``train`` in order, or with ``shuffle`` in a fresh order each epoch
     (``random.Random(seed + epoch)``); ``encode`` gives a drawn prompt's token ids. With
     ``num_epochs`` E, :meth:`get_groups` raises :class:`~plasmid.errors.DataExhausted` when
@@ -122,17 +133,48 @@ class RecordStream(GroupStream):
     :param source: the source's name in errors (``"jsonl"``).
     :param data: what gave the rows, in errors (``"--prompt-data rows.jsonl"``).
     :param epochs_flag: the flag that sets ``num_epochs``, in errors.
+    :param eval_data: what gave the eval rows, in errors (``"--eval-prompt-data eval.jsonl"``).
+    :param chat_template_flag: reported in :attr:`prompt_report` (see
+        :class:`~plasmid.types.PromptReport`): the prompts are plain text and the tokenizer has a
+        chat template that this flag would apply.
     """
 
     def __init__(self, *, copies: int, train: list[Record], eval_records: list[Record],
                  encode: Callable[[Any], list[int]], shuffle: bool, seed: int, num_epochs: int | None,
-                 source: str, data: str, epochs_flag: str = "--num-epochs") -> None:
+                 source: str, data: str, epochs_flag: str = "--num-epochs", screen: PromptScreen | None = None,
+                 eval_data: str = "the eval prompts", chat_template_flag: str = "") -> None:
         super().__init__(copies)
-        self.train, self.eval = train, eval_records
         self.encode = encode
+        self.screen = screen
+        train = self._checked(train, data)
+        eval_records = self._checked(eval_records, eval_data)
+        self.chat_template_flag = chat_template_flag
+        self.train, self.eval = train, eval_records
         self.shuffle, self.seed, self.num_epochs = shuffle, seed, num_epochs
         self.source, self.data, self.epochs_flag = source, data, epochs_flag
         self._order: tuple[int, list[int]] | None = None  # (epoch, row order) of the current epoch
+
+    def _checked(self, records: list[Record], data: str) -> list[Record]:
+        """``records`` each encoded (a failure names its row) and, with a screen, those that fit."""
+        kept = []
+        for record in records:
+            try:
+                length = len(self.encode(record.prompt))
+            except UsageError as exc:
+                raise UsageError(f"{record.location}: {exc}") from None
+            if self.screen is None or self.screen.keep(record.location, length):
+                kept.append(record)
+        if records and not kept and self.screen is not None:
+            raise self.screen.nothing_left(data, len(records))
+        return kept
+
+    @property
+    def prompt_report(self) -> PromptReport:
+        """What the rows held (:class:`~plasmid.protocols.SupportsPromptReport`)."""
+        if self.screen is None:
+            return PromptReport(data=self.data, rows=len(self.train) + len(self.eval),
+                                chat_template_flag=self.chat_template_flag)
+        return self.screen.report(self.data, self.chat_template_flag)
 
     # ------------------------------------------------------------------------------- training
     def prompts_left(self) -> float:

@@ -18,6 +18,7 @@ from plasmid.config import Config
 from plasmid.context import RolloutContext
 from plasmid.errors import PlasmidError, ProviderError, UsageError
 from plasmid.kernel_options import RolloutOptions, ScheduleOptions
+from plasmid.prompt_limits import report_prompts
 from plasmid.protocols import DataSource, RolloutDriver, RolloutEngine, Tokenizer, Tool, Trainer, WeightSync
 from plasmid.registry import Provider, Registry
 from plasmid.rewards import RewardComponent, RewardSet
@@ -129,12 +130,15 @@ def build_inputs(startup: Startup) -> None:
     """Build, in this process, the providers that read the user's input: the tokenizer (the
     ``--model`` directory) and the data source (every row of its data, checked), and keep them
     in ``startup.prebuilt`` (``"tokenizer"``, ``"datasource"``) for :func:`build_rollout_context`.
-    Those already there are kept. Errors are the providers' own (one line, naming the file)."""
+    Those already there are kept. Errors are the providers' own (one line, naming the file). What
+    a new data source found in its prompts is printed, its metrics kept in ``startup.metrics``
+    (:func:`plasmid.prompt_limits.report_prompts`)."""
     config, registry, built = startup.config, startup.registry, startup.prebuilt
     if "tokenizer" not in built:
         built["tokenizer"] = build_tokenizer(config, registry)
     if "datasource" not in built:
         built["datasource"] = instantiate(registry.get("datasource", config.option.datasource), config)
+        startup.metrics.update(report_prompts(config, built["datasource"]))
 
 
 def build_tokenizer(config: Config, registry: Registry) -> Tokenizer:

@@ -27,6 +27,7 @@ from plasmid.families import single_families
 from plasmid.kernel_options import GeneralOptions, RolloutOptions, default_run_dir, reward_weights
 from plasmid.options import Options
 from plasmid.plugins import PluginManager, Selection, installed_entry_points
+from plasmid.prompt_limits import PromptLimit
 from plasmid.registry import Registry
 
 
@@ -37,12 +38,15 @@ class Startup:
     :ivar prebuilt: providers built during start-up to check the user's input, by family
         (``"tokenizer"``, ``"datasource"``; :func:`plasmid.session.build_inputs`), which the
         session reuses.
+    :ivar metrics: what start-up measured (``data/dropped_overlong``), logged with the first
+        step the run makes (:func:`plasmid.loop.train`).
     """
 
     config: Config
     manager: PluginManager
     registry: Registry
     prebuilt: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 def preparse(argv: list[str]) -> argparse.Namespace:
@@ -114,7 +118,10 @@ def check_run(config: Config, registry: Registry) -> None:
     """Checks of the configured run as a whole, before anything is built or written (one-line
     :class:`UsageError`):
 
-    - a ``--model`` the user gave is an existing directory (a recipe's model is created later);
+    - a ``--model`` the user gave is an existing directory (a recipe's model is created later),
+      whose context leaves room for ``--max-new-tokens`` and ``--max-prompt-length``
+      (:meth:`plasmid.prompt_limits.PromptLimit.of`; a recipe's model is checked when its data
+      source is built);
     - the chosen loss can learn from ``--n-samples-per-prompt`` samples per prompt: a loss class
       declares ``min_samples_per_prompt`` (default 1) when it needs more, as group-normalised
       advantages do (a group of one has advantage 0, so nothing would be learnt);
@@ -129,6 +136,7 @@ def check_run(config: Config, registry: Registry) -> None:
     if model and config.is_given("model") and not Path(model).is_dir():
         what = "is a file, not a model directory" if Path(model).exists() else "no such directory"
         raise UsageError(f"--model {model}: {what} (give a local Hugging Face model directory)")
+    PromptLimit.of(config)
     loss_name = config.option.loss
     if loss_name:
         n = RolloutOptions.of(config).n_samples_per_prompt

@@ -146,6 +146,28 @@ class RolloutBatch:
 
 
 @dataclass(frozen=True)
+class PromptReport:
+    """What a data source found in its prompts at start-up (:mod:`plasmid.prompt_limits`).
+
+    :ivar data: what gave the prompts, for messages (``--prompt-data rows.jsonl``).
+    :ivar rows: prompts checked (training and evaluation).
+    :ivar dropped_overlong: prompts dropped as longer than ``--max-prompt-length``.
+    :ivar limit: the limit applied, as messages name it (``--max-prompt-length 56 (...)``); ``""``
+        when none was (the source has no limit to apply, or the model names no context).
+    :ivar first_dropped: where the first dropped prompt is and its length, for messages.
+    :ivar chat_template_flag: when the prompts were encoded as plain text with a tokenizer that
+        has a chat template, the flag that would apply it (``--apply-chat-template``); else ``""``.
+    """
+
+    data: str
+    rows: int
+    dropped_overlong: int = 0
+    limit: str = ""
+    first_dropped: str = ""
+    chat_template_flag: str = ""
+
+
+@dataclass(frozen=True)
 class RewardParts:
     """What a reward may return instead of a float: its ``value`` and the named ``parts`` that
     explain it (a rubric's functions, a judge's criteria).

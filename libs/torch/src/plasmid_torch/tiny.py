@@ -65,14 +65,20 @@ def char_tokenizer(alphabet: str = DIGITS_ALPHABET, max_length: int = 64, chat_t
     return tokenizer
 
 
+#: Positions of a tiny model unless given: room for a short prompt and the default --max-new-tokens
+#: (64), which start-up checks against the model's context. The quickstart recipe asks for 64.
+#: (Rotary position embeddings do not depend on it: the weights are the same for any value.)
+TINY_POSITIONS = 256
+
 #: Extra config fields of the tiny mixture-of-experts architectures (besides the common ones).
 TINY_MOE = {"num_experts": 4, "num_experts_per_tok": 2}
 
 
 def tiny_config(vocab_size: int, arch: str = "qwen2", hidden_size: int = 64, num_layers: int = 2,
-                num_heads: int = 4, num_kv_heads: int | None = None, max_positions: int = 64,
+                num_heads: int = 4, num_kv_heads: int | None = None, max_positions: int = TINY_POSITIONS,
                 tie_word_embeddings: bool = True, **overrides: Any) -> Any:
-    """A Hugging Face config for a tiny ``arch`` model; FFN is 4x hidden.
+    """A Hugging Face config for a tiny ``arch`` model; FFN is 4x hidden; ``max_positions``
+    (:data:`TINY_POSITIONS` unless given) positions.
 
     ``arch``: ``qwen2``, ``llama``, ``qwen3`` (head_dim hidden / heads), or the mixture-of-experts
     ``qwen2_moe`` / ``qwen3_moe`` (:data:`TINY_MOE`: 4 experts of width hidden / 2, top-2, every layer
@@ -103,7 +109,8 @@ def tiny_config(vocab_size: int, arch: str = "qwen2", hidden_size: int = 64, num
 def build_tiny_model(directory: str | os.PathLike[str], *, alphabet: str = DIGITS_ALPHABET, seed: int = 0,
                      arch: str = "qwen2", chat_template: bool = True, **config_kwargs: Any) -> Path:
     """Initialise a tiny causal LM with ``seed`` and save it with its tokenizer
-    (:func:`char_tokenizer`, with its chat template unless ``chat_template`` is false) to ``directory``.
+    (:func:`char_tokenizer`, with its chat template unless ``chat_template`` is false, and the
+    model's ``max_positions`` as its ``model_max_length``) to ``directory``.
 
     Written to a temporary sibling and renamed, so a half-written model is never seen.
     :returns: the directory.
@@ -114,7 +121,8 @@ def build_tiny_model(directory: str | os.PathLike[str], *, alphabet: str = DIGIT
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     target = Path(directory)
-    tokenizer = char_tokenizer(alphabet, chat_template=chat_template)
+    tokenizer = char_tokenizer(alphabet, max_length=config_kwargs.get("max_positions", TINY_POSITIONS),
+                               chat_template=chat_template)
     config = tiny_config(len(tokenizer), arch=arch, **config_kwargs)
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config)

@@ -89,6 +89,27 @@ def test_prompts_over_the_token_limit_are_dropped(hf_config, write_jsonl):
                                  f"--hf-max-prompt-tokens 1 tokens; raise it")
 
 
+def test_the_runs_max_prompt_length_drops_rows_of_every_split_and_reports_them(hf_config, save_dataset):
+    path = save_dataset("splits", {"train": [{"prompt": "1+1="}, {"prompt": "123+456="}, {"prompt": "5="}],
+                                   "test": [{"prompt": "9+9="}, {"prompt": "111+222="}]})
+    source = hf_source(hf_config(hf_path=path, hf_eval_split="test", max_new_tokens=8, max_prompt_length=5))
+    assert [record.prompt for record in source.train] == ["1+1=", "5="]
+    assert [record.prompt for record in source.eval] == ["9+9="]
+    report = source.prompt_report
+    assert (report.rows, report.dropped_overlong, report.data) == (5, 2, f"--hf-path {path} (split train)")
+    assert report.chat_template_flag == "--hf-apply-chat-template", "the tiny tokenizer has a template, unused"
+    with pytest.raises(UsageError, match=rf"^--hf-path {path} \(train\), row 2: the prompt has 9 tokens, more than "
+                                         r"--max-prompt-length 5;"):
+        hf_source(hf_config(hf_path=path, max_new_tokens=8, max_prompt_length=5, overlong_prompts="error"))
+
+
+def test_a_character_the_tokenizer_cannot_encode_names_the_row(hf_config, write_jsonl):
+    path = write_jsonl("odd.jsonl", [{"prompt": "1+1="}, {"prompt": "1+x="}])
+    with pytest.raises(UsageError, match=rf"^--hf-path {path} \(train\), row 2: the tokenizer cannot encode the "
+                                         r"character 'x' \(U\+0078\)"):
+        hf_source(hf_config(hf_path=path))
+
+
 def test_shuffle_gives_each_epoch_the_seeded_order(hf_config, ten):
     source = hf_source(hf_config(hf_path=ten, hf_shuffle=True, seed=3))
     first, second = prompts(source.get_groups(10)), prompts(source.get_groups(10))

@@ -8,8 +8,9 @@ from typing import ClassVar
 
 from plasmid.config import Config
 from plasmid.errors import UsageError
-from plasmid.kernel_options import GeneralOptions, RolloutOptions
+from plasmid.kernel_options import GeneralOptions, PromptOptions, RolloutOptions
 from plasmid.options import Options
+from plasmid.prompt_limits import PromptLimit, PromptScreen
 from plasmid.records import Keys, Record, RecordStream
 from plasmid_jsonl.options import JsonlOptions
 from plasmid_jsonl.prompts import PromptEncoder
@@ -25,7 +26,10 @@ class JsonlSource(RecordStream):
     :mod:`plasmid_jsonl.reader`) and ``metadata`` (its ``--metadata-key`` object). Every row is
     read and checked at construction: a row without the label is an error when ``--label-key``
     is given or other rows have one (with the default key, a file without any ``label`` gives
-    ``None`` labels). Prompts are tokenized when drawn.
+    ``None`` labels). Every prompt is tokenized then too (text the tokenizer cannot encode is an
+    error naming the row and the character), and the rows longer than ``--max-prompt-length`` are
+    dropped or refused (``--overlong-prompts``; :mod:`plasmid.prompt_limits`); prompts are
+    tokenized again when drawn.
 
     Training visits the rows in file order, or with ``--rollout-shuffle`` in a fresh order each
     epoch (``random.Random(seed + epoch)``). With ``--num-epochs E``, :meth:`get_groups` raises
@@ -35,7 +39,8 @@ class JsonlSource(RecordStream):
     :class:`~plasmid.records.RecordStream`.
     """
 
-    option_classes: ClassVar[tuple[type[Options], ...]] = (JsonlOptions, GeneralOptions, RolloutOptions)
+    option_classes: ClassVar[tuple[type[Options], ...]] = (JsonlOptions, GeneralOptions, RolloutOptions,
+                                                           PromptOptions)
 
     def __init__(self, config: Config) -> None:
         options, general = JsonlOptions.of(config), GeneralOptions.of(config)
@@ -52,7 +57,9 @@ class JsonlSource(RecordStream):
         super().__init__(copies=RolloutOptions.of(config).n_samples_per_prompt, train=train,
                          eval_records=eval_records, encode=encoder, shuffle=options.rollout_shuffle,
                          seed=general.seed, num_epochs=options.num_epochs, source="jsonl",
-                         data=f"--prompt-data {self.path}")
+                         data=f"--prompt-data {self.path}", screen=PromptScreen(PromptLimit.of(config)),
+                         eval_data=f"--eval-prompt-data {options.eval_prompt_data}",
+                         chat_template_flag=encoder.chat_template_flag)
 
     @staticmethod
     def _read(encoder: PromptEncoder, path: Path, keys: Keys, flag: str) -> list[Record]:

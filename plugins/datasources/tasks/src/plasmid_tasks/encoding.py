@@ -24,15 +24,27 @@ def _char_ids(alphabet: str) -> dict[str, int]:
 
 class PromptEncoder:
     """Encodes task prompts with the tokenizer of ``model`` (a local Hugging Face model
-    directory), or with :func:`char_token_ids` of ``alphabet`` when ``model`` is ``None``."""
+    directory), or with :func:`char_token_ids` of ``alphabet`` when ``model`` is ``None``.
 
-    def __init__(self, model: str | None, alphabet: str = DIGITS_ALPHABET) -> None:
-        self._tokenizer = None
+    With ``chat`` (``--task-apply-chat-template``) each prompt is one user message rendered by
+    the model's chat template with its generation prompt. Text the model's tokenizer cannot
+    encode is a one-line :class:`~plasmid.errors.UsageError` naming the character
+    (:class:`plasmid_torch.prompts.PromptEncoder`, which does the model's encoding).
+    """
+
+    def __init__(self, model: str | None, alphabet: str = DIGITS_ALPHABET, chat: bool = False) -> None:
+        self._encoder = None
         self._alphabet = alphabet
         if model is not None:
-            from plasmid_torch.hf import load_tokenizer
+            from plasmid_torch.prompts import PromptEncoder as ModelEncoder
 
-            self._tokenizer = load_tokenizer(str(model))
+            self._encoder = ModelEncoder(str(model), chat=chat, flag="--task-apply-chat-template")
+
+    @property
+    def chat_template_flag(self) -> str:
+        """The flag that would apply the model's chat template to prompts encoded as plain text
+        (see :class:`plasmid.types.PromptReport`); ``""`` without a model."""
+        return self._encoder.chat_template_flag if self._encoder is not None else ""
 
     def __call__(self, prompt: str) -> list[int]:
         """The prompt's token ids (a fresh list; tasks repeat their prompts, so each text is
@@ -41,6 +53,6 @@ class PromptEncoder:
 
     @functools.lru_cache(maxsize=1 << 16)  # noqa: B019 - one encoder per run; the cache lives as long
     def _encode(self, prompt: str) -> tuple[int, ...]:
-        if self._tokenizer is None:
+        if self._encoder is None:
             return tuple(char_token_ids(prompt, self._alphabet))
-        return tuple(self._tokenizer(prompt)["input_ids"])
+        return tuple(self._encoder(self._encoder.check(prompt, "")))

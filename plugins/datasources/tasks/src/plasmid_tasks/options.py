@@ -19,6 +19,8 @@ class TaskOptions(Options, group="tasks", description="built-in synthetic tasks 
     toolcalc_warmup_steps: int = option(WARMUP_STEPS, "--task toolcalc: supervised steps on demonstrations of the tool "
                                             "call when the recipe builds the tiny model (0: none; RL alone never "
                                             "finds the call)", min=0)
+    task_apply_chat_template: bool = option(False, "encode each prompt as a user message with --model's chat "
+                                                   "template and its generation prompt (for instruct models)")
     task_arch: Literal["qwen2", "llama"] = option("qwen2", "architecture of the tiny model built when --model is "
                                                            "not given")
 

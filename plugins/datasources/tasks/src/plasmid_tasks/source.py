@@ -7,9 +7,10 @@ from typing import Any, ClassVar
 from plasmid.config import Config
 from plasmid.errors import UsageError
 from plasmid.groups import GroupStream, make_group
-from plasmid.kernel_options import GeneralOptions, RolloutOptions
+from plasmid.kernel_options import GeneralOptions, PromptOptions, RolloutOptions
 from plasmid.options import Options
-from plasmid.types import Group
+from plasmid.prompt_limits import PromptLimit
+from plasmid.types import Group, PromptReport
 from plasmid_tasks.encoding import PromptEncoder
 from plasmid_tasks.options import TaskOptions
 from plasmid_tasks.recipe import prepare_tiny_model
@@ -17,17 +18,23 @@ from plasmid_tasks.split import TaskSplit
 from plasmid_tasks.toolcalc import TOOLCALC_ALPHABET
 from plasmid_torch.tiny import DIGITS_ALPHABET
 
+#: Training prompts encoded and checked at start-up, besides the eval split (see ``_check_prompts``).
+CHECKED_TRAIN_PROMPTS = 256
+
 
 class TaskSource(GroupStream):
     """A :class:`plasmid.protocols.DataSource` over one synthetic task (see :mod:`plasmid_tasks.tasks`).
 
     Each sample has ``prompt`` (the task's text), ``tokens`` (the prompt's ids under ``--model``'s
     tokenizer, or the char tokenizer when there is no model), ``label`` (the exact answer string)
-    and ``metadata = {"task": name}``. Training walks the split's epochs endlessly
-    (see :mod:`plasmid_tasks.split`).
+    and ``metadata = {"task": name}``; with ``--task-apply-chat-template`` the ids are the prompt
+    as a user message in the model's chat template. Training walks the split's epochs endlessly
+    (see :mod:`plasmid_tasks.split`). At construction the eval split and the first training
+    prompts are encoded and checked against ``--max-prompt-length`` (:meth:`_check_prompts`).
     """
 
-    option_classes: ClassVar[tuple[type[Options], ...]] = (TaskOptions, GeneralOptions, RolloutOptions)
+    option_classes: ClassVar[tuple[type[Options], ...]] = (TaskOptions, GeneralOptions, RolloutOptions,
+                                                           PromptOptions)
 
     @staticmethod
     def prepare(config: Config) -> None:
@@ -42,7 +49,36 @@ class TaskSource(GroupStream):
         self.task = tasks.build_task()
         self.split = TaskSplit(self.task, tasks.task_eval_size, general.seed)
         self.encode = PromptEncoder(general.model, TOOLCALC_ALPHABET if self.task.name == "toolcalc" else
-                                    DIGITS_ALPHABET)
+                                    DIGITS_ALPHABET, chat=tasks.task_apply_chat_template)
+        self.checked = self._check_prompts(PromptLimit.of(config) if general.model is not None else None)
+
+    # ------------------------------------------------------------------------------- start-up
+    def _check_prompts(self, limit: PromptLimit | None) -> int:
+        """Encode the eval split and the first :data:`CHECKED_TRAIN_PROMPTS` training prompts,
+        each within ``limit``; how many were checked. A task's prompts all have the same number of
+        characters (zero-padded operands), so these stand for the others, and one that is too long
+        is an error whatever ``--overlong-prompts`` says: there is nothing to drop it for."""
+        train = (self.split.item_at(0, position) for position in range(min(CHECKED_TRAIN_PROMPTS,
+                                                                            self.split.domain_size)))
+        items = dict.fromkeys([*self.split.eval_items, *(item for item in train if item is not None)])
+        for item in items:
+            prompt = self.task.example(item)[0]
+            try:
+                length = len(self.encode(prompt))
+            except UsageError as exc:
+                raise UsageError(f"--task {self.task.key}, prompt {prompt!r}: {exc}") from None
+            if limit is not None and not limit.fits(length):
+                raise UsageError(f"--task {self.task.key}: the prompt {prompt!r} has {length} tokens, more than "
+                                 f"{limit.describe()}; every prompt of the task is about as long, so none can be "
+                                 f"dropped: lower --max-new-tokens, or use a model with a longer context")
+        return len(items)
+
+    @property
+    def prompt_report(self) -> PromptReport:
+        """What start-up found (:class:`~plasmid.protocols.SupportsPromptReport`): the prompts
+        checked, none dropped, and whether a chat template went unused."""
+        return PromptReport(data=f"--task {self.task.key}", rows=self.checked,
+                            chat_template_flag=self.encode.chat_template_flag)
 
     # ------------------------------------------------------------------------------- training
     def next_prompt(self) -> tuple[str, list[int], str, dict[str, Any]]:

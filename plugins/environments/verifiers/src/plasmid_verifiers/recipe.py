@@ -89,7 +89,7 @@ def prepare_tiny_model(config: Config) -> None:
     from plasmid_torch.tiny import char_tokenizer, save_model_dir, tiny_config
 
     transformers.logging.set_verbosity_error()
-    tokenizer = char_tokenizer(tiny_alphabet(config))
+    tokenizer = char_tokenizer(tiny_alphabet(config), max_length=TINY_MODEL_SHAPE["max_positions"])
     tokenizer.chat_template = TOOL_TEMPLATE
     torch.manual_seed(GeneralOptions.of(config).seed)
     model = transformers.AutoModelForCausalLM.from_config(
