@@ -44,6 +44,9 @@ class RolloutOptions(Options, group="rollout", description="what each step sampl
     top_k: int = option(0, "sample among the k most likely tokens; 0 disables", min=0)
     max_new_tokens: int = option(64, "response length limit (tokens)", min=1,
                                  default_text="64; the quickstart recipe: the task's answer length")
+    stop_token_ids: tuple[str, ...] = option((), "token ids that also end a response, besides the model's "
+                                             "end-of-sequence ids (the tokenizer's and generation_config.json's): "
+                                             "IDS as 1,2,3 (repeatable)", metavar="IDS", default_text="none")
     reward_key: str | None = option(None, "pick this field of dict-valued rewards")
     reward_timeout: float = option(60.0, "seconds before a reward call fails", gt=0)
     reward_errors: Literal["zero", "fail"] = option("zero", "on a failing reward: score the sample 0 and go on, "
@@ -58,6 +61,14 @@ class RolloutOptions(Options, group="rollout", description="what each step sampl
     def samples_per_step(self) -> int:
         """Samples trained on per step: ``--prompts-per-step`` x ``--n-samples-per-prompt``."""
         return self.prompts_per_step * self.n_samples_per_prompt
+
+    @property
+    def extra_stop_ids(self) -> tuple[int, ...]:
+        """The ``--stop-token-ids`` as ints, in order, each once (checked by :meth:`check`)."""
+        return tuple(dict.fromkeys(stop_ids(self.stop_token_ids)))
+
+    def check(self) -> None:
+        stop_ids(self.stop_token_ids)
 
 
 class PromptOptions(Options, group="prompts", description="which prompts fit the model's context"):
@@ -126,6 +137,21 @@ class ProfileOptions(Options, group="profiling", description="where each step's 
 #: The kernel's own option classes, in ``--help`` order.
 KERNEL_OPTIONS: tuple[type[Options], ...] = (GeneralOptions, RolloutOptions, PromptOptions, ScheduleOptions,
                                              EvalOptions, CheckpointOptions, FaultOptions, ProfileOptions)
+
+
+def stop_ids(values: tuple[str, ...]) -> list[int]:
+    """The ids of ``--stop-token-ids`` values (each ``ID`` or ``ID,ID,...``); anything but a
+    non-negative integer is a one-line :class:`UsageError` (ids past the vocabulary are checked
+    against the model, :func:`plasmid.stop_tokens.check_stop_token_ids`)."""
+    ids = []
+    for value in values:
+        for part in str(value).split(","):
+            text = part.strip()
+            if not (text.isascii() and text.isdigit()):
+                raise UsageError(f"--stop-token-ids {value}: {text!r} is not a token id (expected non-negative "
+                                 f"integers, as 1,2,3)")
+            ids.append(int(text))
+    return ids
 
 
 def reward_spec(text: str) -> tuple[str, float]:

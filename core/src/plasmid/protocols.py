@@ -12,7 +12,7 @@ what lets the Ray runtime put any of them behind an actor without changing the c
 
 Optional capabilities of a provider are small protocols of their own (:class:`SupportsStats`,
 :class:`SupportsDiskWeights`, :class:`SupportsValues`, :class:`SupportsRestarts`,
-:class:`SupportsPromptReport`); callers test
+:class:`SupportsPromptReport`, :class:`SupportsEosIds`); callers test
 them with ``isinstance``, never with ``getattr``.
 
 This module imports only :mod:`plasmid.types` (and :mod:`plasmid.config` for type checking):
@@ -53,6 +53,8 @@ class Tokenizer(Protocol):
 
     ``encode(text, add_special_tokens=...)`` and ``decode(ids, skip_special_tokens=...)`` as in
     ``transformers``; ``apply_chat_template(messages, ...)`` where the model has a chat template.
+    A tokenizer whose model ends sequences on more than ``eos_token_id`` also has ``eos_ids``
+    (:class:`SupportsEosIds`, optional).
     """
 
     @property
@@ -61,6 +63,25 @@ class Tokenizer(Protocol):
     def encode(self, text: str, *args: Any, **kwargs: Any) -> list[int]: ...
 
     def decode(self, token_ids: Sequence[int], *args: Any, **kwargs: Any) -> str: ...
+
+
+@runtime_checkable
+class SupportsEosIds(Protocol):
+    """A :class:`Tokenizer` that knows every id that ends a sequence of its model, not only
+    ``eos_token_id``: Llama 3 style models list several (``<|eot_id|>``, ``<|end_of_text|>``, ...)
+    in ``generation_config.json``. Optional, so third-party tokenizers written against
+    :class:`Tokenizer` keep working: without it a run stops on ``eos_token_id`` alone
+    (:func:`plasmid.stop_tokens.stop_token_ids`). The ``hf`` tokenizer has it.
+
+    Named ``eos_ids``, not ``eos_token_ids``: a ``transformers`` tokenizer answers any attribute
+    named ``<special token>_ids`` itself (``eos_token_ids`` would be the single EOS id), so the
+    ``hf`` tokenizer could not carry a list under that name.
+
+    :ivar eos_ids: the end-of-sequence ids, ``eos_token_id`` first, each once.
+    """
+
+    @property
+    def eos_ids(self) -> Sequence[int]: ...
 
 
 @runtime_checkable
@@ -456,6 +477,7 @@ __all__ = [
     "RolloutEngine",
     "RolloutView",
     "SupportsDiskWeights",
+    "SupportsEosIds",
     "SupportsPromptReport",
     "SupportsRestarts",
     "SupportsStats",

@@ -23,6 +23,7 @@ from plasmid.protocols import DataSource, RolloutDriver, RolloutEngine, Tokenize
 from plasmid.registry import Provider, Registry
 from plasmid.rewards import RewardComponent, RewardSet
 from plasmid.startup import Startup, tool_names
+from plasmid.stop_tokens import stop_token_ids
 from plasmid.types import SamplingParams
 
 
@@ -179,7 +180,7 @@ def build_rollout_context(config: Config, registry: Registry, engines: Sequence[
                           *, prebuilt: Mapping[str, Any] | None = None) -> RolloutContext:
     """Build the rollout side in this process: data source, ``--engines`` engines, generate
     function, rewards, filters and tools (:func:`build_tools`), with the training sampling
-    parameters.
+    parameters (stopping on :func:`plasmid.stop_tokens.stop_token_ids`).
 
     ``engines``: engines built elsewhere (a runtime's proxies for engines in other processes)
     to use instead of building ``--engines`` of them here. ``prebuilt``: the tokenizer and data
@@ -195,9 +196,8 @@ def build_rollout_context(config: Config, registry: Registry, engines: Sequence[
         return instantiate(registry.get(family, name), config)
 
     rewards = build_reward_set(config, registry)
-    stop = (tokenizer.eos_token_id,) if tokenizer.eos_token_id is not None else ()
     sampling = SamplingParams(temperature=rollout.temperature, top_p=rollout.top_p, top_k=rollout.top_k,
-                              max_new_tokens=rollout.max_new_tokens, stop_token_ids=stop)
+                              max_new_tokens=rollout.max_new_tokens, stop_token_ids=stop_token_ids(config, tokenizer))
     return RolloutContext(
         config=config,
         engines=list(engines) if engines is not None else [chosen("engine", option.engine)

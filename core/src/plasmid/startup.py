@@ -29,6 +29,7 @@ from plasmid.options import Options
 from plasmid.plugins import PluginManager, Selection, installed_entry_points
 from plasmid.prompt_limits import PromptLimit
 from plasmid.registry import Registry
+from plasmid.stop_tokens import check_stop_token_ids
 
 
 @dataclass
@@ -121,7 +122,7 @@ def check_run(config: Config, registry: Registry) -> None:
     - a ``--model`` the user gave is an existing directory (a recipe's model is created later),
       whose context leaves room for ``--max-new-tokens`` and ``--max-prompt-length``
       (:meth:`plasmid.prompt_limits.PromptLimit.of`; a recipe's model is checked when its data
-      source is built);
+      source is built), and whose vocabulary holds every ``--stop-token-ids`` id;
     - the chosen loss can learn from ``--n-samples-per-prompt`` samples per prompt: a loss class
       declares ``min_samples_per_prompt`` (default 1) when it needs more, as group-normalised
       advantages do (a group of one has advantage 0, so nothing would be learnt);
@@ -137,6 +138,7 @@ def check_run(config: Config, registry: Registry) -> None:
         what = "is a file, not a model directory" if Path(model).exists() else "no such directory"
         raise UsageError(f"--model {model}: {what} (give a local Hugging Face model directory)")
     PromptLimit.of(config)
+    check_stop_token_ids(config)
     loss_name = config.option.loss
     if loss_name:
         n = RolloutOptions.of(config).n_samples_per_prompt

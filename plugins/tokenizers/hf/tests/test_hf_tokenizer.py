@@ -60,3 +60,33 @@ def test_a_saved_char_tokenizer_keeps_every_character_whatever_the_model_type(tm
     assert plugin_tokenizer.encode(text) == expected
     assert load_tokenizer(str(model)).encode(text) == expected
     assert plugin_tokenizer.decode(expected, skip_special_tokens=True) == text and plugin_tokenizer.chat_template
+
+
+def test_the_tokenizer_lists_every_end_of_sequence_id_of_the_model(tmp_path):
+    # Llama 3 style: config.json and generation_config.json list several EOS ids (eot, end of text, ...)
+    import json
+
+    from plasmid.protocols import SupportsEosIds
+
+    model_dir = build_tiny_model(tmp_path / "model", seed=0, hidden_size=16, num_layers=1, num_heads=2)
+    config = json.loads((model_dir / "config.json").read_text())
+    (model_dir / "config.json").write_text(json.dumps({**config, "eos_token_id": [2, 5]}))
+    (model_dir / "generation_config.json").write_text(json.dumps({"eos_token_id": [7, 2, 9], "bos_token_id": 1}))
+    tokenizer = build("tokenizer", "hf", plugin, config=make_config(plugin, model=str(model_dir)))
+    assert isinstance(tokenizer, SupportsEosIds)
+    assert tokenizer.eos_token_id == 2 and tuple(tokenizer.eos_ids) == (2, 5, 7, 9)
+
+
+def test_without_generation_config_the_eos_ids_are_the_tokenizers(tmp_path):
+    model_dir = build_tiny_model(tmp_path / "model", seed=0, hidden_size=16, num_layers=1, num_heads=2)
+    (model_dir / "generation_config.json").unlink(missing_ok=True)
+    tokenizer = build("tokenizer", "hf", plugin, config=make_config(plugin, model=str(model_dir)))
+    assert tuple(tokenizer.eos_ids) == (2,)
+
+
+def test_a_plain_transformers_tokenizer_is_no_eos_ids_tokenizer():
+    # transformers answers `<special token>_ids` attributes itself; `eos_ids` is not one of them
+    from plasmid.protocols import SupportsEosIds
+    from plasmid_torch.tiny import char_tokenizer
+
+    assert not isinstance(char_tokenizer(), SupportsEosIds)

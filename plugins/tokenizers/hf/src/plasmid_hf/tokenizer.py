@@ -47,9 +47,10 @@ GENERIC_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
 
 
 def model_tokenizer(config: Config) -> Any:
-    """The tokenizer saved with ``--model`` (a :class:`plasmid.protocols.Tokenizer`); loaded
-    from the local directory only, never from a hub. A directory without tokenizer files, or
-    one transformers cannot load, is a one-line :class:`UsageError`."""
+    """The tokenizer saved with ``--model`` (a :class:`plasmid.protocols.Tokenizer`, with the
+    model's every end-of-sequence id as ``eos_ids``: :func:`eos_ids`); loaded from the local
+    directory only, never from a hub. A directory without tokenizer files, or one transformers
+    cannot load, is a one-line :class:`UsageError`."""
     model = GeneralOptions.of(config).model
     if not model:
         raise UsageError("tokenizer hf: --model is not set; give a local Hugging Face model directory")
@@ -59,11 +60,29 @@ def model_tokenizer(config: Config) -> Any:
     transformers.utils.logging.disable_progress_bar()
     try:
         loader = transformers.PreTrainedTokenizerFast if saves_generic_tokenizer(model) else transformers.AutoTokenizer
-        return loader.from_pretrained(str(model), local_files_only=True)
+        tokenizer = loader.from_pretrained(str(model), local_files_only=True)
     except Exception as exc:  # noqa: BLE001 - transformers raises many kinds; each is the user's model dir
         first_line = (str(exc).strip().splitlines() or [""])[0]
         raise UsageError(f"tokenizer hf: no tokenizer could be loaded from --model {model}: "
                          f"{type(exc).__name__}: {first_line}") from None
+    tokenizer.eos_ids = eos_ids(model, tokenizer.eos_token_id)
+    return tokenizer
+
+
+def eos_ids(model: str | Path, eos_token_id: int | None) -> tuple[int, ...]:
+    """The model's end-of-sequence ids (:class:`plasmid.protocols.SupportsEosIds`): the
+    tokenizer's ``eos_token_id``, then the ``eos_token_id`` (an id or a list of ids, as Llama 3
+    writes them) of ``config.json``, then of ``generation_config.json``, each once; files that
+    are missing or unreadable add nothing."""
+    found: list[int] = [] if eos_token_id is None else [int(eos_token_id)]
+    for name in ("config.json", "generation_config.json"):
+        try:
+            value = json.loads((Path(model) / name).read_text(encoding="utf-8")).get("eos_token_id")
+        except (OSError, ValueError, AttributeError):
+            continue
+        values = value if isinstance(value, list) else [value]
+        found += [int(item) for item in values if isinstance(item, int) and not isinstance(item, bool) and item >= 0]
+    return tuple(dict.fromkeys(found))
 
 
 #: The options the factory reads (``plasmid plugins show hf`` lists their flags).
