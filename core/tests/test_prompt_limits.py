@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import pickle
 from pathlib import Path
 
 import pytest
@@ -195,6 +196,8 @@ def test_the_refusal_of_a_request_past_the_context_is_worded_as_vllm_words_it():
                           "requested 80 tokens (20 in the messages, 60 in the completion). Please reduce the length "
                           "of the messages or completion.")
     assert (error.context, error.prompt_tokens, error.completion_tokens) == (64, 20, 60)
+    copy = pickle.loads(pickle.dumps(error))  # a Ray actor's error reaches the driver pickled
+    assert str(copy) == str(error) and (copy.context, copy.prompt_tokens, copy.completion_tokens) == (64, 20, 60)
 
 
 @pytest.mark.parametrize("answer", [

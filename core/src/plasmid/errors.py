@@ -57,11 +57,16 @@ class ContextLengthError(PlasmidError, ValueError):
 
     def __init__(self, context: int, prompt_tokens: int, completion_tokens: int, *, where: str = "") -> None:
         self.context, self.prompt_tokens, self.completion_tokens = context, prompt_tokens, completion_tokens
+        self.where = where
         self.openai_message = (
             f"This model's maximum context length is {context} tokens. However, you requested "
             f"{prompt_tokens + completion_tokens} tokens ({prompt_tokens} in the messages, {completion_tokens} in "
             f"the completion). Please reduce the length of the messages or completion.")
         super().__init__(f"{where}: {self.openai_message}" if where else self.openai_message)
+
+    def __reduce__(self) -> tuple[object, tuple[int, int, int, str]]:
+        """Pickled with its lengths (a Ray actor's error crosses to the driver)."""
+        return _context_length_error, (self.context, self.prompt_tokens, self.completion_tokens, self.where)
 
     @classmethod
     def from_server(cls, answer: str, prompt_tokens: int, completion_tokens: int, *, context: int | None = None,
@@ -78,3 +83,7 @@ class ContextLengthError(PlasmidError, ValueError):
         named = re.search(r"(?:context[ _]length|max_model_len)\D{0,12}?(\d+)", text, re.IGNORECASE)
         found = int(named.group(1)) if named else context
         return None if found is None else cls(found, prompt_tokens, completion_tokens, where=where)
+
+
+def _context_length_error(context: int, prompt_tokens: int, completion_tokens: int, where: str) -> ContextLengthError:
+    return ContextLengthError(context, prompt_tokens, completion_tokens, where=where)

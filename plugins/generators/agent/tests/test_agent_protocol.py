@@ -473,3 +473,49 @@ def test_the_steps_abort_cancels_an_agent_busy_with_its_own_work_and_refuses_its
     assert seen["cancelled"] and len(engine.seen) == 1
     assert out.status == Status.ABORTED and out.tokens == prompt_ids and out.response_length == 0
     assert "agent_reward" not in out.metadata and "rollout_metrics" not in out.metadata
+
+
+def test_a_call_past_the_models_context_is_refused_with_400_as_vllm_refuses_it(tmp_path, tool_tokenizer):
+    model = tmp_path / "model"  # the gateway reads the context from --model's config.json
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"max_position_embeddings": 40}))
+    engine = ScriptedEngine(tool_tokenizer, ["it is 6<eos>"])
+    seen = {}
+
+    async def agent(session):
+        client = client_of(session)
+        reply = await client.chat.completions.create(model=session.model, messages=session.messages, max_tokens=10)
+        seen["prompt"] = reply.usage.prompt_tokens
+        body = json.dumps({"model": session.model, "messages": session.messages}).encode()
+        seen["refused"] = await asyncio.to_thread(http, session.base_url + "/chat/completions", body)
+        with pytest.raises(openai.BadRequestError, match="This model's maximum context length is 40 tokens"):
+            await client.completions.create(model=session.model, prompt=list(range(3, 10)) * 6, max_tokens=1)
+        return 1.0
+
+    out = run_agent(tmp_path, agent, tool_tokenizer, engine, model=str(model))
+    prompt = seen["prompt"]
+    status, body = seen["refused"]
+    assert status == 400 and body["error"]["type"] == "invalid_request_error"
+    assert body["error"]["message"] == (
+        f"This model's maximum context length is 40 tokens. However, you requested {prompt + 200} tokens ({prompt} "
+        f"in the messages, 200 in the completion). Please reduce the length of the messages or completion.")
+    assert len(engine.seen) == 1, "the refused calls never reached the engine"
+    assert out.response_length == len(engine.replies[0])
+
+
+def test_an_engines_context_refusal_is_a_400_too(tmp_path, tool_tokenizer):
+    from plasmid.errors import ContextLengthError
+
+    class ShortEngine(ScriptedEngine):
+        async def generate(self, prompt_ids, params):
+            raise ContextLengthError(16, len(prompt_ids), params.max_new_tokens, where="engine 'short'")
+
+    async def agent(session):
+        with pytest.raises(openai.BadRequestError, match=r"maximum context length is 16 tokens\. However, you "
+                                                         r"requested \d+ tokens \(\d+ in the messages, 5 in the"):
+            await client_of(session).chat.completions.create(model=session.model, messages=session.messages,
+                                                             max_tokens=5)
+        raise RuntimeError("no call fit")
+
+    with pytest.raises(ProviderError, match="the gateway's last error: This model's maximum context length is 16"):
+        run_agent(tmp_path, agent, tool_tokenizer, ShortEngine(tool_tokenizer, []))

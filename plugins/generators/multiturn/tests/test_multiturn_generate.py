@@ -504,3 +504,23 @@ def test_an_empty_or_non_list_call_is_told_to_the_model(text, end):
     call = Mistral().find_call(text)
     assert call.error and call.end == end and not call.name
     assert Mistral().find_call("[TOOL_CALLS]  ") is None
+
+
+def test_a_turn_the_engine_refuses_as_past_the_context_ends_the_conversation_truncated():
+    from plasmid.errors import ContextLengthError
+
+    first = ids(call("add", a=2, b=3))
+    context = len(prompt_sample().tokens) + len(first) + len(ids(answer("5"))) + 10
+
+    def engine_of_context(prompt_ids, params):
+        if len(prompt_ids) + params.max_new_tokens > context:
+            raise ContextLengthError(context, len(prompt_ids), params.max_new_tokens)
+        return Reply(first)
+
+    ctx, _ = make_context(ScriptedEngine(engine_of_context), [Add()])
+    sample = run_one(ctx, prompt_sample(), SamplingParams(max_new_tokens=len(first), stop_token_ids=(EOS,), seed=1))
+    assert sample.status == Status.TRUNCATED, "the second turn did not fit the context"
+    assert sample.response_tokens == first + ids(answer("5")), "the first turn and its tool answer are kept"
+    assert sample.metadata["rollout_metrics"]["truncated_fraction"] == 1.0
+    with pytest.raises(ContextLengthError):  # a prompt that does not fit at all is the caller's to refuse
+        run_one(ctx, prompt_sample(), SamplingParams(max_new_tokens=context, stop_token_ids=(EOS,), seed=1))

@@ -361,3 +361,29 @@ def test_llama_architecture_batches_and_scores_consistently(make_engine, tmp_pat
     run(engine.update_weights([("lm_head.weight", np.zeros_like(lm_head))], weight_version=1))
     output = run(engine.generate(PROMPTS[0], SamplingParams(max_new_tokens=4)))
     assert set(output.logprobs) == {-float(torch.tensor(float(engine.vocab_size)).log())}
+
+
+# ---------------------------------------------------------------------------------------------
+# The context limit
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_request_past_the_models_context_is_refused_naming_both_lengths(make_engine, tmp_path):
+    from plasmid.errors import ContextLengthError
+
+    short = build_tiny_model(tmp_path / "short", seed=0, max_positions=16, hidden_size=16, num_layers=1, num_heads=2)
+    engine = make_engine(short)
+    assert engine.context == 16
+    with pytest.raises(ContextLengthError) as raised:
+        run(engine.generate(PROMPTS[0], SamplingParams(max_new_tokens=11)))
+    assert str(raised.value) == (
+        f"engine 'torchgen' (plugin plasmid-torchgen), model {short}: This model's maximum context length is 16 "
+        f"tokens. However, you requested 17 tokens (6 in the messages, 11 in the completion). Please reduce the "
+        f"length of the messages or completion.")
+    with pytest.raises(ContextLengthError, match="requested 17 tokens"):
+        run(engine.generate_many([PROMPTS[1], PROMPTS[0]], [GREEDY, SamplingParams(max_new_tokens=11)]))
+    assert engine.stats()["requests"] == 0 and not engine._waiting, "nothing was served or queued"
+    with pytest.raises(ContextLengthError, match="requested 17 tokens \\(17 in the messages, 0 in the completion\\)"):
+        run(engine.score([BOS_ID] + [4] * 16, 1, 1.0))
+    fits = run(engine.generate(PROMPTS[0], SamplingParams(temperature=0.0, max_new_tokens=10)))
+    assert len(fits.token_ids) <= 10 and fits.status in (Status.COMPLETED, Status.TRUNCATED)

@@ -16,7 +16,11 @@ works the same way on the prompt text; a prompt given as token ids is used as it
 
 Sampling: the run's ``--temperature``, ``--top-p``, ``--top-k`` and stop tokens apply to every
 call (the request's are ignored: the trainer scores log-probs at the run's temperature);
-``max_tokens`` / ``max_completion_tokens`` is honoured up to ``--max-new-tokens``. ``n`` must be
+``max_tokens`` / ``max_completion_tokens`` is honoured up to ``--max-new-tokens``. A call whose prompt
+and completion budget do not fit the model's context is refused as vLLM refuses it: HTTP 400,
+``This model's maximum context length is N tokens. However, you requested M tokens (P in the
+messages, K in the completion). ...`` (:class:`~plasmid.errors.ContextLengthError`), whether the
+gateway knows the context or the engine refuses the call. ``n`` must be
 1; ``stop`` strings are refused (the engine stops on token ids). ``logprobs`` are the engine's
 log-prob of each sampled token, exactly. ``top_logprobs`` (chat: 0-20, with ``logprobs: true``;
 completions: ``logprobs`` 0-5) is checked as OpenAI does, but its lists are always empty: the
@@ -35,6 +39,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from plasmid.errors import ContextLengthError
 from plasmid.protocols import RolloutEngine, Tokenizer
 from plasmid.types import GenerationOutput, SamplingParams, Status
 from plasmid_agent.httpserver import Request, Response, error_response, serve
@@ -86,9 +91,11 @@ class Gateway:
     """The HTTP server and the rollouts it serves. Start it with :meth:`start` on the event loop
     the engines are called from; :meth:`open` a :class:`Rollout` per agent run."""
 
-    def __init__(self, tokenizer: Tokenizer, model: str = "plasmid") -> None:
+    def __init__(self, tokenizer: Tokenizer, model: str = "plasmid", context: int | None = None) -> None:
         self.tokenizer: Any = tokenizer
         self.model = model
+        #: the served model's context (prompt + completion tokens); ``None``: the engine's to check
+        self.context = context
         self.rollouts: dict[str, Rollout] = {}
         self.server: asyncio.Server | None = None
         self.port = 0
@@ -333,9 +340,13 @@ class Gateway:
             if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
                 raise RequestError(f"max_tokens must be a positive integer, got {limit!r}")
             budget = min(budget, limit)
+        if self.context is not None and len(prompt_ids) + budget > self.context:
+            raise RequestError(ContextLengthError(self.context, len(prompt_ids), budget).openai_message)
         params = replace(rollout.params, max_new_tokens=budget, seed=rollout.next_seed())
         try:
             output = await rollout.engine.generate(list(prompt_ids), params)
+        except ContextLengthError as exc:  # the engine knew a shorter context than the gateway
+            raise RequestError(exc.openai_message) from exc
         except Exception as exc:
             raise RequestError(f"the rollout engine failed: {type(exc).__name__}: {exc}", status=500) from exc
         if output.status == Status.ABORTED:

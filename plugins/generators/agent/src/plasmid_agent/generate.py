@@ -12,10 +12,13 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, ClassVar
 
 from plasmid.config import Config
 from plasmid.errors import ProviderError, UsageError
+from plasmid.kernel_options import GeneralOptions
+from plasmid.model_limits import read_model_limits
 from plasmid.options import Options
 from plasmid.protocols import RolloutView
 from plasmid.types import Sample, SamplingParams, Status
@@ -103,7 +106,7 @@ class AgentGenerate:
     The gateway starts on the first call, on the rollout's event loop (again on a new loop).
     """
 
-    option_classes: ClassVar[tuple[type[Options], ...]] = (AgentOptions,)
+    option_classes: ClassVar[tuple[type[Options], ...]] = (AgentOptions, GeneralOptions)
 
     def __init__(self, config: Config) -> None:
         options = AgentOptions.of(config)
@@ -115,6 +118,9 @@ class AgentGenerate:
         self.concurrency = options.agent_concurrency
         self.timeout = options.agent_timeout
         self.model = options.agent_model
+        model_dir = GeneralOptions.of(config).model
+        #: the model's context, which the gateway refuses calls past (plasmid.model_limits)
+        self.context = read_model_limits(model_dir).context if model_dir and Path(model_dir).is_dir() else None
         self.errors = options.agent_errors
         self.reported = False
         self.gateway: Gateway | None = None
@@ -131,7 +137,7 @@ class AgentGenerate:
             self._semaphore = asyncio.Semaphore(self.concurrency)
         async with self._starting:
             if self.gateway is None or self.gateway.loop is not loop:
-                gateway = Gateway(ctx.tokenizer, self.model)
+                gateway = Gateway(ctx.tokenizer, self.model, self.context)
                 await gateway.start()
                 self.gateway = gateway
         return self.gateway

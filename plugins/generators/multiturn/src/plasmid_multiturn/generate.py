@@ -21,7 +21,9 @@ are appended together (each counts as a tool call in the metrics).
 The conversation ends when a turn has no tool call (status: the engine's, ``COMPLETED`` or
 ``TRUNCATED``), when the model calls a tool in turn ``--max-turns`` (the call is not run;
 ``TRUNCATED``), or when the response (every turn and tool answer together) reaches
-``--max-response-tokens`` (a tool answer that does not fit is cut to fit; ``TRUNCATED``). With the
+``--max-response-tokens`` (a tool answer that does not fit is cut to fit; ``TRUNCATED``), or when
+the engine refuses a later turn as longer than the model's context
+(:class:`~plasmid.errors.ContextLengthError`; ``TRUNCATED``, the tokens so far kept). With the
 ``chat-template`` format, a template that would rewrite the history, or that raises while
 rendering a tool turn, ends the conversation too (``COMPLETED``, the reason in
 ``sample.metadata["multiturn"]["mismatch"]``, counted in ``rollout/template_mismatch_fraction``);
@@ -57,6 +59,7 @@ from dataclasses import replace
 from typing import Any, ClassVar, TypeVar
 
 from plasmid.config import Config
+from plasmid.errors import ContextLengthError
 from plasmid.kernel_options import ScheduleOptions
 from plasmid.options import Options
 from plasmid.protocols import RolloutView, Tokenizer, ToolError
@@ -138,8 +141,14 @@ class MultiTurn:
                     status = Status.TRUNCATED
                     break
                 seed = None if params.seed is None else params.seed + conversation.turns - 1
-                output = await ctx.engine_for(sample).generate(
-                    prompt + response, replace(params, max_new_tokens=room, stop_token_ids=stops, seed=seed))
+                try:
+                    output = await ctx.engine_for(sample).generate(
+                        prompt + response, replace(params, max_new_tokens=room, stop_token_ids=stops, seed=seed))
+                except ContextLengthError:
+                    if not response:  # the prompt's own turn: start-up lets no such prompt through
+                        raise
+                    status = Status.TRUNCATED  # the conversation has outgrown the model's context
+                    break
                 weight_version = output.weight_version
                 ids, new_logprobs = list(output.token_ids), list(output.logprobs)
                 found = find_call_in_tokens(fmt, tokenizer, so_far + ids)

@@ -11,6 +11,9 @@ an SGLang router fronts them (:mod:`plasmid_sglang.router`).
   A request that finds its server silent is sent again from its prompt with the same seed (at
   most ``--sglang-request-retries`` times, with backoff), to another healthy server or, when
   there is none, to that one once the health monitor has restarted it (:mod:`plasmid_sglang.health`).
+  A request whose prompt and ``max_new_tokens`` exceed the model's context is refused by SGLang
+  (HTTP 400, "Requested token count exceeds the model's maximum context length of N tokens ...");
+  it is raised as :class:`~plasmid.errors.ContextLengthError`, naming both lengths, not retried.
 - ``score``: the log-probs of given tokens (``max_new_tokens`` 0), rescaled exactly to the
   temperature asked for.
 - ``abort_all``: ``/abort_request`` with ``abort_all`` on every server, repeated until every
@@ -47,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from plasmid.config import Config
-from plasmid.errors import ProviderError, UsageError
+from plasmid.errors import ContextLengthError, ProviderError, UsageError
 from plasmid.kernel_options import GeneralOptions, RolloutOptions, ScheduleOptions
 from plasmid.options import Options
 from plasmid.server_process import stop_servers_at_exit
@@ -199,6 +202,8 @@ class SGLangEngine:
         """Sample one response (see the module docstring).
 
         :raises ValueError: an empty prompt or a token id outside the vocabulary.
+        :raises ContextLengthError: the server refused the prompt and ``max_new_tokens`` as longer
+            than the model's context (HTTP 400); not retried.
         :raises ProviderError: the server failed the request, or stayed out of reach.
         """
         self._check_open("generate")
@@ -235,7 +240,7 @@ class SGLangEngine:
 
         async def call(server: Server) -> list[float]:
             status, text = await request(self._generate_url(server), "/generate", body, timeout=self.request_timeout)
-            answer = self._generate_answer(server, status, text)
+            answer = self._generate_answer(server, status, text, len(token_ids), 0)
             return parse_score(answer, list(token_ids), prompt_length, temperature)
 
         return await self._with_recovery(self.pool.choose(), call)
@@ -478,7 +483,8 @@ class SGLangEngine:
             body = generate_request(context, params, params.max_new_tokens - len(tokens), self.routing is not None)
             http_status, text = await request(self._generate_url(server), "/generate", body,
                                               timeout=self.request_timeout)
-            generated = parse_generate(self._generate_answer(server, http_status, text))
+            generated = parse_generate(self._generate_answer(server, http_status, text, len(context),
+                                                             params.max_new_tokens - len(tokens)))
             if self.routing is not None:     # covers the whole context + answer: the last answer's is complete
                 routed = self.routing.decode(generated.routed_experts, len(context) + len(generated.token_ids) - 1)
             tokens += generated.token_ids
@@ -496,9 +502,17 @@ class SGLangEngine:
         """Where ``/generate`` goes: the router when there is one (it picks the server), else ``server``."""
         return self.router.url if self.router is not None else server.url
 
-    def _generate_answer(self, server: Server, status: int, text: str) -> dict[str, Any]:
+    def _generate_answer(self, server: Server, status: int, text: str, prompt_tokens: int,
+                         new_tokens: int) -> dict[str, Any]:
+        """The JSON answer of a ``/generate`` call of ``prompt_tokens`` and ``new_tokens``; a
+        refusal for length (SGLang answers HTTP 400, "... exceeds the model's maximum context
+        length of N tokens ...") is a :class:`ContextLengthError` naming both lengths, never retried."""
         if self.router is not None and status in (502, 503, 504):
             raise ServerUnreachable(f"the SGLang router answered HTTP {status}: {text.strip()[:200]}")
+        refused = ContextLengthError.from_server(text, prompt_tokens, new_tokens, where=f"sglang generate: "
+                                                 f"{server.name}") if status == 400 else None
+        if refused is not None:
+            raise refused
         if status != 200:
             raise ProviderError(f"sglang generate: {server.name} answered HTTP {status}: {text.strip()[:500]}",
                                 provider="sglang", plugin="plasmid-sglang")

@@ -23,6 +23,11 @@ requests keep the KV cache computed so far and report the version current when t
 The engine serves one event loop at a time; when called from a new loop (each ``asyncio.run``
 makes one) it starts over there, dropping requests of the old loop, which can no longer be
 answered.
+
+A request whose prompt and ``max_new_tokens`` do not fit the model's context
+(:mod:`plasmid.model_limits`: ``max_position_embeddings``, or a smaller tokenizer limit) is refused
+before it is queued, with :class:`~plasmid.errors.ContextLengthError` naming both lengths (vLLM's
+words), never served past the positions the model was trained on.
 """
 
 from __future__ import annotations
@@ -36,8 +41,9 @@ from typing import Any, ClassVar
 import torch
 
 from plasmid.config import Config
-from plasmid.errors import ProviderError, UsageError
+from plasmid.errors import ContextLengthError, ProviderError, UsageError
 from plasmid.kernel_options import GeneralOptions, RolloutOptions
+from plasmid.model_limits import read_model_limits
 from plasmid.options import Options
 from plasmid.types import GenerationOutput, SamplingParams, Status
 from plasmid_torch.compute import compute_executor
@@ -89,6 +95,8 @@ class TorchEngine:
         self.model = self.place.load_causal_lm(self.model_path)
         self.model.requires_grad_(False)
         self.vocab_size: int = self.model.get_input_embeddings().num_embeddings
+        #: positions the model attends over (prompt + response; plasmid.model_limits), or None if unknown
+        self.context = read_model_limits(self.model_path).context
         self.max_batch_size = options.torchgen_max_batch_size
         self._stats = EngineStats()
         shared_generator = torch.Generator(device=self.place.device).manual_seed(general.seed)
@@ -133,6 +141,8 @@ class TorchEngine:
         """Sample one response; concurrent calls are decoded together (see the module docs).
 
         :raises ValueError: an empty prompt or a token id outside the vocabulary.
+        :raises ContextLengthError: the prompt and ``max_new_tokens`` do not fit the model's context
+            (refused before anything is generated, as vLLM refuses it).
         :raises ProviderError: the forward pass failed (every request in that step gets it).
         """
         (output,) = await self._answers(self._enqueue([prompt_ids], [params]))
@@ -143,7 +153,8 @@ class TorchEngine:
         waiting queue together (one future each, no task per request) and decode like
         concurrent ``generate`` calls.
 
-        :raises ValueError: as :meth:`generate`, for the first bad prompt (then nothing is queued).
+        :raises ValueError: as :meth:`generate` (:class:`ContextLengthError` included), for the first
+            bad prompt (then nothing is queued).
         :raises ProviderError: as :meth:`generate`.
         """
         return await self._answers(self._enqueue(prompts, params))
@@ -165,15 +176,17 @@ class TorchEngine:
     def _enqueue(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[Request]:
         """Check the prompts, queue one request each (in order) and make sure the batcher runs.
 
-        :raises ValueError: the first bad prompt (empty, or a token id outside the vocabulary);
-            then nothing is queued.
+        :raises ValueError: the first bad prompt (empty, a token id outside the vocabulary, or
+            past the context with its ``max_new_tokens``: :class:`ContextLengthError`); then
+            nothing is queued.
         """
         self._check_open("generate")
-        for prompt_ids in prompts:
+        for prompt_ids, call_params in zip(prompts, params, strict=True):
             self._check_tokens(prompt_ids, "prompt_ids")
             if not prompt_ids:
                 raise ValueError("torchgen generate: prompt_ids is empty; a response needs at least one prompt token "
                                  "(tokenizers of plasmid models prepend <bos>)")
+            self._check_context(len(prompt_ids), call_params.max_new_tokens)
         loop = self._bind()
         requests = [Request.create(prompt_ids, call_params, loop.create_future(), self.place.device)
                     for prompt_ids, call_params in zip(prompts, params, strict=True)]
@@ -191,10 +204,12 @@ class TorchEngine:
         ``generate`` reported for those tokens, and to scoring the call alone, up to float rounding
         (~1e-6).
 
-        :raises ValueError: a token id outside the vocabulary or ``prompt_length`` out of range.
+        :raises ValueError: a token id outside the vocabulary, ``prompt_length`` out of range, or
+            more tokens than the model's context (:class:`ContextLengthError`).
         """
         self._check_open("score")
         self._check_tokens(token_ids, "token_ids")
+        self._check_context(len(token_ids), 0)
         if not 1 <= prompt_length <= len(token_ids):
             raise ValueError(f"torchgen score: prompt_length must be in [1, {len(token_ids)}] (the number of "
                              f"tokens), got {prompt_length}")
@@ -422,6 +437,12 @@ class TorchEngine:
     def _check_open(self, method: str) -> None:
         if self._closed:
             raise RuntimeError(f"torchgen {method}: the engine was shut down; build a new one")
+
+    def _check_context(self, prompt_tokens: int, new_tokens: int) -> None:
+        """Refuse a request whose ``prompt_tokens + new_tokens`` exceed the model's context."""
+        if self.context is not None and prompt_tokens + new_tokens > self.context:
+            raise ContextLengthError(self.context, prompt_tokens, new_tokens,
+                                     where=f"engine 'torchgen' (plugin plasmid-torchgen), model {self.model_path}")
 
     def _check_tokens(self, token_ids: Sequence[int], argument: str) -> None:
         if token_ids and (min(token_ids) < 0 or max(token_ids) >= self.vocab_size):

@@ -5,6 +5,9 @@ Built by the kernel as ``VLLMEngine(config)``. It launches one server on ``--mod
 ``--vllm-external-addrs`` (servers started with ``VLLM_SERVER_DEV_MODE=1`` and plasmid's worker
 extension; requests go to the least loaded), and waits until they are healthy.
 
+- a request whose prompt and ``max_tokens`` exceed the server's ``max_model_len`` is refused by
+  vLLM (HTTP 400, "This model's maximum context length is N tokens ..."); the engine raises it as
+  :class:`~plasmid.errors.ContextLengthError`, naming both lengths, and does not retry it.
 - ``generate``: a streamed ``/v1/completions`` request with the prompt's token ids,
   ``return_token_ids``, the sampled token's log-prob (``logprobs: 0``), the seed, and
   ``ignore_eos`` with plasmid's ``stop_token_ids`` (a response ends on the stop tokens asked for
@@ -54,7 +57,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from plasmid.config import Config
-from plasmid.errors import ProviderError, UsageError
+from plasmid.errors import ContextLengthError, ProviderError, UsageError
 from plasmid.kernel_options import GeneralOptions, ScheduleOptions
 from plasmid.options import Options
 from plasmid.server_process import logprob_at_temperature, stop_servers_at_exit
@@ -233,6 +236,10 @@ class VLLMEngine:
                 "prompt_logprobs": 0 if exact else -1, "return_tokens_as_token_ids": True, "ignore_eos": True}
         server = await self._choose()
         status, text = await self._call(server, "/v1/completions", body)
+        refused = ContextLengthError.from_server(text, len(token_ids), 1, where=f"vllm score: {server.name}") \
+            if status == 400 else None
+        if refused is not None:
+            raise refused
         rows = expect_ok(server.url, "/v1/completions", status, text)["choices"][0]["prompt_logprobs"]
         values = []
         for position in range(prompt_length, len(token_ids)):
@@ -460,6 +467,11 @@ class VLLMEngine:
         async with session.post(server.url + "/v1/completions", json=body) as response:
             if response.status != 200:
                 text = await response.text()
+                refused = ContextLengthError.from_server(text, len(body["prompt"]), body["max_tokens"],
+                                                         where=f"vllm generate: {server.name}") \
+                    if response.status == 400 else None
+                if refused is not None:  # vLLM's 400 for a prompt and max_tokens past max_model_len
+                    raise refused
                 raise ProviderError(f"vllm generate: {server.name} answered HTTP {response.status}: {text[:500]}",
                                     provider="vllm", plugin="plasmid-vllm")
             async for raw in response.content:
