@@ -32,6 +32,9 @@ the GRPO run did not move; in the PPO run every token, reward and length stayed 
 values and the losses moved by float rounding (values <= 2e-7 relative, ``train/critic_grad_norm``
 7.5e-7; the near-zero ``train/loss``, ``train/pg_loss`` and ``train/advantage_mean`` by <= 2.4e-8
 absolute), and the log-prob gap (~1e-7) by <= 3.2e-8 absolute.
+In issue 30 the rollout driver's ``rollout/truncated_frac`` was renamed ``rollout/truncated_fraction``
+(the name multi-turn's per-sample metric has, now reported for every generate function): the key
+was renamed in both files, every value left as recorded.
 To re-record: ``python tests/test_golden_metrics.py``.
 """
 

@@ -67,7 +67,7 @@ def test_training_responses_end_at_the_stop_token_ids(tmp_path):
                          "--stop-token-ids", every_id, "--run-dir", str(tmp_path / "run"))
     assert result.returncode == 0, result.stderr[-2000:]
     [step] = read_metrics(tmp_path / "run")
-    assert step["rollout/response_length_max"] == 1.0 and step["rollout/truncated_frac"] == 0.0
+    assert step["rollout/response_length_max"] == 1.0 and step["rollout/truncated_fraction"] == 0.0
 
 
 def test_a_stop_token_id_past_the_vocabulary_writes_nothing(tmp_path, model):

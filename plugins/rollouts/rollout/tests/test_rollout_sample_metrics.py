@@ -36,15 +36,27 @@ def test_the_step_metrics_are_the_means_over_the_kept_samples():
         "rollout/tool_seconds_mean": pytest.approx(0.5625), "rollout/truncated_fraction": 0.5}
 
 
-def test_single_turn_samples_add_no_metric():
+def test_single_turn_samples_add_no_metric_but_their_truncated_fraction():
     driver = build("rollout", "rollout", plasmid_rollout.plugin, config=make_config(plasmid_rollout.plugin))
     plain = driver._metrics([make_group([1.0, 0.0])], 1, {}, 0, 1.0)
-    assert not set(plain) & set(MULTITURN)
+    assert set(plain) & set(MULTITURN) == {"rollout/truncated_fraction"}
     assert set(plain) == {"rollout/groups_launched", "rollout/groups_kept", "rollout/groups_aborted",
                           "rollout/seconds_generating", "rollout/reward_mean", "rollout/reward_std",
-                          "rollout/response_length_mean", "rollout/response_length_max", "rollout/truncated_frac",
-                          "rollout/tokens_per_second", "rollout/accuracy", "rollout/reward/test"}
+                          "rollout/response_length_mean", "rollout/response_length_max",
+                          "rollout/truncated_fraction", "rollout/tokens_per_second", "rollout/accuracy",
+                          "rollout/reward/test"}
     assert sample_metrics(make_group([1.0]).samples) == {}
+
+
+def test_the_truncated_fraction_of_single_turn_samples_counts_those_cut_at_max_new_tokens():
+    from plasmid.types import Status
+
+    driver = build("rollout", "rollout", plasmid_rollout.plugin, config=make_config(plasmid_rollout.plugin))
+    groups = [make_group([1.0, 0.0, 0.0]), make_group([0.0], index=1)]
+    for sample, status in zip([s for g in groups for s in g.samples],
+                              [Status.TRUNCATED, Status.COMPLETED, Status.TRUNCATED, Status.COMPLETED], strict=True):
+        sample.status = status
+    assert driver._metrics(groups, 2, {}, 0, 1.0)["rollout/truncated_fraction"] == 0.5
 
 
 def test_a_name_only_some_samples_carry_is_averaged_over_those():

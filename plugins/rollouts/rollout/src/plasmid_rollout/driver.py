@@ -20,7 +20,9 @@ Per-sample metrics of a generate function: a generate function may put ``name ->
 ``sample.metadata["rollout_metrics"]`` (:data:`SAMPLE_METRICS_KEY`; the multi-turn one puts
 ``turns_mean``, ``tool_calls_mean``, ``tool_errors_mean``, ``tool_seconds_mean``,
 ``truncated_fraction``); the step's metrics then hold ``rollout/<name>``, the mean over the kept
-samples that carry the name. Samples without it (single-turn) add no metric. Samples whose
+samples that carry the name. Samples without it (single-turn) add no metric. Whatever the generate
+function, ``rollout/truncated_fraction`` is the fraction of kept samples cut at the length limit
+(``Status.TRUNCATED``: ``--max-new-tokens``, or multi-turn's limits). Samples whose
 ``metadata["subset"]`` names the part of a mixture they came from add reward and accuracy per
 part (:func:`subset_metrics`).
 """
@@ -231,7 +233,7 @@ class AsyncRolloutDriver:
             "rollout/reward_std": math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)),
             "rollout/response_length_mean": sum(lengths) / len(lengths),
             "rollout/response_length_max": float(max(lengths)),
-            "rollout/truncated_frac": sum(s.status == Status.TRUNCATED for s in samples) / len(samples),
+            "rollout/truncated_fraction": sum(s.status == Status.TRUNCATED for s in samples) / len(samples),
             "rollout/tokens_per_second": sum(lengths) / max(seconds, 1e-9),
         })
         primary = next(iter(samples[0].reward_components), None)
