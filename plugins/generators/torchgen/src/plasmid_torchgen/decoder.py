@@ -26,6 +26,7 @@ import torch
 
 from plasmid_torch.device import Placement
 from plasmid_torch.hf import cache_argument
+from plasmid_torch.lm_head import HIDDEN_ONLY, LMHead, last_hidden, token_logprobs
 from plasmid_torch.ops import logprobs_from_logits
 from plasmid_torch.prompts import shared_prompts
 from plasmid_torchgen import kv_cache
@@ -163,7 +164,9 @@ class Decoder:
     def score_batch(self, rows: list[tuple[list[int], int, float]]) -> list[list[float]]:
         """Log-probs of each ``(token_ids, prompt_length, temperature)`` row's ``token_ids[prompt_length:]``,
         from ONE forward pass without a cache over the rows left-padded to the longest (as in
-        :meth:`prefill`: padded columns are masked out, positions count only real tokens). Equal to
+        :meth:`prefill`: padded columns are masked out, positions count only real tokens); the LM
+        head runs on the scored positions only, a bounded number at a time
+        (:func:`plasmid_torch.lm_head.token_logprobs`: no ``[rows, width, vocab]`` logits). Equal to
         scoring each row alone up to float rounding (the padded rows' matrix products differ in
         shape only). Every row needs ``1 <= prompt_length < len(token_ids)``."""
         with torch.inference_mode():
@@ -175,14 +178,17 @@ class Decoder:
             if len(rows) > 1:  # one row alone keeps the exact single-sequence pass
                 arguments["attention_mask"] = place.to_device(attention_mask)
                 arguments["position_ids"] = place.to_device((attention_mask.cumsum(1) - 1).clamp(min=0))
-            with place.autocast():
-                logits = self.model(**arguments).logits
+            head = LMHead.of(self.model)
             scored: list[list[float]] = []
-            for row, (tokens, prompt_length, temperature) in enumerate(rows):
-                start = width - len(tokens) + prompt_length  # the column of the first scored token
-                row_logits = logits[row, start - 1:-1]
-                scored.append(logprobs_from_logits(row_logits, input_ids[row, start:].to(row_logits.device),
-                                                   temperature).tolist())
+            with place.autocast():
+                output = self.model(**arguments, **({} if head is None else HIDDEN_ONLY))
+                outputs = output.logits if head is None else last_hidden(output)     # [rows, width, V or H]
+                for row, (tokens, prompt_length, temperature) in enumerate(rows):
+                    start = width - len(tokens) + prompt_length  # the column of the first scored token
+                    picked, targets = outputs[row, start - 1:-1], input_ids[row, start:].to(outputs.device)
+                    values = (logprobs_from_logits(picked, targets, temperature) if head is None
+                              else token_logprobs(head, picked, targets, temperature)[0])
+                    scored.append(values.tolist())
             return scored
 
     def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor,
