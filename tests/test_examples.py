@@ -95,10 +95,12 @@ def test_a_cpu_recipe_trains(recipe, tmp_path):
 
 @pytest.fixture(scope="module")
 def stand_in_model(tmp_path_factory):
-    """A tiny model whose character tokenizer covers the example data (and has a chat template)."""
+    """A tiny model whose character tokenizer covers the example data (and has a chat template), with a
+    context as long as a real model's (4096 positions): start-up refuses a recipe's --max-new-tokens past it."""
     from plasmid_torch.tiny import build_tiny_model
 
-    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny", alphabet=string.printable.strip() + " ")
+    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny", alphabet=string.printable.strip() + " ",
+                            max_positions=4096)
 
 
 @pytest.mark.timeout(180)

@@ -239,3 +239,17 @@ def test_overlong_rows_are_dropped_counted_and_logged_once(capsys, tmp_path, mod
             f"prompts of --prompt-data {data} are encoded as plain text; add --apply-chat-template") in err
     steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [step.get("data/dropped_overlong") for step in steps] == [1.0, None]
+
+
+def test_a_bad_value_of_task_apply_chat_template_in_a_config_file_writes_nothing(capsys, tmp_path):
+    (tmp_path / "run.json").write_text(json.dumps({"task_apply_chat_template": "maybe"}))
+    line = train_fails(capsys, "--config", str(tmp_path / "run.json"), "--run-dir", str(tmp_path / "run"))
+    assert line == (f"plasmid: error: --config {tmp_path / 'run.json'}: task_apply_chat_template: expected true or "
+                    f"false, got 'maybe'")
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_quickstart_with_its_recipe_model_is_not_warned_about_a_chat_template(capsys, tmp_path):
+    assert main(["train", *FAST, "--run-dir", str(tmp_path / "run")]) == 0
+    err = capsys.readouterr().err
+    assert "chat template" not in err and "dropped" not in err, "the recipe's tiny model is no instruct model"
