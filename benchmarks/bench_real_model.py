@@ -66,7 +66,7 @@ def worker_trl(args: argparse.Namespace) -> None:
     import torch
     import transformers
     from datasets import Dataset
-    from plasmid_math.equivalence import equivalent
+    from plasmid_math.equivalence import equivalent  # numbers only: the labels are integers (no sympy worker)
     from plasmid_math.extract import final_answer
     from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -83,7 +83,7 @@ def worker_trl(args: argparse.Namespace) -> None:
         for completion, reference in zip(completions, label, strict=True):
             text = completion[-1]["content"] if isinstance(completion, list) else completion
             answer = final_answer(text)
-            scores.append(float(answer is not None and equivalent(answer.text, reference)))
+            scores.append(float(answer is not None and equivalent(answer.text, reference, None)))
         return scores
 
     started = time.perf_counter()

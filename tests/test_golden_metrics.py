@@ -35,6 +35,14 @@ absolute), and the log-prob gap (~1e-7) by <= 3.2e-8 absolute.
 In issue 30 the rollout driver's ``rollout/truncated_frac`` was renamed ``rollout/truncated_fraction``
 (the name multi-turn's per-sample metric has, now reported for every generate function): the key
 was renamed in both files, every value left as recorded.
+Both runs were re-recorded in session 12, when torchtrain began applying the LM head to the response
+positions alone, in chunks (``plasmid_torch.lm_head``: a matrix product over fewer rows rounds
+differently) and choosing a packed, padded or shared-prompt pass by token count: every token, reward
+and length of both runs stayed equal; ``train/grad_norm`` moved by <= 2e-7 relative,
+``train/entropy`` by <= 7.2e-7 absolute, ``train/token_prob_ratio_max`` by <= 4.8e-7, and the
+train/rollout log-prob gap (``train/logprob_abs_diff_mean`` and its aliases, ~1e-7) by <= 5e-8
+absolute. ``rollout/truncated_frac`` was renamed ``rollout/truncated_fraction`` in the same session
+(values unchanged).
 To re-record: ``python tests/test_golden_metrics.py``.
 """
 

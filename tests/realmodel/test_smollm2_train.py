@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 from plasmid_e2e import read_metrics, run_plasmid
 
@@ -31,3 +32,20 @@ def test_plasmid_train_runs_a_grpo_step_on_smollm2(smollm2_dir, tmp_path):
     assert metrics["train/mismatch_abs_diff"] < 1e-3, metrics   # torchgen and torchtrain agree on the real model
     saved = json.loads((run_dir / "checkpoints" / "step_000000" / "trainer" / "model" / "config.json").read_text())
     assert saved["architectures"] == ["LlamaForCausalLM"] and saved["vocab_size"] == 49152
+
+
+def test_the_recipe_trains_two_steps_with_engine_and_trainer_log_probs_agreeing(smollm2_dir, tmp_path):
+    """examples/real/smollm2-arithmetic.yaml, made small from the command line: two steps whose trainer log-probs
+    (packed micro-batches, the LM head in chunks) equal the engine's within 1e-4 in float32."""
+    root = Path(__file__).resolve().parents[2]
+    run_dir = tmp_path / "recipe"
+    result = run_plasmid("train", "--config", str(root / "examples" / "real" / "smollm2-arithmetic.yaml"),
+                         "--model", str(smollm2_dir), "--num-rollouts", "2", "--prompts-per-step", "2",
+                         "--n-samples-per-prompt", "4", "--max-new-tokens", "48", "--eval-interval", "0",
+                         "--save-interval", "0", "--run-dir", str(run_dir), cwd=root, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    steps = read_metrics(run_dir)
+    assert len(steps) == 2
+    for metrics in steps:
+        assert metrics["train/samples"] == 8 and "rollout/truncated_fraction" in metrics
+        assert metrics["train/mismatch_abs_diff"] < 1e-4, metrics

@@ -49,7 +49,7 @@ from plasmid.kernel_options import GeneralOptions, ProfileOptions, RolloutOption
 from plasmid.options import Options
 from plasmid.protocols import Loss
 from plasmid.types import LossBatch, RolloutBatch, Sample
-from plasmid_torch import packing
+from plasmid_torch import heap, packing
 from plasmid_torch.compute import run_compute
 from plasmid_torch.device import enable_gradient_checkpointing, offload_optimizer_state, placement
 from plasmid_torch.device_options import DeviceOptions
@@ -115,6 +115,8 @@ class TorchTrainer(StepCounters):
         #: device and precision (``--device``, ``--precision``, ``--attn-implementation``)
         self.place = placement(DeviceOptions.of(config), "torchtrain")
         own.check_device(self.place.device.type)
+        if self.place.device.type == "cpu" and own.torchtrain_mmap_threshold:   # freed activations go back
+            heap.map_large_blocks(own.torchtrain_mmap_threshold)                  # to the system (plasmid_torch.heap)
         self.model = self.place.load_causal_lm(str(self.model_dir))
         self.model.requires_grad_(True)
         #: the exported tensors' names (each once: tied ones under the first name)
