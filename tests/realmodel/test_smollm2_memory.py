@@ -21,7 +21,7 @@ import pytest
 #: the trainer's settings (plasmid's recipe for real models: packed micro-batches of at most 2,048 tokens, gradient
 #: checkpointing, no step-guard copy of the weights and AdamW state)
 OPTIONS = {"max_tokens_per_micro_batch": 2048, "gradient_checkpointing": True, "max_update_ratio": 0.0}
-#: measured 3.8 GB on 2026-12-07 (2 cores; glibc allocations of 4 MiB and more mapped on their own, torchtrain's default)
+#: measured 3.8 GB on 2026-12-07 (2 cores; allocations of 4 MiB and more mapped on their own: torchtrain's default)
 BOUND_GB = 4.2
 
 
