@@ -125,8 +125,6 @@ def measured(command: list[str], env: dict[str, str], what: str) -> tuple[list[t
     """Run ``command``: its stdout lines with arrival seconds, the peak RSS of it or its largest
     descendant (``wait4``) and the largest RSS sum of it and its children seen by polling, both in GB. A failure is a
     :class:`BenchError` with the last line it printed."""
-    import psutil
-
     lines: list[tuple[float, str]] = []
     tree_peak = [0]
     started = time.perf_counter()
@@ -135,14 +133,8 @@ def measured(command: list[str], env: dict[str, str], what: str) -> tuple[list[t
         done = threading.Event()
 
         def poll() -> None:
-            root = psutil.Process(process.pid)
             while not done.is_set():
-                try:
-                    total = root.memory_info().rss + sum(child.memory_info().rss
-                                                         for child in root.children(recursive=True))
-                    tree_peak[0] = max(tree_peak[0], total)
-                except psutil.Error:
-                    pass
+                tree_peak[0] = max(tree_peak[0], tree_rss(process.pid))
                 done.wait(0.2)
 
         poller = threading.Thread(target=poll, daemon=True)
@@ -159,6 +151,29 @@ def measured(command: list[str], env: dict[str, str], what: str) -> tuple[list[t
             tail = [line for line in stderr.read().splitlines() if line.strip()][-1:] or ["(no output)"]
             raise BenchError(f"{what} exited with status {process.returncode}: {tail[0]}")
     return lines, usage.ru_maxrss / 1e6, tree_peak[0] / 1e9
+
+
+def tree_rss(root: int) -> int:
+    """Bytes resident in process ``root`` and all its descendants now (Linux ``/proc``; processes that end
+    while being read count 0)."""
+    parents: dict[int, int] = {}
+    resident: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            parents[int(entry.name)] = int(stat[stat.rindex(")") + 2:].split()[1])
+            resident[int(entry.name)] = int((entry / "statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            continue
+    members, frontier = {root}, [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in members]
+        members.update(children)
+        frontier.extend(children)
+    return sum(resident.get(pid, 0) for pid in members)
 
 
 def run_system(system: str, args: argparse.Namespace) -> dict[str, Any]:

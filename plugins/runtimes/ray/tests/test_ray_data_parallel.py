@@ -55,8 +55,9 @@ def count_forward_rows(trainer):
     trainer.rows_forwarded = 0
     trainer.share_prompts = False
 
-    def count(module, args, kwargs):
-        trainer.rows_forwarded += int(kwargs["input_ids"].shape[0])
+    def count(module, args, kwargs):     # samples: packed into one row (plasmid_torch.packing) or padded
+        packed = kwargs.get("cu_seq_lens_q")
+        trainer.rows_forwarded += len(packed) - 1 if packed is not None else int(kwargs["input_ids"].shape[0])
 
     trainer.model.register_forward_pre_hook(count, with_kwargs=True)
 
