@@ -78,8 +78,8 @@ def test_another_think_tag_can_be_named():
 def test_a_pathological_expression_stops_at_the_time_limit_and_the_checker_recovers():
     checker = SymbolicChecker(timeout=1.0)
     try:
-        started = time.perf_counter()
-        assert checker.equal("9^(9^(9^9))", "1") is False
+        started = time.perf_counter()  # within the bounds, but sympy's simplify takes minutes
+        assert checker.equal("(x+y+z+1)^(40)", "(x+y+z+2)^(40)") is False
         assert time.perf_counter() - started < 20  # 1 s limit, plus starting the worker on a busy machine
         assert checker.timeouts == 1
         assert checker.equal("2x+2", "2(x+1)") is True  # a fresh worker answers
@@ -91,7 +91,7 @@ def test_the_reward_scores_a_pathological_answer_zero_within_the_time_limit():
     hard = reward("math", math_symbolic_timeout=1.0)
     try:
         started = time.perf_counter()
-        assert run(hard(Sample(response=r"\boxed{9^{9^{9^{9}}}}", label="x"))) == 0.0
+        assert run(hard(Sample(response=r"\boxed{(x+y+z+1)^{40}}", label="(x+y+z+2)^{40}"))) == 0.0
         assert time.perf_counter() - started < 20
     finally:
         hard.symbolic.close()

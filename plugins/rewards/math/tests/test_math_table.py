@@ -1,7 +1,10 @@
 """The ``math`` reward on hand-written (response, label, expected) cases, traps included.
 
-Decisions these cases pin down: a percentage ``p%`` equals both ``p`` and ``p/100``; numbers
-compare with a relative tolerance of 1e-6 (so ``0.333`` is not ``1/3``); a digit followed by a
+Decisions these cases pin down: a percentage ``p%`` equals both ``p`` and ``p/100``; integers,
+fractions and decimals compare exactly (``0.3333333333`` is not ``1/3``, ``1000001`` is not
+``1000000``), and the relative tolerance of 1e-6 applies only to a float written in exponent form
+(``3.333333333e-1`` is ``1/3``), to a float label, and to an irrational value sympy evaluates
+(``3.14159265`` is ``\\pi``, ``3.14`` is not); a digit followed by a
 numeric ``\\frac`` is a mixed number (``3\\frac{1}{2}`` is 3.5); bare lists and sets compare
 unordered, intervals and tuples ordered with their brackets; ``x = 3`` and ``x \\in S`` are
 graded on their right-hand side; a number spelt in words equals its digits.
@@ -40,6 +43,7 @@ CASES = [
     (r"\boxed{1,000}", "1000", 1.0),
     (r"\boxed{1{,}000{,}000}", "1000000", 1.0),
     ("The answer is 1,234,567.", "1234567", 1.0),
+    ("In total 1,000, which is the sum", "1000", 1.0),
     (r"\boxed{5\text{ cm}}", "5", 1.0),
     (r"\boxed{12 \text{ square units}}", "12", 1.0),
     (r"\boxed{90^\circ}", "90", 1.0),
@@ -61,7 +65,15 @@ CASES = [
     ("The answer is 0.5", r"\frac{1}{2}", 1.0),
     (r"\boxed{1/2}", "0.5", 1.0),
     (r"\boxed{0.333}", r"\frac{1}{3}", 0.0),
-    (r"\boxed{0.3333333333}", r"\frac13", 1.0),
+    (r"\boxed{0.3333333333}", r"\frac13", 0.0),
+    (r"\boxed{3.333333333e-1}", r"\frac13", 1.0),
+    (r"\boxed{1000001}", "1000000", 0.0),
+    (r"\boxed{1000000}", "1,000,000", 1.0),
+    (r"\boxed{1.0000001e6}", "1000000", 1.0),
+    (r"\boxed{1e-13}", "0", 0.0),
+    (r"\boxed{0.0000000000001}", "0", 0.0),
+    (r"\boxed{\frac{1}{3}}", "0.33333333333333333333", 0.0),
+    (r"\boxed{12345678901234567891}", "12345678901234567890", 0.0),
     (r"\boxed{2}", "2.001", 0.0),
     (r"\boxed{-3}", "3", 0.0),
     (r"\boxed{-3}", "-3", 1.0),
@@ -76,6 +88,11 @@ CASES = [
     (r"\boxed{x^2-1}", "(x-1)(x+1)", 1.0),
     (r"\boxed{x^2+1}", "(x-1)(x+1)", 0.0),
     (r"\boxed{\pi}", "3.14", 0.0),
+    (r"\boxed{\pi}", "3.14159265", 1.0),
+    (r"\boxed{2^{20}}", "1048577", 0.0),
+    (r"\boxed{2^{20}}", "1048576", 1.0),
+    (r"\boxed{\sqrt{2}}", "1.4142", 0.0),
+    (r"\boxed{\sqrt{2}}", "1.4142136", 1.0),
     (r"\boxed{2\pi}", r"\pi \cdot 2", 1.0),
     (r"\boxed{\sqrt{8}}", r"2\sqrt{2}", 1.0),
     (r"\boxed{\sqrt{8}}", r"3\sqrt{2}", 0.0),
@@ -107,6 +124,10 @@ CASES = [
     # ------------------------------------------------------------------ labels
     (r"\boxed{3}", 3, 1.0),
     (r"\boxed{0.25}", 0.25, 1.0),
+    (r"\boxed{\frac{1}{10}}", 0.1, 1.0),
+    (r"\boxed{\frac{1}{3}}", 1 / 3, 1.0),
+    (r"\boxed{1000001}", 1000000.0, 0.0),
+    (r"\boxed{3}", 3.0, 1.0),
     (r"\boxed{4}", ["3", "4"], 1.0),
     (r"\boxed{5}", ["3", "4"], 0.0),
     (r"\boxed{4}", r"Adding, $2+2=4$, so the answer is $\boxed{4}$.", 1.0),

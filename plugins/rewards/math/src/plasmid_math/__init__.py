@@ -8,4 +8,7 @@ the comparison (text, structure, numbers, sympy) in :mod:`plasmid_math.equivalen
 converted by a small parser of our own (:mod:`plasmid_math.latex`, :mod:`plasmid_math.expression`)
 rather than ``sympy.parsing.latex``, which needs a pinned ANTLR runtime (``antlr4-python3-runtime``
 4.11, not installed here); our parser builds sympy objects directly and never calls ``eval``.
+
+Answers are hostile input: every parse is bounded before it starts (:mod:`plasmid_math.bounds`),
+and an answer out of bounds scores 0 rather than raising or stalling.
 """

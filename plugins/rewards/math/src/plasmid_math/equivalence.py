@@ -7,11 +7,15 @@ Both are normalised (:func:`plasmid_math.normalize.normalize`) and compared, in 
    and equal items in order; a set (``\\{1, 2\\}``) or a bare list (``1, 2``, as in "the
    solutions are 1, 2") equals one with equal items in any order; unions (``\\cup``) compare part
    by part, in order. Anything else is a scalar, compared as follows;
-3. as numbers: when both read as numbers (:func:`plasmid_math.numeric.numeric_value`), they are
-   equal when they agree within the relative ``tolerance``; ``0.5`` equals ``1/2``;
+3. as numbers: when both read as numbers (:func:`plasmid_math.numeric.numeric_value`), exactly
+   (``0.5`` equals ``1/2``, ``1000001`` is not ``1000000``), or within the relative ``tolerance``
+   where one was written as a float (``1e-3``; see :mod:`plasmid_math.numeric`);
 4. symbolically: both converted to plain expressions (:mod:`plasmid_math.latex`) and compared by
    sympy in a worker process under a time limit (:mod:`plasmid_math.symbolic`);
    ``\\frac{\\sqrt{2}}{2}`` equals ``\\frac{1}{\\sqrt{2}}``, ``2x+2`` equals ``2(x+1)``.
+
+Bounded (:mod:`plasmid_math.bounds`): an answer longer than ``MAX_ANSWER_CHARS`` is not read, and
+one beyond a bound (digits, exponent, nesting, power size) is not equal; no answer raises.
 
 Percentages: ``p%`` equals both ``p`` and ``p/100`` (answer keys write "what percent" answers
 without the sign, and a probability of ``0.1`` is ``10%``). So ``10%`` equals ``10`` and ``0.1``.
@@ -22,9 +26,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from plasmid_math.bounds import OutOfBounds, answer_too_long
 from plasmid_math.latex import latex_to_plain
 from plasmid_math.normalize import normalize, split_items
-from plasmid_math.numeric import close, numeric_value
+from plasmid_math.numeric import numbers_equal, numeric_value, written_as_float
 
 #: ``symbolic(a, b)`` for plain expressions: True when sympy shows them equal.
 Symbolic = Callable[[str, str], bool]
@@ -72,13 +77,19 @@ def shape(text: str) -> Shape:
 
 
 def equivalent(answer: str, reference: str, symbolic: Symbolic | None, tolerance: float = 1e-6) -> bool:
-    """Whether ``answer`` equals ``reference`` (raw strings; see the module docstring)."""
+    """Whether ``answer`` equals ``reference`` (raw strings; see the module docstring). ``answer``
+    may be hostile: it is bounded before it is read (:mod:`plasmid_math.bounds`)."""
+    if answer_too_long(answer, reference):
+        return False
     left, right = normalize(answer), normalize(reference)
     if not left or not right:
         return False
     if left == right:
         return True
-    return _same_shape(shape(left), shape(right), symbolic, tolerance)
+    try:
+        return _same_shape(shape(left), shape(right), symbolic, tolerance)
+    except OutOfBounds:
+        return False
 
 
 def _same_shape(left: Shape, right: Shape, symbolic: Symbolic | None, tolerance: float) -> bool:
@@ -132,8 +143,8 @@ def _one_reading_equal(left: str, left_percent: bool, right: str, right_percent:
         return True
     left_value, right_value = numeric_value(left), numeric_value(right)
     if left_value is not None and right_value is not None:
-        return close(left_value / (100 if left_percent else 1), right_value / (100 if right_percent else 1),
-                     tolerance)
+        return numbers_equal(left_value / (100 if left_percent else 1), right_value / (100 if right_percent else 1),
+                             tolerance, written_as_float(left) or written_as_float(right))
     if symbolic is None:
         return False
     left_plain, right_plain = latex_to_plain(left), latex_to_plain(right)

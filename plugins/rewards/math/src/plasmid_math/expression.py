@@ -12,6 +12,13 @@ Hand-written on purpose: it builds sympy objects directly and never calls ``eval
 Names are one letter (``xy`` is ``x*y``) unless they are a known constant, function or Greek
 letter. ``e`` is Euler's number, ``i`` the imaginary unit, ``oo`` infinity. A function applies
 to the power that follows it (``sin x^2`` is ``sin(x^2)``); ``sin^2 x`` is ``(sin x)^2``.
+
+Bounded, because sympy evaluates as it builds (:mod:`plasmid_math.bounds`): numbers have at most
+``MAX_DIGITS`` digits, parentheses, exponents and function arguments nest at most ``MAX_NESTING``
+(``3 * MAX_DEPTH``) deep (the parser recurses on each; ``x^x^x^...`` is a nesting too), and
+a power with a numeric exponent (``exp`` too) is built only when ``|exponent|`` times the bits of
+the largest number in its base (at least 1) is at most ``MAX_POWER_BITS``: ``9^(9^9)`` is refused
+with a :class:`ParseError` before sympy starts computing 370 million digits.
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ import re
 from typing import Any
 
 import sympy
+
+from plasmid_math.bounds import MAX_DEPTH, MAX_DIGITS, MAX_POWER_BITS
 
 TOKEN = re.compile(r"\s*(?:(\d+\.?\d*|\.\d+)|([a-zA-Z]+)|(.))")
 FUNCTIONS = {
@@ -32,6 +41,8 @@ GREEK = ("alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota
          "tau upsilon phi varphi chi psi omega").split()
 #: Longest first, so that "theta" is not read as "t", "h", "e"...
 NAMES = sorted([*FUNCTIONS, *CONSTANTS, *GREEK], key=len, reverse=True)
+#: How deep parentheses, exponents and function arguments may nest (the parser recurses on each).
+MAX_NESTING = 3 * MAX_DEPTH
 
 
 class ParseError(ValueError):
@@ -74,10 +85,31 @@ def _split_word(word: str) -> list[tuple[str, str]]:
     return pieces
 
 
+def bounded_power(base: Any, exponent: Any) -> Any:
+    """``base ** exponent``; raises :class:`ParseError` when the result could exceed
+    ``MAX_POWER_BITS`` (see the module docstring): for a rational exponent, or a numeric one whose
+    magnitude a 15-digit evaluation gives (``e^{e^{e^{100}}}``: sympy's own checks would try to
+    evaluate it)."""
+    if exponent.is_Rational:
+        magnitude = abs(exponent)
+    elif exponent.is_number:
+        try:
+            magnitude = abs(complex(exponent.evalf(15)))
+        except (TypeError, ValueError, OverflowError):  # oo, zoo, nan: sympy knows what to do
+            return base**exponent
+    else:
+        return base**exponent
+    largest = max((max(abs(number.p), number.q).bit_length() for number in base.atoms(sympy.Rational)), default=0)
+    if magnitude * max(largest, 1) > MAX_POWER_BITS:
+        raise ParseError(f"a power beyond {MAX_POWER_BITS} bits")
+    return base**exponent
+
+
 class Parser:
     def __init__(self, text: str) -> None:
         self.tokens = tokenize(text)
         self.position = 0
+        self.nesting = 0  # powers being parsed: parentheses, exponents and function arguments recurse here
 
     def peek(self) -> tuple[str, str] | None:
         return self.tokens[self.position] if self.position < len(self.tokens) else None
@@ -119,30 +151,38 @@ class Parser:
         return result
 
     def unary(self) -> Any:
-        token = self.peek()
-        if token in (("op", "-"), ("op", "+")):
+        negative = False
+        while (token := self.peek()) in (("op", "-"), ("op", "+")):  # a loop: "- - - ... x" cannot recurse
             self.take()
-            value = self.unary()
-            return -value if token[1] == "-" else value
-        return self.power()
+            negative ^= token[1] == "-"
+        value = self.power()
+        return -value if negative else value
 
     def power(self) -> Any:
-        base = self.atom()
-        if self.peek() == ("op", "^"):
-            self.take()
-            return base ** self.unary()
-        return base
+        self.nesting += 1
+        if self.nesting > MAX_NESTING:
+            raise ParseError(f"nested deeper than {MAX_NESTING}")
+        try:
+            base = self.atom()
+            if self.peek() == ("op", "^"):
+                self.take()
+                return bounded_power(base, self.unary())
+            return base
+        finally:
+            self.nesting -= 1
 
     def atom(self) -> Any:
         kind, text = self.take()
         if kind == "number":
+            if len(text) > MAX_DIGITS + 1:
+                raise ParseError(f"a number with more than {MAX_DIGITS} digits")
             return sympy.Rational(text)
         if kind == "function":
             if self.peek() == ("op", "^"):  # sin^2 x = (sin x)^2
                 self.take()
                 exponent = self.atom()
-                return FUNCTIONS[text](self.power()) ** exponent
-            return FUNCTIONS[text](self.power())
+                return bounded_power(self.function(text), exponent)
+            return self.function(text)
         if kind == "name":
             return CONSTANTS[text] if text in CONSTANTS else sympy.Symbol(text)
         if text == "(":
@@ -151,6 +191,11 @@ class Parser:
                 raise ParseError("missing )")
             return inner
         raise ParseError(f"unexpected {text!r}")
+
+    def function(self, name: str) -> Any:
+        """``name`` applied to the power that follows (``exp z`` bounded as ``e^z``)."""
+        argument = self.power()
+        return bounded_power(sympy.E, argument) if name == "exp" else FUNCTIONS[name](argument)
 
 
 def parse(text: str) -> Any:

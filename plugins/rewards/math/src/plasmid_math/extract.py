@@ -8,6 +8,12 @@ In order of preference (the first kind found wins; within a kind, the last occur
 3. the last number in the text (``-3``, ``2.5``, ``1,000``, ``3/4``).
 
 Kinds 1 and 2 are *explicit* answers; a format reward asks for one.
+
+Linear-time on any response (a policy can write 100 KB of spaces or of ``1,000,000,...``): the
+brace scan is one pass, and the regular expressions use possessive quantifiers where a
+backtracking one would retry every split of a long run (``answer`` followed by 100,000 spaces
+took more than 40 s), and a thousands-separated number never starts right after a three-digit
+group (each group of ``1,000,000,...,0000`` started a scan of the rest: quadratic).
 """
 
 from __future__ import annotations
@@ -17,10 +23,14 @@ from dataclasses import dataclass
 
 BOX_COMMANDS = ("\\boxed", "\\fbox")
 ANSWER_SENTENCE = re.compile(
-    r"\b(?:final\s+answer|answer)\b\s*(?:\*\*)?\s*(?:is|was|would\s+be|will\s+be|should\s+be|=|:)"
-    r"\s*(?:\*\*)?\s*:?\s*(.+)",
+    r"\b(?:final\s++answer|answer)\b\s*+(?:\*\*)?+\s*+(?:is|was|would\s++be|will\s++be|should\s++be|=|:)"
+    r"\s*+(?:\*\*)?+\s*+:?+\s*+(.*)",
     re.IGNORECASE)
-NUMBER = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d,])|-?\d+(?:\.\d+)?(?:/\d+)?|-?\.\d+")
+#: ``1,000,000`` (ending before a comma that is not followed by a digit: "1,000, so"; never
+#: starting right after a three-digit group, so a long run is scanned at most twice), or ``-3``,
+#: ``2.5``, ``3/4``, ``.5``.
+NUMBER = re.compile(r"(?<!\d\d\d,)-?\d{1,3}(?:,\d{3})++(?:\.\d+)?+(?!\d|,\d)"
+                    r"|-?\d+(?:\.\d+)?(?:/\d+)?|-?\.\d+")
 #: A sentence ends at a period, exclamation or question mark followed by a space or the end.
 SENTENCE_END = re.compile(r"[.!?](?:\s|$)")
 

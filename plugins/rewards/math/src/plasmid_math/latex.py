@@ -4,12 +4,16 @@ expression for the symbolic check.
 The plain syntax (what :mod:`plasmid_math.expression` parses) has numbers, one-letter symbols,
 Greek letter names, ``pi``, ``e``, ``i``, ``oo``, the functions ``sqrt sin cos tan cot sec csc
 asin acos atan ln log exp``, ``+ - * / ^``, parentheses and implicit multiplication.
+
+The conversion recurses once per brace group, so text nested deeper than ``MAX_DEPTH``
+(:mod:`plasmid_math.bounds`) is not converted.
 """
 
 from __future__ import annotations
 
 import re
 
+from plasmid_math.bounds import MAX_DEPTH, nesting_depth
 from plasmid_math.extract import braced
 
 #: Commands whose braced argument is plain text or formatting: replaced by the argument.
@@ -134,7 +138,10 @@ def to_plain(text: str) -> str:
 
 
 def latex_to_plain(text: str) -> str | None:
-    """:func:`to_plain`, or None when the text cannot be expressed in the plain syntax."""
+    """:func:`to_plain`, or None when the text cannot be expressed in the plain syntax or nests
+    brackets deeper than ``MAX_DEPTH``."""
+    if nesting_depth(text) > MAX_DEPTH:
+        return None
     try:
         plain = to_plain(text)
     except Unsupported:

@@ -11,7 +11,8 @@ DEFAULT_THINK_TAG = "</think>"
 class MathOptions(Options, group="math", description="the 'math' and 'math-format' rewards"):
     math_format_penalty: float = option(1.0, "math-format: subtracted when the response has no \\boxed{} or "
                                              "'the answer is'")
-    math_tolerance: float = option(1e-6, "relative tolerance of numeric comparison", min=0)
+    math_tolerance: float = option(1e-6, "relative tolerance where a float was written (1e-3) or sympy evaluated an "
+                                         "irrational value; integers, fractions and decimals compare exactly", min=0)
     math_symbolic_timeout: float = option(5.0, "seconds one sympy check may take before it counts as 'not equal'",
                                           gt=0)
     math_symbolic_workers: int = option(1, "sympy worker processes", min=1)

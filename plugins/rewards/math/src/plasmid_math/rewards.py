@@ -12,14 +12,17 @@ With ``--math-think-tag`` only the text after the last ``</think>`` (or the give
 a response without it has no answer (and ``math-format`` applies the penalty).
 
 The label is a string (an answer, or a worked solution whose ``\\boxed{}`` holds the answer), a
-number, or a list of acceptable answers. Grading runs in a worker thread (``asyncio.to_thread``),
-so the event loop is never blocked, and symbolic checks run in sympy worker processes with a
-time limit (``--math-symbolic-timeout``; see :mod:`plasmid_math.symbolic`).
+number (a float one compares as a float: :func:`label_text`), or a list of acceptable answers.
+Grading runs in a worker thread (``asyncio.to_thread``), so the event loop is never blocked, and
+symbolic checks run in sympy worker processes with a time limit (``--math-symbolic-timeout``;
+see :mod:`plasmid_math.symbolic`). Every parse is bounded before it starts
+(:mod:`plasmid_math.bounds`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import numbers
 from typing import Any, ClassVar
 
@@ -36,8 +39,22 @@ class MissingLabelError(ValueError):
     """A sample reached a math reward without a usable label."""
 
 
+def label_text(answer: str | numbers.Number) -> str:
+    """One label answer as text: a string as it is (its ``\\boxed{}`` if it has one); a float as
+    a float (exponent form, so it compares within ``--math-tolerance``: 0.1 as a float is not
+    exactly 1/10), unless it is an integer of magnitude at most 2**53 (3.0 is 3, as datasets store integers as
+    floats); any other number (int, Fraction, Decimal) exactly."""
+    if isinstance(answer, float):
+        if answer.is_integer() and abs(answer) <= 2**53:  # an integer, exactly
+            return str(int(answer))
+        return f"{answer!r}e0" if math.isfinite(answer) and "e" not in repr(answer) else repr(answer)
+    text = str(answer)
+    boxed = last_boxed(text)
+    return boxed if boxed is not None else text
+
+
 def reference_answers(label: Any, where: str) -> list[str]:
-    """The label as a non-empty list of answer strings (a ``\\boxed{}`` in one is its answer)."""
+    """The label as a non-empty list of answer strings (:func:`label_text`)."""
     if label is None:
         raise MissingLabelError(f"{where} has no label; math rewards compare with the label's answer "
                                 f"(file data sources: --label-key FIELD)")
@@ -49,9 +66,7 @@ def reference_answers(label: Any, where: str) -> list[str]:
         if isinstance(answer, bool) or not isinstance(answer, (str, numbers.Number)):
             raise TypeError(f"{where}: a label answer is {type(answer).__name__} {answer!r}; labels are strings, "
                             f"numbers, or lists of them")
-        text = str(answer)
-        boxed = last_boxed(text)
-        texts.append(boxed if boxed is not None else text)
+        texts.append(label_text(answer))
     return texts
 
 

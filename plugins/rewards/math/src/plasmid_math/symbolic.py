@@ -1,11 +1,12 @@
 """Symbolic equivalence with sympy, under a time limit that a pathological answer cannot escape.
 
-Why a worker process: sympy evaluates eagerly (``9^9^9`` starts computing a number with 370
-million digits) and simplification can run for minutes; a thread cannot be stopped and
-``signal.alarm`` works only in the main thread (the reward runs in worker threads, off the event
-loop). So each check is sent to a long-lived worker process (``python -c ... serve()``, sympy
-imported once), and a worker that does not answer within the time limit is killed and replaced;
-the check then counts as "not equal". Workers cap their own address space (``RLIMIT_AS``).
+Why a worker process: sympy evaluates eagerly and simplification can run for minutes
+(``(x+y+z+1)^{40}`` against ``(x+y+z+2)^{40}``, well within the parser's bounds, which refuse
+``9^{9^{9}}`` before sympy computes it); a thread cannot be stopped and ``signal.alarm`` works
+only in the main thread (the reward runs in worker threads, off the event loop). So each check
+is sent to a long-lived worker process (``python -c ... serve()``, sympy imported once), and a
+worker that does not answer within the time limit is killed and replaced; the check then counts
+as "not equal". Workers cap their own address space (``RLIMIT_AS``).
 
 :class:`SymbolicChecker` is thread-safe; ``workers`` checks run at once, more wait for a free
 worker. Results are cached (a group's responses often repeat an answer).
@@ -33,7 +34,10 @@ SOURCE_ROOT = str(Path(__file__).resolve().parents[1])
 # ------------------------------------------------------------------------------------------ worker side
 def expressions_equal(a: str, b: str, tolerance: float) -> bool:
     """Whether plain expressions ``a`` and ``b`` are equal: identical, their difference
-    simplifies to 0, or (without free symbols) their values agree within ``tolerance``."""
+    simplifies to 0, or (without free symbols, and unless both are rational numbers, which are
+    equal only when identical) their values evaluated to 30 digits agree within ``tolerance``
+    relative, or 1e-12 absolute (a numerical zero). Raises for text the parser refuses,
+    including a power beyond the bounds (:mod:`plasmid_math.expression`)."""
     import sympy
 
     from plasmid_math.expression import parse
@@ -41,6 +45,8 @@ def expressions_equal(a: str, b: str, tolerance: float) -> bool:
     left, right = parse(a), parse(b)
     if left == right:
         return True
+    if left.is_Rational and right.is_Rational:  # exact: 2^{20} is not 1048577
+        return False
     if sympy.simplify(left - right) == 0:
         return True
     if left.free_symbols or right.free_symbols:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from plasmid_math.bounds import MAX_DIGITS
+
 UNITS = {word: value for value, word in enumerate(
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
     "sixteen seventeen eighteen nineteen".split())}
@@ -15,7 +17,8 @@ SCALES = {"hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9}
 
 def words_to_int(text: str) -> int | None:
     """The integer that ``text`` spells (case-insensitive, hyphens and "and" allowed), or None
-    when it is not made only of number words. A leading "negative"/"minus" makes it negative."""
+    when it is not made only of number words. A leading "negative"/"minus" makes it negative.
+    Digits among the words are ASCII digits, at most ``MAX_DIGITS`` of them (``5²`` is no number)."""
     tokens = [token for token in re.split(r"[\s-]+", text.strip().lower()) if token and token != "and"]
     sign = 1
     if tokens and tokens[0] in ("negative", "minus"):
@@ -28,7 +31,7 @@ def words_to_int(text: str) -> int | None:
             current += UNITS[token]
         elif token in TENS:
             current += TENS[token]
-        elif token.isdigit():
+        elif token.isascii() and token.isdigit() and len(token) <= MAX_DIGITS:
             current += int(token)
         elif token == "hundred":
             current = max(current, 1) * 100
@@ -37,6 +40,6 @@ def words_to_int(text: str) -> int | None:
             current = 0
         else:
             return None
-    if all(token.isdigit() for token in tokens):
+    if all(token.isascii() and token.isdigit() for token in tokens):
         return None  # plain digits are not words
     return sign * (total + current)
