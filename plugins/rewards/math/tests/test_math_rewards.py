@@ -97,6 +97,21 @@ def test_the_reward_scores_a_pathological_answer_zero_within_the_time_limit():
         hard.symbolic.close()
 
 
+def test_the_time_limit_holds_for_all_the_checks_of_one_response_together():
+    hard = reward("math", math_symbolic_timeout=1.0)
+    answer = ", ".join(f"(x+y+z+{k})^{{40}}\\%" for k in range(1, 5))
+    label = ", ".join(f"(x+y+z+{k})^{{41}}\\%" for k in range(1, 5))
+    try:
+        assert hard.score(r"\boxed{2x}", "x+1") == 0.0  # starts the worker
+        started = time.perf_counter()
+        assert hard.score(f"\\boxed{{{answer}}}", label) == 0.0
+        # the first item against four, each pair read four ways (with and without %): 16 slow checks
+        assert time.perf_counter() - started < 5  # one time limit of 1 s in all, and a worker killed
+        assert hard.symbolic.timeouts == 1
+    finally:
+        hard.symbolic.close()
+
+
 def test_code_in_an_answer_is_never_evaluated():
     checker = SymbolicChecker(timeout=5.0)
     try:

@@ -14,9 +14,9 @@ a response without it has no answer (and ``math-format`` applies the penalty).
 The label is a string (an answer, or a worked solution whose ``\\boxed{}`` holds the answer), a
 number (a float one compares as a float: :func:`label_text`), or a list of acceptable answers.
 Grading runs in a worker thread (``asyncio.to_thread``), so the event loop is never blocked, and
-symbolic checks run in sympy worker processes with a time limit (``--math-symbolic-timeout``;
-see :mod:`plasmid_math.symbolic`). Every parse is bounded before it starts
-(:mod:`plasmid_math.bounds`).
+symbolic checks run in sympy worker processes with one time limit for all the checks of one
+response (``--math-symbolic-timeout``; see :mod:`plasmid_math.symbolic`). Every parse is bounded
+before it starts (:mod:`plasmid_math.bounds`).
 """
 
 from __future__ import annotations
@@ -89,8 +89,8 @@ class MathReward:
         found = final_answer(response, self.think_tag)
         if found is None:
             return 0.0, None
-        correct = any(equivalent(found.text, reference, self.symbolic.equal, self.tolerance)
-                      for reference in references)
+        symbolic = self.symbolic.budget()  # --math-symbolic-timeout for all of this response's checks
+        correct = any(equivalent(found.text, reference, symbolic, self.tolerance) for reference in references)
         return (1.0 if correct else 0.0), found
 
     def score(self, response: str, label: Any, where: str = "sample") -> float:

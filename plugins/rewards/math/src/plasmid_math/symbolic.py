@@ -4,25 +4,28 @@ Why a worker process: sympy evaluates eagerly and simplification can run for min
 (``(x+y+z+1)^{40}`` against ``(x+y+z+2)^{40}``, well within the parser's bounds, which refuse
 ``9^{9^{9}}`` before sympy computes it); a thread cannot be stopped and ``signal.alarm`` works
 only in the main thread (the reward runs in worker threads, off the event loop). So each check
-is sent to a long-lived worker process (``python -c ... serve()``, sympy imported once), and a
-worker that does not answer within the time limit is killed and replaced; the check then counts
-as "not equal". Workers cap their own address space (``RLIMIT_AS``).
+is sent to a long-lived worker process (``python -c ... serve()``, sympy imported and warmed up
+once, so that no check's time limit pays for imports), and a worker that does not answer within
+the time limit is killed and replaced; the check then counts as "not equal". Workers cap their
+own address space (``RLIMIT_AS``).
 
 :class:`SymbolicChecker` is thread-safe; ``workers`` checks run at once, more wait for a free
-worker. Results are cached (a group's responses often repeat an answer).
+worker. Results are cached (a group's responses often repeat an answer). The time limit holds
+for all the checks of one response together (:class:`SymbolicBudget`).
 """
 
 from __future__ import annotations
 
 import atexit
 import cmath
-import functools
 import json
 import queue
 import select
 import subprocess
 import sys
 import threading
+import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +68,7 @@ def serve(memory_bytes: int) -> None:
     import resource
 
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-    import sympy  # noqa: F401 - imported once, before saying ready
-
+    expressions_equal("2x", "x+1", 0.0)  # imports sympy and what simplify loads lazily, before saying ready
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         request = json.loads(line)
@@ -112,11 +114,15 @@ class _Worker:
             if stream is not None:
                 stream.close()
 
-    def ask(self, request: dict, timeout: float) -> dict | None:
-        """The worker's reply, or None when it took longer than ``timeout`` (it is then killed)."""
+    def start(self) -> None:
+        """Start the process unless it runs (up to ``STARTUP_SECONDS``, no check's time)."""
         if self.process is None or self.process.poll() is not None:
             self.process = self._start()
-        assert self.process.stdin is not None
+
+    def ask(self, request: dict, timeout: float) -> dict | None:
+        """The worker's reply, or None when it took longer than ``timeout`` (it is then killed)."""
+        self.start()
+        assert self.process is not None and self.process.stdin is not None
         try:
             self.process.stdin.write(json.dumps(request) + "\n")
             self.process.stdin.flush()
@@ -134,13 +140,14 @@ class _Worker:
 
 
 class SymbolicChecker:
-    """``equal(a, b)`` for plain expressions, each check limited to ``timeout`` seconds.
+    """``equal(a, b)`` for plain expressions, each check limited to ``timeout`` seconds;
+    ``check(a, b, seconds)`` with a shorter limit; ``budget()`` for the checks of one response.
 
     :ivar timeouts: how many checks were stopped at the time limit (they count as not equal).
     """
 
     def __init__(self, timeout: float = 5.0, workers: int = 1, tolerance: float = 1e-6,
-                 memory_mb: int = 2048) -> None:
+                 memory_mb: int = 2048, cache_size: int = 4096) -> None:
         self.timeout = timeout
         self.tolerance = tolerance
         self.timeouts = 0
@@ -149,22 +156,64 @@ class SymbolicChecker:
         for worker in self._workers:
             self._free.put(worker)
         self._lock = threading.Lock()
-        self.equal = functools.lru_cache(maxsize=4096)(self._equal)
+        self._cache: OrderedDict[tuple[str, str], bool] = OrderedDict()
+        self._cache_size = cache_size
         atexit.register(self.close)
 
-    def _equal(self, a: str, b: str) -> bool:
+    def equal(self, a: str, b: str) -> bool:
+        """Whether sympy shows ``a`` and ``b`` equal within the full time limit."""
+        return self.check(a, b, self.timeout)[0]
+
+    def check(self, a: str, b: str, seconds: float) -> tuple[bool, float]:
+        """``(equal, seconds the worker spent)``, the check limited to ``min(seconds, timeout)``
+        (waiting for a free worker or for one to start is not counted). A cached result costs 0
+        seconds; a check cut short by ``seconds`` is not cached (with more time it might finish)."""
+        with self._lock:
+            if (a, b) in self._cache:
+                self._cache.move_to_end((a, b))
+                return self._cache[(a, b)], 0.0
+        limit = min(seconds, self.timeout)
         worker = self._free.get()
         try:
-            reply = worker.ask({"a": a, "b": b, "tolerance": self.tolerance}, self.timeout)
+            worker.start()
+            started = time.monotonic()
+            reply = worker.ask({"a": a, "b": b, "tolerance": self.tolerance}, limit)
+            spent = time.monotonic() - started
         finally:
             self._free.put(worker)
-        if reply is None:
-            with self._lock:
+        equal = bool(reply and reply.get("equal"))
+        with self._lock:
+            if reply is None:
                 self.timeouts += 1
-            return False
-        return bool(reply.get("equal"))
+            if reply is not None or limit >= self.timeout:
+                self._cache[(a, b)] = equal
+                if len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        return equal, spent
+
+    def budget(self) -> SymbolicBudget:
+        """A fresh :class:`SymbolicBudget` of ``timeout`` seconds, for one response's checks."""
+        return SymbolicBudget(self, self.timeout)
 
     def close(self) -> None:
         """Stop every worker (they restart on the next check)."""
         for worker in self._workers:
             worker.close()
+
+
+class SymbolicBudget:
+    """``budget(a, b)``: :meth:`SymbolicChecker.check` while ``seconds`` of worker time last, then
+    "not equal" without asking. One response's checks share one budget, so an answer that makes
+    many checks (a list against a list, percentages read two ways) still costs sympy at most
+    ``seconds`` in all, not ``seconds`` per check."""
+
+    def __init__(self, checker: SymbolicChecker, seconds: float) -> None:
+        self.checker = checker
+        self.seconds_left = seconds
+
+    def __call__(self, a: str, b: str) -> bool:
+        if self.seconds_left <= 0:
+            return False
+        equal, spent = self.checker.check(a, b, self.seconds_left)
+        self.seconds_left -= spent
+        return equal
