@@ -59,6 +59,7 @@ def test_the_torchtrain_options_default_to_full_training_without_memory_savers()
     ({"lora_alpha": 0.0}, "--lora-alpha"),
     ({"lora_dropout": 1.5}, "--lora-dropout"),
     ({"torchtrain_sharding": "zero3"}, "--torchtrain-sharding"),
+    ({"torchtrain_mmap_threshold": -1}, "--torchtrain-mmap-threshold"),
 ])
 def test_bad_torchtrain_options_are_one_line_errors_naming_the_flag(options, flag):
     with pytest.raises(UsageError, match=f"^{flag}"):
