@@ -1,111 +1,34 @@
-"""Pieces shared by plugins that drive an inference server over HTTP (plasmid-vllm, plasmid-sglang).
+"""The lifecycle of an inference server process that an engine launches.
 
-- :class:`ManagedServer`: the lifecycle of a server process launched in its own session (its own
-  process group, so stopping the group stops every process the server starts): waiting for a
-  health endpoint, SIGTERM then SIGKILL, reading the cause of a failed start out of its log.
-  A plugin's ``ServerProcess`` dataclass subclasses it, sets the class attributes that name the
-  engine and its health endpoint, and writes ``start`` (the command line is the plugin's) with
-  :func:`spawn`.
-- HTTP: :func:`request` (asynchronous, ``aiohttp`` imported when first used), :func:`request_blocking`
-  (``urllib``, for threads without an event loop); both answer ``(status, body text)`` and raise
-  :class:`ServerUnreachable` when no answer came. :func:`control_answer` decodes a control call's
-  answer or raises the plugin's error naming the server, the endpoint and the server's message.
+- :class:`ManagedServer`: a server process launched in its own session (its own process group,
+  so stopping the group stops every process the server starts): waiting for a health endpoint,
+  SIGTERM then SIGKILL, reading the cause of a failed start out of its log. A plugin's
+  ``ServerProcess`` dataclass subclasses it, sets the class attributes that name the engine and
+  its health endpoint, and writes ``start`` (the command line is the plugin's) with :func:`spawn`.
 - :func:`stop_servers_at_exit` (an engine's launched servers stopped when the process exits
-  without a shutdown), :func:`free_port`, :func:`kill_group`, :func:`checkpoint_dtype` (the dtype a server can serve a
-  checkpoint in as it is) and :func:`logprob_at_temperature` (exact temperature rescaling of
-  full-vocabulary log-probs).
+  without a shutdown), :func:`free_port`, :func:`kill_group`, :func:`checkpoint_dtype` (the
+  dtype a server can serve a checkpoint in as it is).
 
-No torch: everything here is standard library (plus ``aiohttp`` inside :func:`request`).
+The HTTP calls are :mod:`plasmid_serving.http`. No torch: standard library only.
 """
 
 from __future__ import annotations
 
 import atexit
 import json
-import math
 import os
 import re
 import signal
 import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 from plasmid.errors import ProviderError
-
-#: Seconds to wait for a control call (weight updates, flushes) unless the caller says otherwise.
-CONTROL_TIMEOUT = 600.0
-
-
-class ServerUnreachable(ConnectionError):
-    """No HTTP answer from a server (connection refused or reset, or no answer in time)."""
-
-
-async def request(url: str, path: str, body: dict[str, Any] | None = None, *, method: str = "POST",
-                  timeout: float | None = CONTROL_TIMEOUT) -> tuple[int, str]:
-    """``method url+path`` with a JSON ``body``; ``(status, text)``. A session is opened per call:
-    callers run on whichever event loop they are given, and a session cannot outlive its loop.
-
-    :raises ServerUnreachable: the server refused, dropped the connection or did not answer
-        within ``timeout`` seconds (``None``: wait as long as it takes).
-    """
-    import aiohttp
-
-    try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session:
-            async with session.request(method, url + path, json=body) as response:
-                return response.status, await response.text()
-    except (TimeoutError, aiohttp.ClientConnectionError) as exc:
-        raise ServerUnreachable(f"{method} {url}{path}: {type(exc).__name__}: {exc}") from exc
-
-
-def request_blocking(url: str, path: str, body: dict[str, Any] | None = None, *, method: str = "POST",
-                     timeout: float | None = CONTROL_TIMEOUT) -> tuple[int, str]:
-    """The blocking twin of :func:`request` (for threads without an event loop); an HTTP error
-    status is an answer, not an exception.
-
-    :raises ServerUnreachable: as :func:`request`.
-    """
-    data = None if body is None else json.dumps(body).encode()
-    call = urllib.request.Request(url + path, data=data, method=method, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(call, timeout=timeout) as response:
-            return int(response.status), response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return int(exc.code), exc.read().decode(errors="replace")
-    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
-        raise ServerUnreachable(f"{method} {url}{path}: {type(exc).__name__}: {exc}") from exc
-
-
-def control_answer(url: str, path: str, status: int, text: str, *, server: str,
-                   error: Callable[[str], Exception], keys: Sequence[str] = ("message", "error"),
-                   limit: int | None = None) -> Any:
-    """The decoded JSON answer of a control call (``{}`` for an empty body, ``{"message": text}``
-    for one that is not JSON).
-
-    :raises Exception: ``error(message)`` when the call failed (HTTP status other than 200, or
-        ``"success": false``); the message reads ``<server> server <url>: <path> failed (HTTP
-        <status>): <reason>``, the reason being the first non-empty of ``keys`` in the answer, else
-        the body (its first ``limit`` characters when ``limit`` is given).
-    """
-    try:
-        answer = json.loads(text) if text.strip() else {}
-    except json.JSONDecodeError:
-        answer = {"message": text.strip()}
-    if status != 200 or (isinstance(answer, dict) and answer.get("success") is False):
-        message: Any = answer
-        if isinstance(answer, dict):
-            message = None
-            for key in keys:
-                message = message or answer.get(key)
-        body = text.strip() if limit is None else text.strip()[:limit]
-        raise error(f"{server} server {url}: {path} failed (HTTP {status}): {message or body}")
-    return answer
+from plasmid_serving.http import ServerUnreachable, request_blocking
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -122,14 +45,6 @@ def checkpoint_dtype(model_dir: str | Path, served: Sequence[str]) -> str:
     config = json.loads(path.read_text()) if path.is_file() else {}
     dtype = str(config.get("dtype") or config.get("torch_dtype") or "auto").removeprefix("torch.")
     return dtype if dtype in served else "auto"
-
-
-def logprob_at_temperature(logprobs: Mapping[int, float], token: int, temperature: float) -> float:
-    """``log softmax(logits / T)[token]`` from ``logprobs = log softmax(logits)`` over the whole
-    vocabulary (``{token id: log-prob}``), in float64."""
-    scaled = {t: lp / temperature for t, lp in logprobs.items()}
-    top = max(scaled.values())
-    return scaled[token] - (top + math.log(sum(math.exp(v - top) for v in scaled.values())))
 
 
 def kill_group(group: int) -> None:
@@ -196,6 +111,11 @@ class ManagedServer:
 
     @property
     def url(self) -> str:
+        """``http://host:port`` of the running server."""
+        raise NotImplementedError
+
+    def start(self) -> None:
+        """Start the process (the plugin's command line, through :func:`spawn`); returns at once."""
         raise NotImplementedError
 
     def alive(self) -> bool:
