@@ -7,13 +7,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from plasmid import providers
 from plasmid.builtin import SingleTurn
 from plasmid.config import Config
 from plasmid.errors import UsageError
-from plasmid.plugins import PluginManager
 from plasmid.protocols import RolloutEngine, RolloutView
 from plasmid.registry import Registry
-from plasmid.session import instantiate
 from plasmid.types import Sample, SamplingParams, Status
 from plasmid_opd.options import OPDOptions
 
@@ -72,20 +71,17 @@ def _flag(name: str) -> str:
 def teacher_factory(config: Config, registry: Registry | None = None) -> Callable[[], RolloutEngine]:
     """What builds the teacher: an engine of kind ``--teacher-engine`` with :func:`teacher_options`
     (so serving ``--teacher-model``, never on the student's servers). The engine provider is looked
-    up now, from ``registry`` (default: the run's plugin lock, loaded in this process), so an unknown
-    ``--teacher-engine`` is a one-line error at start-up; the engine is built when the factory is called.
+    up now, from ``registry`` (default: the run's plugin lock, loaded in this process:
+    :func:`plasmid.providers.find`), so an unknown ``--teacher-engine`` is a one-line error at
+    start-up; the engine is built when the factory is called.
     """
     options = teacher_options(config)
-    if registry is None:
-        manager = PluginManager()
-        manager.load_lock(config.plugin_lock)
-        registry = Registry.collect(manager)
-    provider = registry.get("engine", options.engine,
-                            flag="--teacher-engine" if OPDOptions.of(config).teacher_engine else None)
+    provider = providers.find("engine", options.engine, config, registry=registry,
+                              flag="--teacher-engine" if OPDOptions.of(config).teacher_engine else None)
     teacher_config = replace(config, option=options)
 
     def build() -> RolloutEngine:
-        engine: RolloutEngine = instantiate(provider, teacher_config)
+        engine: RolloutEngine = providers.instantiate(provider, teacher_config)
         return engine
 
     return build

@@ -7,12 +7,11 @@ from typing import Any, ClassVar
 
 import torch
 
+from plasmid import providers
 from plasmid.config import Config
 from plasmid.errors import UsageError
 from plasmid.options import Options
-from plasmid.plugins import PluginManager
 from plasmid.registry import Registry
-from plasmid.session import instantiate
 from plasmid.types import LossBatch, Sample
 from plasmid_sft.loss import SFTLoss
 from plasmid_sft.options import SFTMixOptions, SFTOptions
@@ -23,9 +22,10 @@ class SFTMixLoss:
 
     Built by the kernel as ``SFTMixLoss(config)``; it builds the two losses it delegates to: an
     :class:`plasmid_sft.loss.SFTLoss`, and the RL loss ``--sft-mix-loss`` from ``registry``
-    (default: the run's plugin lock, loaded in this process), with the run's options. Samples come
-    from ``--generate sft`` (the default): the policy's own responses, rewarded, each with its
-    prompt's demonstration attached, so either kind of step can train on any batch.
+    (default: the run's plugin lock, loaded in this process: :func:`plasmid.providers.build`), with
+    the run's options. Samples come from ``--generate sft`` (the default): the policy's own
+    responses, rewarded, each with its prompt's demonstration attached, so either kind of step can
+    train on any batch.
 
     Per step, :meth:`training_samples` (which :class:`plasmid_torch.train_step.TrainStep` calls
     first, with the batch's rollout id) picks its kind: rollout ``r`` (0-based, as the loop counts
@@ -57,12 +57,8 @@ class SFTMixLoss:
         name = options.sft_mix_loss
         if name in ("sft", "sft-mix"):
             raise UsageError(f"--sft-mix-loss {name}: give the RL loss to mix SFT steps with (grpo, ppo, ...)")
-        if registry is None:
-            manager = PluginManager()
-            manager.load_lock(config.plugin_lock)
-            registry = Registry.collect(manager)
         #: the RL loss of the steps that are not SFT steps
-        self.rl: Any = instantiate(registry.get("loss", name, flag="--sft-mix-loss"), config)
+        self.rl: Any = providers.build("loss", name, config, registry=registry, flag="--sft-mix-loss")
         if getattr(self.rl, "needs_critic", False):
             raise UsageError(f"--sft-mix-loss {name} needs a critic, which SFT steps would train on demonstrations; "
                              f"mix SFT with a loss without one (grpo, rloo, reinforce++, ...)")

@@ -4,9 +4,9 @@ Both are plain classes, made Ray actors by the runtime (``ray.remote(Class).opti
 both are *async* actors: calls run concurrently on one event loop, so an engine batches the
 requests of many callers, and a trainer answers a weight-sync call while it waits on a thread.
 
-Every actor first loads exactly the driver's plugin lock (:func:`load_registry`), which fails,
-naming the package, when this process has other versions installed; only then does it build its
-provider from the registry, as the local runtime would.
+Every actor first loads exactly the driver's plugin lock (:func:`plasmid.providers.lock_registry`),
+which fails, naming the package, when this process has other versions installed; only then does
+it build its provider from it (:func:`plasmid.providers.build`), as the local runtime would.
 """
 
 from __future__ import annotations
@@ -16,19 +16,10 @@ import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
+from plasmid import providers
 from plasmid.config import Config
-from plasmid.plugins import PluginManager
 from plasmid.protocols import RolloutEngine, SupportsValues, Trainer
-from plasmid.registry import Registry
 from plasmid.remote import run_on
-from plasmid.session import instantiate
-
-
-def load_registry(config: Config) -> Registry:
-    """Load exactly ``config.plugin_lock`` in this process and collect its providers."""
-    manager = PluginManager()
-    manager.load_lock(config.plugin_lock)
-    return Registry.collect(manager)
 
 
 def is_collective(trainer: Trainer) -> bool:
@@ -65,8 +56,7 @@ class EngineHost:
     def __init__(self, config: Config, index: int, cpus: float) -> None:
         self.index = index
         limit_threads(cpus)
-        registry = load_registry(config)
-        self.engine: RolloutEngine = instantiate(registry.get("engine", config.option.engine), config)
+        self.engine: RolloutEngine = providers.build("engine", config.option.engine, config)
 
     async def ready(self) -> dict[str, Any]:
         return {**describe_process(), "weight_version": self.engine.weight_version}
@@ -125,7 +115,7 @@ class TrainerWorker:
     def __init__(self, config: Config, rank: int, world: int, cpus: float) -> None:
         self.config, self.rank, self.world = config, rank, world
         limit_threads(cpus)
-        self.registry = load_registry(config)
+        self.registry = providers.lock_registry(config)
         self.trainer: Trainer | None = None
         self.followers: list[Any] = []
         self.lock = asyncio.Lock()
@@ -153,8 +143,8 @@ class TrainerWorker:
         if self.world > 1:
             await asyncio.to_thread(self._join_group, init_method)
         choice = self.config.option  # provider choices
-        loss = instantiate(self.registry.get("loss", choice.loss), self.config)
-        self.trainer = instantiate(self.registry.get("trainer", choice.trainer), self.config, loss)
+        loss = providers.build("loss", choice.loss, self.config, registry=self.registry)
+        self.trainer = providers.build("trainer", choice.trainer, self.config, loss, registry=self.registry)
         return {**describe_process(), "collective": is_collective(self.trainer)}
 
     def _join_group(self, init_method: str) -> None:
