@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from plasmid.cli import main
+from plasmid.app.cli import main
 from plasmid.plugins import installed_entry_points
 
 COMMANDS = ["train", "config", "config show", "plugins", "plugins show", "plugins check", "score", "new-plugin",
@@ -68,7 +68,7 @@ def test_bad_input_to_every_command_is_one_line(capsys, tmp_path, monkeypatch, a
 
 NATIVE_PLUGIN = '''
 from plasmid import hookimpl
-from plasmid.native_options import NativeField, add_options
+from plasmid_serving.native_options import NativeField, add_options
 from plasmid.options import Options, option
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from plasmid.config import OptionParser
 from plasmid.errors import UsageError
-from plasmid.native_options import (
+from plasmid_serving.native_options import (
     NativeField,
     add_options,
     class_fields,

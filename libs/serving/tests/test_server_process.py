@@ -1,4 +1,4 @@
-"""plasmid.server_process: the server-process lifecycle and HTTP helpers plasmid-vllm and
+"""plasmid_serving.server_process, .http and .logprobs: the server-process lifecycle and HTTP helpers plasmid-vllm and
 plasmid-sglang share, exercised with real processes (``python -m http.server``, a crashing
 ``python -c``) and without an inference engine."""
 
@@ -19,18 +19,9 @@ from pathlib import Path
 import pytest
 
 from plasmid.errors import PlasmidError, ProviderError
-from plasmid.server_process import (
-    ManagedServer,
-    ServerUnreachable,
-    checkpoint_dtype,
-    control_answer,
-    free_port,
-    kill_group,
-    logprob_at_temperature,
-    request,
-    request_blocking,
-    spawn,
-)
+from plasmid_serving.http import ServerUnreachable, control_answer, request, request_blocking
+from plasmid_serving.logprobs import logprob_at_temperature
+from plasmid_serving.server_process import ManagedServer, checkpoint_dtype, free_port, kill_group, spawn
 
 
 @dataclass

@@ -7,11 +7,11 @@ log-probs, ``/abort_request``, ``/flush_cache``, weight updates, memory release.
 the installed SGLang's ``ServerArgs`` is an option ``--sglang-<field>``.
 
 Modules: :mod:`.native` (the ``--sglang-*`` options, read from SGLang's source), :mod:`.launch`
-(runs inside the server process), :mod:`.server` (launching, health, stopping), :mod:`.client`
-(HTTP with retries), :mod:`.requests` (request and response formats), :mod:`.weights`
-(checkpoint tensor table, serialisation), :mod:`.engine` (the engine), :mod:`.health`
-(the monitor that restarts dead servers), :mod:`.syncs` (the weight syncs ``sglang-tensor``,
-``sglang-distributed`` and ``sglang-disk``).
+(runs inside the server process), :mod:`.server` (launching, health, stopping), :mod:`.requests`
+(request and response formats), :mod:`.weights` (checkpoint tensor table, serialisation),
+:mod:`.engine` (what is SGLang's in the engine: the rest, with the pool, the health monitor and
+the weight journal, is :class:`plasmid_serving.engine.HttpEngine`), :mod:`.router`, :mod:`.routing`,
+:mod:`.syncs` (the weight syncs ``sglang-tensor``, ``sglang-distributed`` and ``sglang-disk``).
 
 Importing this package imports neither torch nor sglang.
 """

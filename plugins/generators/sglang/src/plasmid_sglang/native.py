@@ -6,7 +6,7 @@ In sglang 0.5.x, ``ServerArgs`` is assembled at import time from namespace class
 ``A[T, "help"]`` or ``A[T, Arg(help=..., no_cli=..., type_parser=...)]``
 (``A`` is ``typing.Annotated``). Importing ``sglang.srt.server_args`` takes seconds and pulls in
 torch, which ``plasmid_addoption`` (run by every ``plasmid`` command) must not do; so this module
-reads that list and those classes from the source files with :mod:`plasmid.native_options`.
+reads that list and those classes from the source files with :mod:`plasmid_serving.native_options`.
 
 Every field whose name does not start with ``_`` becomes an option:
 
@@ -28,7 +28,7 @@ import ast
 import functools
 from pathlib import Path
 
-from plasmid.native_options import (
+from plasmid_serving.native_options import (
     NativeField,
     class_fields,
     first_sentence,

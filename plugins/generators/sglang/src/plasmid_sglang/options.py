@@ -7,11 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from plasmid.errors import UsageError
 from plasmid.options import Options, option
+from plasmid_serving.options import ServingOptions
 
 
-class SGLangOptions(Options, group="sglang", description="SGLang servers as the rollout engine (--engine sglang)"):
+class SGLangOptions(ServingOptions, Options, group="sglang",
+                    description="SGLang servers as the rollout engine (--engine sglang)"):
+    """The ``sglang_*`` settings :class:`plasmid_serving.options.ServingOptions` reads are declared here."""
+
+    prefix = "sglang"
+
     sglang_external_addrs: str | None = option(
         None, "attach to these running SGLang servers instead of launching any (one engine fronts them all and "
         "balances requests; use --engines 1)", metavar="HOST:PORT,...")
@@ -45,31 +50,3 @@ class SGLangOptions(Options, group="sglang", description="SGLang servers as the 
         metavar="ARG")
     sglang_update_timeout: float = option(600.0, "seconds the distributed weight-update group waits for its "
                                           "members", gt=0)
-
-    def check(self) -> None:
-        parse_env(self.sglang_server_env)
-
-    @property
-    def external_addresses(self) -> list[str]:
-        """``--sglang-external-addrs`` split at commas (empty: launch servers)."""
-        return [address.strip() for address in (self.sglang_external_addrs or "").split(",") if address.strip()]
-
-    @property
-    def server_env(self) -> dict[str, str]:
-        """``--sglang-server-env`` as a dict."""
-        return parse_env(self.sglang_server_env)
-
-    def log_dir(self, run_dir: str | Path) -> Path:
-        """``--sglang-log-dir``, or ``<run_dir>/sglang``."""
-        return self.sglang_log_dir if self.sglang_log_dir is not None else Path(run_dir) / "sglang"
-
-
-def parse_env(entries: tuple[str, ...] | list[str]) -> dict[str, str]:
-    """``KEY=VALUE`` entries of ``--sglang-server-env`` as a dict."""
-    env = {}
-    for entry in entries:
-        key, sep, value = entry.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--sglang-server-env {entry!r}: expected KEY=VALUE")
-        env[key] = value
-    return env

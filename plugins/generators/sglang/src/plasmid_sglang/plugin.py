@@ -10,7 +10,7 @@ from plasmid import hookimpl
 from plasmid.config import Config, OptionParser
 from plasmid.errors import UsageError
 from plasmid.kernel_options import ScheduleOptions
-from plasmid.native_options import add_options
+from plasmid_serving.native_options import add_options
 from plasmid_sglang.native import PLASMID_DEFAULTS, native_fields
 from plasmid_sglang.options import SGLangOptions
 from plasmid_torch.disk_sync import DiskSyncOptions

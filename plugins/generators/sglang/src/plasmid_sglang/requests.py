@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from plasmid.server_process import logprob_at_temperature as logprobs_at_temperature
 from plasmid.types import SamplingParams, Status
+from plasmid_serving.logprobs import logprob_at_temperature as logprobs_at_temperature
 
 #: SGLang's ``finish_reason.type`` -> the sample's status.
 FINISH_STATUS = {"length": Status.TRUNCATED, "stop": Status.COMPLETED, "abort": Status.ABORTED}

@@ -1,7 +1,7 @@
 """The optional SGLang router (``--sglang-router``; package ``sglang-router``) in front of an engine's servers.
 
 Without it, the engine sends each request to its least loaded healthy server itself
-(:mod:`plasmid_sglang.pool`). With it, the engine starts ``python -m sglang_router.launch_router``
+(:mod:`plasmid_serving.pool`). With it, the engine starts ``python -m sglang_router.launch_router``
 on 127.0.0.1 with its servers as workers (``--sglang-router-policy``, default ``cache_aware``:
 requests sharing a prefix go to the server that has it cached) and sends ``/generate`` through it;
 control calls (weight updates, flushes, aborts, memory) still go to every server directly. When
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from plasmid.errors import ProviderError, UsageError
-from plasmid_sglang.client import ServerUnreachable, request_blocking
+from plasmid_serving.http import ServerUnreachable, request_blocking
 from plasmid_sglang.server import free_port
 
 

@@ -21,9 +21,9 @@ from typing import Any
 
 from plasmid.config import Config
 from plasmid.kernel_options import GeneralOptions, RolloutOptions, ScheduleOptions
-from plasmid.native_options import given_values
-from plasmid.server_process import ManagedServer, free_port, spawn
-from plasmid.server_process import checkpoint_dtype as served_checkpoint_dtype
+from plasmid_serving.native_options import given_values
+from plasmid_serving.server_process import ManagedServer, free_port, spawn
+from plasmid_serving.server_process import checkpoint_dtype as served_checkpoint_dtype
 from plasmid_sglang.native import native_fields
 
 #: KV-cache tokens of a CPU server when --sglang-max-total-tokens is not given.
@@ -83,7 +83,7 @@ def server_fields(config: Config, model_dir: str, ordinal: int, device: str | No
 
 @dataclass
 class ServerProcess(ManagedServer):
-    """One launched SGLang server (its lifecycle: :class:`plasmid.server_process.ManagedServer`).
+    """One launched SGLang server (its lifecycle: :class:`plasmid_serving.server_process.ManagedServer`).
 
     :ivar values: / :ivar texts: its settings (:func:`server_fields`), without the port.
     :ivar env: environment entries added to this process's for the server.

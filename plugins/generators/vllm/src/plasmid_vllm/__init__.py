@@ -6,8 +6,9 @@ running ones (``--vllm-external-addrs``), and talks to it over HTTP. Every field
 vLLM's ``AsyncEngineArgs`` is an option ``--vllm-<field>``.
 
 Modules: :mod:`.native` (the ``--vllm-*`` options, read from vLLM's source), :mod:`.server`
-(launching, health, stopping), :mod:`.client` (HTTP), :mod:`.worker` (runs inside vLLM's workers:
-tensor updates and read-back), :mod:`.engine` (the engine and its health monitor), :mod:`.syncs`
+(launching, health, stopping), :mod:`.worker` (runs inside vLLM's workers: tensor updates and
+read-back), :mod:`.engine` (what is vLLM's in the engine: the rest, with the pool, the health
+monitor and the weight journal, is :class:`plasmid_serving.engine.HttpEngine`), :mod:`.syncs`
 (``vllm-nccl``, GPU only), :mod:`.lora_sync` (``vllm-lora``: LoRA adapters alone, runtime-loaded).
 The disk sync ``vllm-disk`` is :mod:`plasmid_torch.disk_sync`.
 

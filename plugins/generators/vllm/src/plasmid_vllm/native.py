@@ -3,7 +3,7 @@
 vLLM's ``EngineArgs`` (``vllm/engine/arg_utils.py``, a dataclass; ``AsyncEngineArgs`` adds a few
 fields) lists every engine setting the OpenAI server takes on its command line. Importing it
 pulls in torch and takes seconds, which ``plasmid_addoption`` (run by every ``plasmid`` command)
-must not do, so the fields are read from the source files with :mod:`plasmid.native_options`.
+must not do, so the fields are read from the source files with :mod:`plasmid_serving.native_options`.
 
 Every field whose name does not start with ``_`` becomes an option:
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from plasmid.native_options import NativeField, class_fields, package_directory, scalar_kind
+from plasmid_serving.native_options import NativeField, class_fields, package_directory, scalar_kind
 
 PREFIX = "vllm-"
 ARG_UTILS = "engine/arg_utils.py"

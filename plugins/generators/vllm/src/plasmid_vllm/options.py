@@ -6,11 +6,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from plasmid.errors import UsageError
 from plasmid.options import Options, option
+from plasmid_serving.options import ServingOptions
 
 
-class VLLMOptions(Options, group="vllm", description="vLLM servers as the rollout engine (--engine vllm)"):
+class VLLMOptions(ServingOptions, Options, group="vllm",
+                  description="vLLM servers as the rollout engine (--engine vllm)"):
+    """The ``vllm_*`` settings :class:`plasmid_serving.options.ServingOptions` reads are declared here."""
+
+    prefix = "vllm"
+
     vllm_external_addrs: str | None = option(
         None, "attach to these running vLLM servers (started with VLLM_SERVER_DEV_MODE=1) instead of launching one "
         "(one engine fronts them all and balances requests; use --engines 1)", metavar="HOST:PORT,...")
@@ -28,31 +33,3 @@ class VLLMOptions(Options, group="vllm", description="vLLM servers as the rollou
     vllm_max_restarts: int = option(3, "restarts of a dead launched server before it is out of service", min=0)
     vllm_update_timeout: float = option(600.0, "seconds the NCCL weight-transfer group (--weight-sync vllm-nccl) "
                                         "waits for its members", gt=0)
-
-    def check(self) -> None:
-        parse_env(self.vllm_server_env)
-
-    @property
-    def external_addresses(self) -> list[str]:
-        """``--vllm-external-addrs`` split at commas (empty: launch a server)."""
-        return [address.strip() for address in (self.vllm_external_addrs or "").split(",") if address.strip()]
-
-    @property
-    def server_env(self) -> dict[str, str]:
-        """``--vllm-server-env`` as a dict."""
-        return parse_env(self.vllm_server_env)
-
-    def log_dir(self, run_dir: str | Path) -> Path:
-        """``--vllm-log-dir``, or ``<run_dir>/vllm``."""
-        return self.vllm_log_dir if self.vllm_log_dir is not None else Path(run_dir) / "vllm"
-
-
-def parse_env(entries: tuple[str, ...] | list[str]) -> dict[str, str]:
-    """``KEY=VALUE`` entries of ``--vllm-server-env`` as a dict."""
-    env = {}
-    for entry in entries:
-        key, sep, value = entry.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--vllm-server-env {entry!r}: expected KEY=VALUE")
-        env[key] = value
-    return env

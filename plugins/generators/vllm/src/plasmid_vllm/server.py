@@ -24,9 +24,9 @@ from typing import Any
 
 from plasmid.config import Config
 from plasmid.kernel_options import GeneralOptions, ScheduleOptions
-from plasmid.native_options import given_values
-from plasmid.server_process import ManagedServer, free_port, spawn
-from plasmid.server_process import checkpoint_dtype as served_checkpoint_dtype
+from plasmid_serving.native_options import given_values
+from plasmid_serving.server_process import ManagedServer, free_port, spawn
+from plasmid_serving.server_process import checkpoint_dtype as served_checkpoint_dtype
 from plasmid_vllm.native import native_fields
 
 #: Context length of a CPU server when --vllm-max-model-len is not given.
@@ -90,7 +90,7 @@ def server_argv(values: dict[str, Any]) -> list[str]:
 
 @dataclass
 class ServerProcess(ManagedServer):
-    """One launched vLLM server (its lifecycle: :class:`plasmid.server_process.ManagedServer`).
+    """One launched vLLM server (its lifecycle: :class:`plasmid_serving.server_process.ManagedServer`).
 
     :ivar model_dir: what it serves; :ivar argv: its engine arguments (:func:`server_argv`).
     :ivar env: environment entries added to this process's; :ivar log_path: its output (appended

@@ -34,8 +34,8 @@ from plasmid.errors import UsageError
 from plasmid.kernel_options import ScheduleOptions
 from plasmid.options import Options
 from plasmid.remote import run_on
-from plasmid.server_process import free_port
 from plasmid.types import SyncReport
+from plasmid_serving.server_process import free_port
 from plasmid_torch.tensors import PROCESS_STATE, node_address, tensor_bytes
 from plasmid_vllm.options import VLLMOptions
 

@@ -10,7 +10,7 @@ or ``Optional`` of those) of ``TransformerConfig`` (with its base ``ModelParalle
 which runs for every ``plasmid train`` (whatever the trainer) and for ``plasmid plugins show``;
 ``import megatron.core`` takes seconds and imports torch, which the kernel promises these commands
 never do. So the fields are read from the installed megatron-core's source files with the kernel's
-:mod:`plasmid.native_options` (``importlib.util.find_spec`` of the namespace package ``megatron``
+:mod:`plasmid_serving.native_options` (``importlib.util.find_spec`` of the namespace package ``megatron``
 imports nothing; :mod:`ast` gives names, annotations, defaults as written and each field's
 docstring). That is the installed version's exact field list, in milliseconds, with no import.
 When the trainer is built (megatron is imported then anyway) the values given are checked against
@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from plasmid.native_options import (
+from plasmid_serving.native_options import (
     DTYPE_CHOICES,
     NativeField,
     class_fields,
@@ -89,7 +89,7 @@ def megatron_source_root() -> Path | None:
 def native_fields(root: Path | None = None) -> tuple[NativeField, ...]:
     """Every pass-through field of :data:`CONFIG_CLASSES` in the megatron-core at ``root``
     (default: the installed one), in declaration order; empty when megatron-core is not installed.
-    Scalar fields with a plain default only (see :func:`plasmid.native_options.scalar_kind`)."""
+    Scalar fields with a plain default only (see :func:`plasmid_serving.native_options.scalar_kind`)."""
     root = root or megatron_source_root()
     if root is None:
         return ()

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from plasmid import hookimpl
 from plasmid.config import Config, OptionParser
-from plasmid.native_options import add_options
 from plasmid_megatron.native_options import native_fields
 from plasmid_megatron.options import MegatronOptions
+from plasmid_serving.native_options import add_options
 from plasmid_torch.trainer_options import TrainerOptions
 
 
