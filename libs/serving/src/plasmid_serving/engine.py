@@ -86,7 +86,7 @@ class Bucket:
 def backoff(attempt: int) -> float:
     """Seconds to wait before retry ``attempt`` (1, 2, ...) of a call that found its server silent:
     0.25, 0.5, 1, ... up to 8 (a restart is awaited separately, through the health monitor)."""
-    return min(0.25 * 2 ** (attempt - 1), 8.0)
+    return min(0.25 * 2.0 ** (attempt - 1), 8.0)
 
 
 class HttpEngine:

@@ -38,13 +38,24 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(probe.getsockname()[1])
 
 
-def checkpoint_dtype(model_dir: str | Path, served: Sequence[str]) -> str:
+#: Checkpoint dtypes that SGLang and vLLM serve as they are (others: ``auto``, the server's choice).
+SERVED_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def checkpoint_dtype(model_dir: str | Path, served: Sequence[str] = SERVED_DTYPES) -> str:
     """The dtype of ``model_dir/config.json`` (``dtype``, else ``torch_dtype``, without a
     ``torch.`` prefix) when it is one of ``served``, else ``auto`` (also without a config)."""
     path = Path(model_dir) / "config.json"
     config = json.loads(path.read_text()) if path.is_file() else {}
     dtype = str(config.get("dtype") or config.get("torch_dtype") or "auto").removeprefix("torch.")
     return dtype if dtype in served else "auto"
+
+
+def detect_device() -> str:
+    """``cuda`` when torch sees a GPU, else ``cpu`` (imports torch: call it when launching only)."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def kill_group(group: int) -> None:

@@ -22,26 +22,11 @@ from typing import Any
 from plasmid.config import Config
 from plasmid.kernel_options import GeneralOptions, RolloutOptions, ScheduleOptions
 from plasmid_serving.native_options import given_values
-from plasmid_serving.server_process import ManagedServer, free_port, spawn
-from plasmid_serving.server_process import checkpoint_dtype as served_checkpoint_dtype
+from plasmid_serving.server_process import ManagedServer, checkpoint_dtype, detect_device, free_port, spawn
 from plasmid_sglang.native import native_fields
 
 #: KV-cache tokens of a CPU server when --sglang-max-total-tokens is not given.
 CPU_MAX_TOTAL_TOKENS = 16384
-#: Checkpoint dtypes that SGLang can serve as they are.
-SERVED_DTYPES = ("float32", "bfloat16", "float16")
-
-
-def checkpoint_dtype(model_dir: str | Path) -> str:
-    """The dtype of ``config.json`` (``dtype`` or ``torch_dtype``) when SGLang serves it as is, else ``auto``."""
-    return served_checkpoint_dtype(model_dir, SERVED_DTYPES)
-
-
-def detect_device() -> str:
-    """``cuda`` when torch sees a GPU, else ``cpu``."""
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def given_native(config: Config) -> dict[str, Any]:

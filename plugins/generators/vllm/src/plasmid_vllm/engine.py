@@ -67,8 +67,9 @@ from plasmid_serving.http import ServerUnreachable, request, request_blocking
 from plasmid_serving.logprobs import logprob_at_temperature
 from plasmid_serving.names import EngineNames
 from plasmid_serving.pool import Server
+from plasmid_serving.server_process import detect_device
 from plasmid_vllm.options import VLLMOptions
-from plasmid_vllm.server import ServerProcess, detect_device, given_native, server_argv, server_values
+from plasmid_vllm.server import ServerProcess, given_native, server_argv, server_values
 
 #: the served name of the LoRA adapter of weight version N (:meth:`VLLMEngine.load_adapter`): this prefix, then N
 ADAPTER_PREFIX = "plasmid-v"

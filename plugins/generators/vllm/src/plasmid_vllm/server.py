@@ -25,26 +25,12 @@ from typing import Any
 from plasmid.config import Config
 from plasmid.kernel_options import GeneralOptions, ScheduleOptions
 from plasmid_serving.native_options import given_values
-from plasmid_serving.server_process import ManagedServer, free_port, spawn
-from plasmid_serving.server_process import checkpoint_dtype as served_checkpoint_dtype
+from plasmid_serving.server_process import ManagedServer, checkpoint_dtype, free_port, spawn
 from plasmid_vllm.native import native_fields
 
 #: Context length of a CPU server when --vllm-max-model-len is not given.
 CPU_MAX_MODEL_LEN = 1024
-SERVED_DTYPES = ("float32", "bfloat16", "float16")
 WORKER_EXTENSION = "plasmid_vllm.worker.PlasmidWorkerExtension"
-
-
-def checkpoint_dtype(model_dir: str | Path) -> str:
-    """The dtype of ``config.json`` when vLLM serves it as is, else ``auto``."""
-    return served_checkpoint_dtype(model_dir, SERVED_DTYPES)
-
-
-def detect_device() -> str:
-    """``cuda`` when torch sees a GPU, else ``cpu``."""
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def given_native(config: Config) -> dict[str, Any]:
