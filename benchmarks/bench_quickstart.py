@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 def run_plasmid(seed: int) -> dict:
     run_dir = Path(tempfile.mkdtemp()) / "run"
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "plasmid.cli", "train", "--seed", str(seed), "--stop-at-eval-acc", "0.9",
+    subprocess.run([sys.executable, "-m", "plasmid.app.cli", "train", "--seed", str(seed), "--stop-at-eval-acc", "0.9",
                     "--eval-interval", "10", "--num-rollouts", "1000", "--save-interval", "0",
                     "--run-dir", str(run_dir)], check=True, capture_output=True, text=True)
     seconds = time.perf_counter() - started

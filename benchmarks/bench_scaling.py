@@ -51,7 +51,7 @@ def train_point(work: Path, name: str, options: list[str], steps: int, warmup: i
                 env: dict[str, str] | None = None, timeout: float = 1800) -> dict:
     """One ``plasmid train --profile`` run: its steady-state step time, parts and peak RSS."""
     run_dir = work / name
-    argv = [sys.executable, "-m", "plasmid.cli", "train", "--seed", "0", "--num-rollouts", str(steps),
+    argv = [sys.executable, "-m", "plasmid.app.cli", "train", "--seed", "0", "--num-rollouts", str(steps),
             "--eval-interval", "0", "--save-interval", "0", "--profile", "--run-dir", str(run_dir), *options]
     started = time.perf_counter()
     with open(work / f"{name}.log", "w") as log:

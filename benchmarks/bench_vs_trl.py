@@ -285,15 +285,15 @@ def run_system(system: str, seed: int, task: dict[str, Any], args: argparse.Name
               "--seed", str(seed), "--eval-interval", str(task["eval_interval"])]
     if system == "plasmid":
         run_dir = scratch / "run"
-        command = [sys.executable, "-m", "plasmid.cli", "train", *common, "--num-rollouts", str(task["steps"]),
+        command = [sys.executable, "-m", "plasmid.app.cli", "train", *common, "--num-rollouts", str(task["steps"]),
                    "--save-interval", "0", "--run-dir", str(run_dir)]
         if task["target"] is not None:
             command += ["--stop-at-eval-acc", str(task["target"])]
         lines, total = timed_lines(command, env, what, merge_stderr=True)
-        # plasmid.runlog's progress line (stderr, no terminal): every 10th step and every eval step
+        # plasmid.app.runlog's progress line (stderr, no terminal): every 10th step and every eval step
         arrivals = {int(m.group(1)) + 1: t for t, line in lines if (m := PLASMID_STEP.match(line))}
         if not arrivals:
-            raise BenchError(f"{what}: no 'step N t=...' progress line in its output; did plasmid.runlog's "
+            raise BenchError(f"{what}: no 'step N t=...' progress line in its output; did plasmid.app.runlog's "
                              f"format change?")
         steps = []
         for line in (run_dir / "metrics.jsonl").read_text().splitlines():

@@ -20,7 +20,7 @@ def run_plasmid(*args: str, env: dict[str, str] | None = None, cwd: Path | None 
                 timeout: float = 300) -> subprocess.CompletedProcess:
     """``plasmid ARGS`` in a fresh interpreter; ``env`` entries are added to this environment."""
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "plasmid.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "plasmid.app.cli", *args], capture_output=True, text=True,
                           env=full_env, cwd=cwd, timeout=timeout)
 
 

@@ -158,7 +158,7 @@ def faulty(tmp_path_factory):
 
 def _score(*args, env):
     """``plasmid score ARGS`` scoring the response "a b" against the label "a b"."""
-    return subprocess.run([sys.executable, "-m", "plasmid.cli", "score", "--label", "a b", *args], input="a b\n",
+    return subprocess.run([sys.executable, "-m", "plasmid.app.cli", "score", "--label", "a b", *args], input="a b\n",
                           capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", **env},
                           timeout=300)
 

@@ -8,9 +8,9 @@ import json
 import pytest
 from plasmid_e2e import run_plasmid
 
+from plasmid.app.show_config import train_options
+from plasmid.app.start import start
 from plasmid.errors import UsageError
-from plasmid.show_config import train_options
-from plasmid.startup import start
 
 RUN_YAML = """
 # one short step of the quickstart

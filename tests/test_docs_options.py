@@ -1,4 +1,4 @@
-"""docs/options.md is what ``python -m plasmid.docs_options`` writes for the embedded plugin set
+"""docs/options.md is what ``python -m plasmid.app.docs_options`` writes for the embedded plugin set
 (the plugins of requirements/embedded.txt: every option of the kernel and of hf, tasks, jsonl,
 torchgen, agent, multiturn, rollout, match, math, code, remote, dynamic, grpo, ppo, reinforce-pp,
 torchtrain, sync, tools, sft and opd); any option, default, help or provider that changes in the
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from plasmid.docs_options import COMMAND, main, markdown, render
+from plasmid.app.docs_options import COMMAND, main, markdown, render
 from plasmid.errors import PluginError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,8 +9,8 @@ import math
 import pytest
 from plasmid_e2e import read_metrics, run_plasmid
 
+from plasmid.app.evaluate import command_line, eval_set, ks_up_to, pass_at_k, repeat_groups, set_metrics
 from plasmid.errors import UsageError
-from plasmid.evaluate import command_line, eval_set, ks_up_to, pass_at_k, repeat_groups, set_metrics
 from plasmid.types import Group, Sample, Status
 
 

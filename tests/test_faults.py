@@ -30,7 +30,7 @@ def checkpoints_in(run_dir: Path) -> list[str]:
 @pytest.mark.timeout(300)
 def test_sigterm_mid_run_checkpoints_the_last_step_exits_0_and_resumes_as_one_run(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "plasmid.cli", "train", *TINY, "--num-rollouts", "200",
+    proc = subprocess.Popen([sys.executable, "-m", "plasmid.app.cli", "train", *TINY, "--num-rollouts", "200",
                              "--save-interval", "1000", "--run-dir", str(run_dir)],
                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     metrics = run_dir / "metrics.jsonl"

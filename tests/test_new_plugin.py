@@ -44,7 +44,7 @@ def test_plasmid_lists_it_and_scores_with_it(scaffold):
     listed = run_plasmid("plugins", "--json", env=env)
     plugin = {p["name"]: p for p in json.loads(listed.stdout)}[NAME]
     assert plugin["distribution"] == f"plasmid-{NAME}" and plugin["providers"] == {"reward": [NAME]}
-    scored = subprocess.run([sys.executable, "-m", "plasmid.cli", "score", "--plugins", NAME, "--reward", NAME,
+    scored = subprocess.run([sys.executable, "-m", "plasmid.app.cli", "score", "--plugins", NAME, "--reward", NAME,
                              "--label", "42"], input="The answer is 42\nno idea\n", capture_output=True, text=True,
                             env={**os.environ, **env}, timeout=120)
     assert scored.returncode == 0, scored.stderr

@@ -10,8 +10,8 @@ import math
 import pytest
 from plasmid_e2e import read_metrics, run_plasmid
 
+from plasmid.app.rollout_store import FORMAT_VERSION, RolloutStore, decode_step, encode_step, step_path
 from plasmid.errors import PlasmidError, UsageError
-from plasmid.rollout_store import FORMAT_VERSION, RolloutStore, decode_step, encode_step, step_path
 from plasmid.types import Group, RolloutBatch, Sample, Status
 
 SMALL = ["--seed", "3", "--num-rollouts", "3", "--prompts-per-step", "4", "--n-samples-per-prompt", "4",
@@ -97,7 +97,7 @@ class _Manager:
 
 
 def test_a_failing_run_end_observer_is_one_warning_and_the_others_still_run(tmp_path):
-    from plasmid.run import notify_run_end, notify_run_start
+    from plasmid.app.run import notify_run_end, notify_run_start
     from plasmid.testing import make_config
 
     calls = []
@@ -122,8 +122,8 @@ def test_observed_train_calls_run_end_with_the_error_of_a_failing_run_start(tmp_
     import asyncio
     from types import SimpleNamespace
 
-    from plasmid import run as run_module
-    from plasmid.runlog import RunLog
+    from plasmid.app import run as run_module
+    from plasmid.app.runlog import RunLog
     from plasmid.testing import make_config
 
     ended, trained = [], []

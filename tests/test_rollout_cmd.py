@@ -7,7 +7,7 @@ import json
 import pytest
 from plasmid_e2e import read_metrics, run_plasmid
 
-from plasmid.rollout_store import RolloutStore
+from plasmid.app.rollout_store import RolloutStore
 
 SMALL = ["--seed", "2", "--num-rollouts", "2", "--prompts-per-step", "3", "--n-samples-per-prompt", "2"]
 

@@ -16,7 +16,7 @@ LINES = "\n".join([
 
 def score(*args, stdin=LINES):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "plasmid.cli", "score", *args], input=stdin, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "plasmid.app.cli", "score", *args], input=stdin, capture_output=True,
                           text=True, env=env, timeout=120)
 
 

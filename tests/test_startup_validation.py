@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from plasmid.cli import main
+from plasmid.app.cli import main
 from plasmid.errors import UsageError
 from plasmid.startup import start
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from plasmid import cli
+from plasmid.app import cli
 from plasmid.errors import UsageError
 
 

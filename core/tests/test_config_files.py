@@ -11,11 +11,12 @@ from typing import Literal
 
 import pytest
 
+from plasmid.app.configfile import plugins_in, read_file
+from plasmid.app.start import option_parser
 from plasmid.config import OptionParser
-from plasmid.configfile import plugins_in, read_file
 from plasmid.errors import UsageError
-from plasmid.native_options import NativeField, add_options
 from plasmid.options import Options, option
+from plasmid_serving.native_options import NativeField, add_options
 
 
 class LoopOptions(Options, group="loop", description="a test plugin's options"):
@@ -33,7 +34,7 @@ needs_yaml = pytest.mark.skipif(importlib.util.find_spec("yaml") is None, reason
 
 
 def parser() -> OptionParser:
-    made = OptionParser()
+    made = option_parser()
     made.add_options(LoopOptions)
     add_options(made.getgroup("fw native"), [NativeField("fast", ("C",), "bool", None, "False", "", "fw-"),
                                              NativeField("size", ("C",), "int", None, "1", "", "fw-")])
@@ -198,11 +199,12 @@ def test_argument_files_take_shell_words_and_comments(tmp_path):
 
 @needs_yaml
 def test_the_plugin_selection_is_read_from_argument_and_config_files_before_loading(tmp_path):
+    from plasmid.app import configfile
     from plasmid.startup import preparse
 
     args = write(tmp_path / "args.txt", "--plugins a,b\n")
     config = write(tmp_path / "run.yaml", "plugins: c\n")
-    assert preparse([f"@{args}"]).plugins == "a,b"
-    assert preparse(["--config", config]).plugins == "c"
-    assert preparse(["--config", config, "--plugins", "d"]).plugins == "d"
-    assert preparse(["--config", write(tmp_path / "none.yaml", "steps: 1\n")]).plugins is None
+    assert preparse([f"@{args}"], configfile).plugins == "a,b"
+    assert preparse(["--config", config], configfile).plugins == "c"
+    assert preparse(["--config", config, "--plugins", "d"], configfile).plugins == "d"
+    assert preparse(["--config", write(tmp_path / "none.yaml", "steps: 1\n")], configfile).plugins is None

@@ -1,4 +1,4 @@
-"""The run's curve (plasmid.curve): a well-formed SVG whose lines go through the data, written by
+"""The run's curve (plasmid.app.curve): a well-formed SVG whose lines go through the data, written by
 RunLog as reward_curve.svg."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 import xml.etree.ElementTree as ET
 
-from plasmid.curve import HEIGHT, LEFT, MAX_POINTS, RIGHT, TOP, WIDTH, downsample, nice_ticks, render_svg
-from plasmid.runlog import RunLog
+from plasmid.app.curve import HEIGHT, LEFT, MAX_POINTS, RIGHT, TOP, WIDTH, downsample, nice_ticks, render_svg
+from plasmid.app.runlog import RunLog
 
 SVG = "{http://www.w3.org/2000/svg}"
 

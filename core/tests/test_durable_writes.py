@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from plasmid import atomic, cli
+from plasmid import atomic
+from plasmid.app import cli
+from plasmid.app.runlog import RunLog
 from plasmid.checkpoint import Checkpoints
 from plasmid.errors import CheckpointError, PlasmidError
-from plasmid.runlog import RunLog
 
 
 class Trainer:

@@ -19,7 +19,7 @@ def test_import_plasmid_imports_no_heavy_framework():
 
 def test_plasmid_plugins_command_imports_no_heavy_framework():
     loaded = _modules_after(
-        "import contextlib, io\nfrom plasmid.cli import main\n"
+        "import contextlib, io\nfrom plasmid.app.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()): main(['plugins'])"
     )
     assert not loaded & set(HEAVY), f"'plasmid plugins' pulled in {sorted(loaded & set(HEAVY))}"

@@ -16,10 +16,10 @@ from types import SimpleNamespace
 import pytest
 
 from plasmid import hookimpl, loop
+from plasmid.app.runlog import RunLog
 from plasmid.errors import RunStopped
 from plasmid.protocols import BAD_STEP_PREFIX
 from plasmid.registry import Registry
-from plasmid.runlog import RunLog
 from plasmid.session import Session
 from plasmid.startup import Startup
 from plasmid.testing import make_config, make_manager
@@ -266,7 +266,7 @@ def test_a_rollout_failing_in_the_first_step_saves_nothing(tmp_path):
 
 
 def test_the_metrics_are_fsynced_before_each_checkpoint_is_written(tmp_path, fsync_events):
-    """Steps' metrics lines are not fsynced one by one (plasmid.runlog); a checkpoint must never be
+    """Steps' metrics lines are not fsynced one by one (plasmid.app.runlog); a checkpoint must never be
     on disk while the metrics of its steps might not be, so each save starts with an fsync."""
     events = fsync_events
     session = make_session(tmp_path / "run", num_rollouts=4, save_interval=2)

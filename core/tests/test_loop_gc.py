@@ -1,9 +1,9 @@
 """The loop keeps the cyclic garbage collector off the start-up objects while it runs
-(:func:`plasmid.collector.startup_objects_frozen`): full collections then visit only what the loop
+(:func:`plasmid.loop_gc.startup_objects_frozen`): full collections then visit only what the loop
 made (on the quickstart they took ~150 ms each, every 15-20 steps), young ones run at
-:data:`~plasmid.collector.LOOP_THRESHOLDS`, garbage cycles of start-up are freed before the freeze,
+:data:`~plasmid.loop_gc.LOOP_THRESHOLDS`, garbage cycles of start-up are freed before the freeze,
 and the frozen objects and the thresholds are handed back when the loop ends, by an error too.
-``plasmid train`` starts a run under :func:`plasmid.collector.quiet_start_up`."""
+``plasmid train`` starts a run under :func:`plasmid.app.collector.quiet_start_up`."""
 
 from __future__ import annotations
 
@@ -17,11 +17,12 @@ from types import SimpleNamespace
 import pytest
 
 from plasmid import hookimpl, loop
-from plasmid import run as run_module
-from plasmid.collector import LOOP_THRESHOLDS, START_UP_THRESHOLDS, quiet_start_up
+from plasmid.app import run as run_module
+from plasmid.app.collector import START_UP_THRESHOLDS, quiet_start_up
+from plasmid.app.runlog import RunLog
 from plasmid.errors import UsageError
+from plasmid.loop_gc import LOOP_THRESHOLDS
 from plasmid.registry import Registry
-from plasmid.runlog import RunLog
 from plasmid.session import Session
 from plasmid.startup import Startup
 from plasmid.testing import make_config, make_manager

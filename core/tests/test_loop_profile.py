@@ -13,10 +13,10 @@ from types import SimpleNamespace
 import pytest
 
 from plasmid import hookimpl, loop
-from plasmid.cli import main
+from plasmid.app.cli import main
+from plasmid.app.runlog import RunLog
 from plasmid.registry import Registry
 from plasmid.rewards import RewardComponent, RewardSet
-from plasmid.runlog import RunLog
 from plasmid.session import Session
 from plasmid.startup import Startup
 from plasmid.testing import make_config, make_manager

@@ -9,7 +9,7 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from plasmid import cli
+from plasmid.app import cli
 
 
 @pytest.fixture

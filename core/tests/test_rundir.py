@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from plasmid import rundir
+from plasmid.app import rundir
+from plasmid.app.rundir import StartupWrites, check_run_dir, write_header
 from plasmid.errors import UsageError
-from plasmid.rundir import StartupWrites, check_run_dir, write_header
 from plasmid.testing import make_config
 
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from plasmid.runlog import RunLog
+from plasmid.app.runlog import RunLog
 
 
 class Terminal(io.StringIO):
@@ -53,7 +53,7 @@ def test_without_tqdm_a_terminal_gets_the_plain_bar(tmp_path, monkeypatch):
             raise ImportError("no tqdm")
         return real(name, *args)
 
-    monkeypatch.setattr("plasmid.runlog.importlib.import_module", no_tqdm)
+    monkeypatch.setattr("plasmid.app.runlog.importlib.import_module", no_tqdm)
     stream = Terminal()
     _run(tmp_path, stream)
     assert "[" in stream.getvalue() and "3/3" in stream.getvalue() and "#" in stream.getvalue()

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from plasmid.cli import main
+from plasmid.app.cli import main
+from plasmid.app.score import score_command
 from plasmid.errors import ProviderError, UsageError
-from plasmid.score import score_command
 
 REWARDS = '''
 import time

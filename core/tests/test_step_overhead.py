@@ -1,6 +1,6 @@
 """Per-step work of the kernel kept small without changing results: the samples of a group are
 copied cheaply but still share nothing mutable (:func:`plasmid.groups.independent_copy`), and the
-reward curve is not drawn in the first ``plot_seconds`` of a run (:class:`plasmid.runlog.RunLog`)."""
+reward curve is not drawn in the first ``plot_seconds`` of a run (:class:`plasmid.app.runlog.RunLog`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import io
 
 import pytest
 
+from plasmid.app.runlog import RunLog
 from plasmid.groups import independent_copy, make_group
-from plasmid.runlog import RunLog
 
 VALUES = ["12+34=", 7, 2.5, None, True, b"x", {"task": "mod10", "n": 3}, [1, 2, 3],
           [{"role": "user", "content": "hi"}], {"nested": {"a": [1]}}, (1, [2]), {1: "a"}, []]

@@ -29,7 +29,7 @@ def smollm2_dir(tmp_path_factory) -> Path:
     converted once: into ``$PLASMID_REALMODEL_CACHE/smollm2-135m`` when that is set (the ``realmodel`` env points it
     into its ``{envtmpdir}``; plasmid-gguf's own real-model test converts into the same directory, so whichever runs
     second finds a no-op), else into a pytest temporary directory."""
-    from plasmid import cli
+    from plasmid.app import cli
 
     cache = os.environ.get("PLASMID_REALMODEL_CACHE")
     out_dir = (Path(cache) if cache else tmp_path_factory.mktemp("realmodel")) / "smollm2-135m"

@@ -5,7 +5,8 @@ hook; the kernel's own are in :mod:`plasmid.kernel_options`. Options are grouped
 shows one section per group).
 
 Where values come from, lowest precedence first: the declared defaults, then ``--config FILE``
-(YAML, TOML or JSON, keys are the destinations: :mod:`plasmid.configfile`), then the command
+(when the parser is given a :class:`ConfigFiles` reader: the application's is
+:mod:`plasmid.app.configfile`, YAML, TOML or JSON whose keys are the destinations), then the command
 line (which may include ``@args.txt``: one or more arguments per line, shell quoting, ``#``
 comments). A recipe's defaults hook changes only what neither the file nor the command line set.
 """
@@ -19,14 +20,31 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
-from plasmid.errors import PlasmidError, UsageError
+from plasmid.errors import PlasmidError, PluginError, UsageError, did_you_mean
 
 if TYPE_CHECKING:
     from plasmid.options import Options
 
 OptionsT = TypeVar("OptionsT", bound="Options")
+
+
+class ConfigFiles(Protocol):
+    """Reads ``--config`` files for an :class:`OptionParser` (the module
+    :mod:`plasmid.app.configfile` is the application's)."""
+
+    def plugins_in(self, paths: list[str]) -> str | None:
+        """The plugin selection (``plugins:``) the files ``paths`` make, read before plugins load."""
+
+    def values(self, path: str, options: set[str], sections: set[str]) -> dict[str, Any]:
+        """``{destination: value}`` of file ``path``, whose keys must be among ``options`` or
+        under a section among ``sections``."""
+
+
+#: What ``--help`` prints, from argparse's parser and the declared options classes (the
+#: application's: :func:`plasmid.app.helptext.short_help`).
+HelpText = Callable[[argparse.ArgumentParser, "list[type[Options]]"], str]
 
 
 class OptionGroup:
@@ -61,8 +79,6 @@ class ArgumentParser(argparse.ArgumentParser):
         return self.short_help() if self.short_help is not None else super().format_help()
 
     def error(self, message: str) -> NoReturn:
-        from plasmid.plugins import did_you_mean
-
         if message.startswith("[Errno"):   # an @file that cannot be read
             raise UsageError(f"cannot read the argument file: {message}")
         if message.startswith("unrecognized arguments: "):
@@ -81,13 +97,17 @@ class OptionParser:
     """The parser handed to ``plasmid_addoption``.
 
     Options are long flags (``--eps-clip``); their value is ``config.option.eps_clip``.
-    Declaring a flag twice is an error naming the flag.
+    Declaring a flag twice is an error naming the flag. ``--config FILE`` exists when ``files``
+    reads them; ``--help`` prints ``help_text``'s text (else argparse's full listing).
     """
 
-    def __init__(self, prog: str = "plasmid train", description: str = "") -> None:
+    def __init__(self, prog: str = "plasmid train", description: str = "", *, files: ConfigFiles | None = None,
+                 help_text: HelpText | None = None) -> None:
         self._parser = ArgumentParser(prog=prog, description=description, allow_abbrev=False,
                                       fromfile_prefix_chars="@", usage=USAGE)
-        self._parser.short_help = self.format_short_help
+        self.files, self.help_text = files, help_text
+        if help_text is not None:
+            self._parser.short_help = self.format_short_help
         self._parser.add_argument("--help-all", action=_HelpAll, help="every option, the native pass-through "
                                   "ones included, then exit")
         self._groups: dict[str, OptionGroup] = {}
@@ -97,6 +117,9 @@ class OptionParser:
         #: names a ``--config`` file's section may have besides the option groups and the
         #: installed plugins' names
         self.sections: set[str] = set()
+        if files is None:
+            self.getgroup("general")
+            return
         self.getgroup("general").addoption(
             CONFIG_FLAG, dest=CONFIG_DEST, action="append", default=None, metavar="FILE",
             help="read options from a YAML, TOML or JSON file (keys: the options' Python names, "
@@ -129,8 +152,6 @@ class OptionParser:
     def _check_new(self, flags: tuple[str, ...]) -> None:
         for flag in flags:
             if flag in self._flags:
-                from plasmid.errors import PluginError
-
                 raise PluginError(f"option {flag} is declared twice (by two plugins, or twice by one)")
             self._flags.add(flag)
 
@@ -143,7 +164,7 @@ class OptionParser:
         flags = self._given_flags(args)
         file_args = self._file_arguments(args, flags)
         namespace = self._parser.parse_args(file_args + args)
-        delattr(namespace, CONFIG_DEST)
+        vars(namespace).pop(CONFIG_DEST, None)
         return namespace
 
     def given(self, args: list[str]) -> frozenset[str]:
@@ -174,6 +195,8 @@ class OptionParser:
 
     def config_files(self, args: list[str]) -> list[str]:
         """The ``--config`` files named in ``args`` (``@files`` included), in order."""
+        if self.files is None:
+            return []
         early = ArgumentParser(add_help=False, allow_abbrev=False, fromfile_prefix_chars="@")
         early.add_argument(CONFIG_FLAG, dest=CONFIG_DEST, action="append", default=[])
         known, _ = early.parse_known_args(args)
@@ -182,15 +205,11 @@ class OptionParser:
     def file_values(self, args: list[str]) -> dict[str, Any]:
         """``{destination: value}`` of the ``--config`` files in ``args`` (a later file overrides
         an earlier one); unknown keys and sections are a ``UsageError`` with "did you mean"."""
-        from plasmid.configfile import flatten, read_file
-        from plasmid.plugins import installed_entry_points
-
-        options = self.destinations()
-        sections = set(self._groups) | self.sections | set(installed_entry_points()) if self.config_files(args) \
-            else set()
+        options, sections = self.destinations(), set(self._groups) | self.sections
         values: dict[str, Any] = {}
         for path in self.config_files(args):
-            values.update(flatten(read_file(path), options, sections, path))
+            assert self.files is not None   # config_files found none without a reader
+            values.update(self.files.values(path, options, sections))
         return values
 
     def destinations(self) -> set[str]:
@@ -228,7 +247,7 @@ class OptionParser:
     def defaults(self) -> argparse.Namespace:
         """Every option at its default value (what a config built in code starts from)."""
         namespace = self._parser.parse_args([])
-        delattr(namespace, CONFIG_DEST)
+        vars(namespace).pop(CONFIG_DEST, None)
         return namespace
 
     def format_help(self) -> str:
@@ -236,13 +255,11 @@ class OptionParser:
         return argparse.ArgumentParser.format_help(self._parser)
 
     def format_short_help(self) -> str:
-        """What ``--help`` prints: the common options first (:data:`COMMON`), then the rest of
-        the kernel's, then each plugin's (headed by its distribution and plugin names), every
-        option with its default; native pass-through groups (titles ending in ``" native"``)
-        only as a count and flag prefix (``--help-all`` lists them)."""
-        from plasmid.helptext import short_help
-
-        return short_help(self._parser, self.option_classes)
+        """What ``--help`` prints: the ``help_text`` renderer's text (the application's lists the
+        common options first, then the kernel's, then each plugin's), else :meth:`format_help`."""
+        if self.help_text is None:
+            return self.format_help()
+        return self.help_text(self._parser, self.option_classes)
 
 
 #: The flag that reads a configuration file, and its destination (removed from the parsed values).

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class PlasmidError(Exception):
     """Base of every error the CLI prints without a traceback (exit code 2)."""
@@ -87,3 +90,9 @@ class ContextLengthError(PlasmidError, ValueError):
 
 def _context_length_error(context: int, prompt_tokens: int, completion_tokens: int, where: str) -> ContextLengthError:
     return ContextLengthError(context, prompt_tokens, completion_tokens, where=where)
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` naming up to three candidates close to ``name``, or ``""``."""
+    close = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.5)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""

@@ -38,7 +38,6 @@ displaces plasmid-match's.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.metadata as metadata
 import importlib.util
@@ -54,6 +53,7 @@ import pluggy
 import plasmid
 from plasmid import hookspecs
 from plasmid.errors import PluginError
+from plasmid.errors import did_you_mean as did_you_mean  # re-exported: plugins import it from here
 
 if TYPE_CHECKING:
     from plasmid.config import Config, OptionParser
@@ -236,11 +236,6 @@ def kernel_incompatibility(dist: metadata.Distribution | None) -> str:
                 f"or install a matching kernel (pip install 'plasmid{requirement.specifier}')"
             )
     return ""
-
-
-def did_you_mean(name: str, candidates: Iterable[str]) -> str:
-    close = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.5)
-    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
 class PluginManager:

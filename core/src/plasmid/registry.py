@@ -21,9 +21,9 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from plasmid.errors import PluginError
+from plasmid.errors import PluginError, did_you_mean
 from plasmid.families import BY_NAME, FAMILIES, Family
-from plasmid.plugins import LOCAL_DISTRIBUTION, PluginInfo, PluginManager, did_you_mean
+from plasmid.plugins import LOCAL_DISTRIBUTION, PluginInfo, PluginManager
 
 #: ``register(..., kind=K)`` in ``plasmid_generators`` before generate functions had their own
 #: hook: the family K stands for. Deprecated; kept so that plugins written for it keep working.

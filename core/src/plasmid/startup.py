@@ -9,7 +9,7 @@ loss can learn from ``--n-samples-per-prompt``).
 
 Nothing here writes: a recipe only names what it needs (the quickstart's tiny model as
 ``--model``), and the chosen data source creates it in :func:`plasmid.session.prepare`, which
-``plasmid train`` calls after the run directory is checked (:mod:`plasmid.run`).
+``plasmid train`` calls after the run directory is checked (:mod:`plasmid.app.run`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from plasmid.config import Config, OptionParser
+from plasmid.config import ArgumentParser, Config, ConfigFiles, HelpText, OptionParser
 from plasmid.errors import PluginError, UsageError
 from plasmid.families import single_families
 from plasmid.kernel_options import GeneralOptions, RolloutOptions, default_run_dir, reward_weights
@@ -50,19 +50,16 @@ class Startup:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-def preparse(argv: list[str]) -> argparse.Namespace:
+def preparse(argv: list[str], files: ConfigFiles | None = None) -> argparse.Namespace:
     """The options needed before plugins load: ``--plugins`` and ``--debug``, from the command line
-    (``@files`` included) or else from a ``--config`` file (``plugins:``)."""
-    from plasmid.config import ArgumentParser
-    from plasmid.configfile import plugins_in
-
+    (``@files`` included) or else from a ``--config`` file (``plugins:``) that ``files`` reads."""
     parser = ArgumentParser(add_help=False, allow_abbrev=False, fromfile_prefix_chars="@")
     parser.add_argument("--plugins", default=None)
     parser.add_argument("--debug", action="store_true")
     parser.add_argument("--config", action="append", default=[])
     known, _ = parser.parse_known_args(argv)
-    if known.plugins is None and known.config:
-        known.plugins = plugins_in(known.config)
+    if known.plugins is None and known.config and files is not None:
+        known.plugins = files.plugins_in(known.config)
     return known
 
 
@@ -77,18 +74,21 @@ def load_plugins(plugins_flag: str | None, environ: dict[str, str] | None = None
 
 def start(argv: list[str], prog: str = "plasmid train", *,
           description: str = "Run RL post-training through the loaded plugins.",
-          add_options: Callable[[OptionParser], None] | None = None, rewards_only: bool = False) -> Startup:
+          add_options: Callable[[OptionParser], None] | None = None, rewards_only: bool = False,
+          files: ConfigFiles | None = None, help_text: HelpText | None = None) -> Startup:
     """Load plugins, parse ``argv``, resolve every provider choice and run the configure hooks.
+    ``files`` reads ``--config`` files and ``help_text`` renders ``--help`` (:class:`OptionParser`;
+    the application's commands pass theirs: :func:`plasmid.app.start.start`).
 
     For commands other than ``train`` (``plasmid score``): ``add_options`` adds the command's
     own options to the parser; ``rewards_only`` resolves only the rewards, leaving every other
     family unset, so that configure hooks preparing a training run (a data source's recipe
     building a model) do nothing.
     """
-    early = preparse(argv)
+    early = preparse(argv, files)
     manager = load_plugins(early.plugins)
     registry = Registry.collect(manager)
-    parser = OptionParser(prog=prog, description=description)
+    parser = OptionParser(prog=prog, description=description, files=files, help_text=help_text)
     manager.addoption(parser)
     if add_options is not None:
         add_options(parser)

@@ -15,10 +15,12 @@
     plasmid eval --checkpoint DIR | --model DIR [--eval-data NAME=PATH] [--eval-n-samples K]   JSON results
     plasmid --version                  the kernel's and every installed plugin's version
 
-Commands besides the kernel's come from installed packages: entry points of group
-``plasmid.commands`` (:data:`COMMAND_GROUP`), ``name = "module:function"`` with ``function(argv)
--> int`` (plasmid-scaffold's ``new-plugin``); a kernel command keeps its name. A package command
-that fails to import is one line naming its distribution.
+``train``, ``config`` and ``plugins`` are built in; every other command comes from an installed
+package: entry points of group ``plasmid.commands`` (:data:`COMMAND_GROUP`), ``name =
+"module:function"`` with ``function(argv) -> int``. The ``plasmid`` distribution declares its own
+``eval``, ``rollout``, ``replay`` and ``score`` that way (they keep their names over another
+package's), plasmid-scaffold its ``new-plugin``; a built-in command keeps its name. A package
+command that fails to import is one line naming its distribution.
 
 Every command answers ``--help``. Errors that a user can fix (:class:`plasmid.errors.PlasmidError`,
 and a full disk, exceeded quota, read-only or forbidden path: an ``OSError`` with one of
@@ -51,14 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command, rest = argv[0], argv[1:]
     commands: dict[str, Callable[[list[str]], int]] = {
-                "train": cmd_train, "plugins": cmd_plugins, "score": cmd_score,
-                "config": cmd_config,
-                "rollout": lambda a: int(__import__("plasmid.replay", fromlist=["_"]).rollout_command(a)),
-                "replay": lambda a: int(__import__("plasmid.replay", fromlist=["_"]).replay_command(a)),
-                "eval": lambda a: int(__import__("plasmid.evaluate", fromlist=["_"]).eval_command(a))}
+        "train": cmd_train, "plugins": cmd_plugins, "config": cmd_config}
     packaged = {name: ep for name, ep in package_commands().items() if name not in commands}
     if command not in commands and command not in packaged:
-        from plasmid.plugins import did_you_mean
+        from plasmid.errors import did_you_mean
 
         if command in PACKAGED_COMMANDS:
             dist, requirements = PACKAGED_COMMANDS[command]
@@ -120,26 +118,20 @@ def disk_error(exc: BaseException) -> str | None:
 def cmd_train(argv: list[str]) -> int:
     import asyncio
 
-    from plasmid.run import run_training
+    from plasmid.app.run import run_training
 
     asyncio.run(run_training(argv))
     return 0
 
 
 def cmd_plugins(argv: list[str]) -> int:
-    from plasmid.introspect import plugins_command
+    from plasmid.app.introspect import plugins_command
 
     return plugins_command(argv)
 
 
-def cmd_score(argv: list[str]) -> int:
-    from plasmid.score import score_command
-
-    return score_command(argv)
-
-
 def cmd_config(argv: list[str]) -> int:
-    from plasmid.show_config import config_command
+    from plasmid.app.show_config import config_command
 
     return config_command(argv)
 
@@ -167,10 +159,14 @@ PACKAGED_COMMANDS = {"new-plugin": ("plasmid-scaffold", "requirements/embedded.t
 
 
 def package_commands() -> dict[str, Any]:
-    """Name -> entry point of every command of group :data:`COMMAND_GROUP` (nothing imported)."""
+    """Name -> entry point of every command of group :data:`COMMAND_GROUP` (nothing imported); a
+    name the ``plasmid`` distribution declares is its own, whichever package declares it too."""
     from importlib.metadata import entry_points
 
-    return {ep.name: ep for ep in entry_points(group=COMMAND_GROUP)}
+    def own(ep: Any) -> bool:
+        return ep.dist is not None and ep.dist.name == "plasmid"
+
+    return {ep.name: ep for ep in sorted(entry_points(group=COMMAND_GROUP), key=own)}
 
 
 def load_command(ep: Any) -> Callable[[list[str]], int]:
@@ -192,8 +188,8 @@ def load_command(ep: Any) -> Callable[[list[str]], int]:
 
 def debug_requested(argv: list[str]) -> bool:
     """``--debug`` on the command line, in an ``@file`` or as ``debug: true`` in a ``--config`` file
-    (:func:`plasmid.configfile.debug_requested`)."""
-    from plasmid.configfile import debug_requested as requested
+    (:func:`plasmid.app.configfile.debug_requested`)."""
+    from plasmid.app.configfile import debug_requested as requested
 
     return requested(argv)
 

@@ -12,8 +12,9 @@ is itself a valid file: its ``option`` mapping is read, and the values the kerne
 start-up (:data:`DERIVED_KEYS`) are skipped.
 
 Reading checks only the file's syntax and shape (one-line :class:`plasmid.errors.UsageError`
-naming the file); which keys exist is checked against the declared options by
-:meth:`plasmid.config.OptionParser.parse`, after the plugins (which the file may select with
+naming the file); which keys exist is checked against the declared options by :func:`values`,
+which :meth:`plasmid.config.OptionParser.parse` calls (this module is the parser's
+:class:`plasmid.config.ConfigFiles`) after the plugins (which the file may select with
 ``plugins:``) are loaded. YAML needs PyYAML (``pip install 'plasmid[yaml]'``); TOML uses the
 standard library's :mod:`tomllib`.
 """
@@ -26,7 +27,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from plasmid.errors import UsageError
+from plasmid.errors import UsageError, did_you_mean
+from plasmid.plugins import installed_entry_points
 
 #: Keys of a run's ``config.json`` that are derived at start-up, not options (skipped when read).
 DERIVED_KEYS = frozenset({"reward_weights"})
@@ -114,8 +116,6 @@ def flatten(data: dict[str, Any], options: set[str], sections: set[str], path: s
     Raises ``UsageError`` (with "did you mean") on an unknown key or section, and on a key given
     twice (at the top and in a section, or in two sections).
     """
-    from plasmid.plugins import did_you_mean
-
     flat: dict[str, Any] = {}
     where: dict[str, str] = {}
 
@@ -140,6 +140,12 @@ def flatten(data: dict[str, Any], options: set[str], sections: set[str], path: s
         for inner, inner_value in value.items():
             put(str(inner), inner_value, key)
     return flat
+
+
+def values(path: str, options: set[str], sections: set[str]) -> dict[str, Any]:
+    """``{destination: value}`` of the file at ``path`` (:func:`flatten` of :func:`read_file`); a
+    section may also be named after an installed plugin."""
+    return flatten(read_file(path), options, sections | set(installed_entry_points()), path)
 
 
 def debug_requested(argv: list[str]) -> bool:
@@ -172,4 +178,4 @@ def debug_requested(argv: list[str]) -> bool:
     return found
 
 
-__all__ = ["DERIVED_KEYS", "FORMATS", "debug_requested", "flatten", "plugins_in", "read_file"]
+__all__ = ["DERIVED_KEYS", "FORMATS", "debug_requested", "flatten", "plugins_in", "read_file", "values"]

@@ -1,6 +1,6 @@
 """The run's curve as an SVG document: training reward and greedy eval accuracy against the step.
 
-Written by :class:`plasmid.runlog.RunLog` as ``reward_curve.svg`` in the run directory; any
+Written by :class:`plasmid.app.runlog.RunLog` as ``reward_curve.svg`` in the run directory; any
 browser, editor preview or notebook (``IPython.display.SVG``) shows it. It is drawn here, with
 string formatting only, because that costs about a millisecond where a plotting library costs
 half a second per run (importing matplotlib and rasterising a figure), and it needs no extra

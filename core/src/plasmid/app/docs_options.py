@@ -1,4 +1,4 @@
-"""``python -m plasmid.docs_options --plugins LIST``: the options reference (``docs/options.md``).
+"""``python -m plasmid.app.docs_options --plugins LIST``: the options reference (``docs/options.md``).
 
 Generated from the code, so that it cannot drift: for the kernel and each selected plugin, in
 load order, the providers it registers (family, name, the first line of the factory's docstring)
@@ -17,13 +17,13 @@ import sys
 import warnings
 from typing import Any
 
+from plasmid.app.introspect import plugin_options
 from plasmid.config import ArgumentParser
 from plasmid.errors import PlasmidError, PluginError
-from plasmid.introspect import plugin_options
 from plasmid.plugins import PluginManager, Selection, installed_entry_points
 from plasmid.registry import Registry
 
-COMMAND = "python -m plasmid.docs_options --plugins {plugins} > docs/options.md"
+COMMAND = "python -m plasmid.app.docs_options --plugins {plugins} > docs/options.md"
 
 
 def cell(text: str) -> str:
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_page(argv: list[str] | None) -> int:
-    parser = ArgumentParser(prog="python -m plasmid.docs_options",
+    parser = ArgumentParser(prog="python -m plasmid.app.docs_options",
                             description="Print the options reference (Markdown) of the selected plugins.")
     parser.add_argument("--plugins", required=True, help="the plugins to document, as for plasmid train (a,b,c)")
     args = parser.parse_args(argv)

@@ -199,8 +199,8 @@ async def evaluate(argv: list[str]) -> dict[str, Any]:
     """Run ``plasmid eval`` (module docstring): print its JSON document (and write it to
     ``--output``) and return it: ``model``, ``n_samples``, ``sampling`` (the parameters used) and
     ``sets`` (name -> metrics)."""
+    from plasmid.app.start import start
     from plasmid.session import build_inputs, build_rollout_context, instantiate
-    from plasmid.startup import start
 
     startup = start(command_line(argv), prog="plasmid eval", add_options=add_eval_options,
                     description="Evaluate a checkpoint or model on prompt sets (JSON results).")
@@ -244,11 +244,11 @@ async def evaluate(argv: list[str]) -> dict[str, Any]:
 def eval_command(argv: list[str]) -> int:
     """``plasmid eval``: print the JSON results (and write ``--output``); exit status 0."""
     if "-h" in argv or "--help" in argv:  # every option, the train options included (argparse exits 0)
-        from plasmid.startup import start
+        from plasmid.app.start import start
 
         start(["--help"], prog="plasmid eval", add_options=add_eval_options,
               description="Evaluate a checkpoint (--checkpoint DIR) or a model (--model DIR) on prompt sets; "
-                          "JSON results (see plasmid.evaluate).")
+                          "JSON results (see plasmid.app.evaluate).")
         return 0
     asyncio.run(evaluate(argv))
     return 0

@@ -173,7 +173,7 @@ def show_plugin(manager: PluginManager, name: str, as_json: bool, registry: Regi
 
 CHECK_SNIPPET = """
 import json, sys
-from plasmid.introspect import check_in_this_process
+from plasmid.app.introspect import check_in_this_process
 print(json.dumps(check_in_this_process(sys.argv[1])))
 """
 

@@ -1,17 +1,12 @@
-"""``--save-rollouts``, ``plasmid rollout`` and ``plasmid replay``: rollouts saved and trained on again.
+"""``plasmid replay DIR``: train on rollouts saved with ``--save-rollouts`` (:mod:`plasmid.app.rollout_store`).
 
-- ``plasmid train --save-rollouts DIR``: every step's batch, as the rollout driver returned it
-  (before ``--max-staleness`` drops any group), is written to ``DIR`` in the format of
-  :mod:`plasmid.rollout_store` (one file per step) before the trainer sees it.
-- ``plasmid rollout [train options] [--save-rollouts DIR]``: generates and scores
-  ``--num-rollouts`` steps with the current weights (no trainer is built, the weights never
-  change), writing each step's rollout metrics to ``metrics.jsonl`` in the run directory.
-- ``plasmid replay DIR [train options]``: trains on the steps saved in ``DIR`` (``0`` to
-  ``--num-rollouts - 1``, each must be there) with no engine and no generation: the same loop as
-  ``plasmid train`` (:func:`plasmid.loop.train`), whose rollout driver reads the saved step, whose
-  weight sync has no engine to update, and with evaluation off. Given the options of the original
-  run (same ``--seed``, model, loss and trainer options), it reproduces that run's losses and
-  every other ``train/`` metric bit for bit: the trainer sees the same batches in the same order.
+``plasmid replay DIR [train options]`` trains on the steps saved in ``DIR`` (``0`` to
+``--num-rollouts - 1``, each must be there) with no engine and no generation: the same loop as
+``plasmid train`` (:func:`plasmid.loop.train`), whose rollout driver reads the saved step, whose
+weight sync has no engine to update, and with evaluation off. Given the options of the original
+run (same ``--seed``, model, loss and trainer options), it reproduces that run's losses and
+every other ``train/`` metric bit for bit: the trainer sees the same batches in the same order.
+A command of group ``plasmid.commands`` (``replay = "plasmid.app.replay:replay_command"``).
 """
 
 from __future__ import annotations
@@ -22,53 +17,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from plasmid.config import Config, OptionParser
+from plasmid.app.rollout_store import RolloutStore, SaveRolloutsOptions, add_save_option
+from plasmid.app.run import observed_train
+from plasmid.app.rundir import StartupWrites, check_run_dir, write_header
+from plasmid.app.runlog import RunLog
+from plasmid.app.start import start
 from plasmid.errors import UsageError
-from plasmid.kernel_options import EvalOptions, RolloutOptions
-from plasmid.options import Options, option
-from plasmid.protocols import RolloutDriver, RolloutEngine, RolloutView, Trainer
-from plasmid.rollout_store import RolloutStore
+from plasmid.kernel_options import RolloutOptions
+from plasmid.protocols import RolloutView, Trainer
+from plasmid.session import Session, build_inputs, build_rollout_context, instantiate, prepare
 from plasmid.types import Group, RolloutBatch, SamplingParams, SyncReport
-
-
-class SaveRolloutsOptions(Options, group="saved rollouts"):
-    save_rollouts: Path | None = option(None, "write every step's groups (tokens, loss masks, log-probs, rewards, "
-                                        "metadata) to DIR, one file per step (see plasmid.rollout_store)",
-                                        metavar="DIR", default_text="not saved")
-
-    def check(self) -> None:
-        if self.save_rollouts is not None and self.save_rollouts.exists() and not self.save_rollouts.is_dir():
-            raise UsageError(f"--save-rollouts {self.save_rollouts}: is a file, not a directory")
-
-
-def add_save_option(parser: OptionParser) -> None:
-    """``--save-rollouts DIR`` (``plasmid train``, ``plasmid rollout``)."""
-    parser.add_options(SaveRolloutsOptions)
-
-
-class SavingDriver:
-    """A rollout driver that saves each batch that ``inner`` returns to ``store``, then returns it."""
-
-    def __init__(self, inner: RolloutDriver, store: RolloutStore) -> None:
-        self.inner, self.store = inner, store
-
-    async def run(self, ctx: RolloutView, rollout_id: int) -> RolloutBatch:
-        batch = await self.inner.run(ctx, rollout_id)
-        await asyncio.to_thread(self.store.save, batch)
-        return batch
-
-    async def evaluate(self, ctx: RolloutView, groups: list[Group], params: SamplingParams) -> dict[str, float]:
-        return await self.inner.evaluate(ctx, groups, params)
-
-
-def saving(driver: RolloutDriver, config: Config) -> RolloutDriver:
-    """``driver``, saving its batches when ``--save-rollouts`` is given (the directory is made now)."""
-    where = SaveRolloutsOptions.of(config).save_rollouts
-    if where is None:
-        return driver
-    store = RolloutStore(where)
-    store.check_writable()
-    return SavingDriver(driver, store)
 
 
 class ReplayDriver:
@@ -93,12 +51,6 @@ class NoEngineSync:
 
 async def run_replay(argv: list[str]) -> dict[str, float]:
     """``plasmid replay DIR [train options]`` (see the module docstring); returns the last metrics."""
-    from plasmid.run import observed_train
-    from plasmid.rundir import StartupWrites, check_run_dir, write_header
-    from plasmid.runlog import RunLog
-    from plasmid.session import Session, build_inputs, build_rollout_context, instantiate, prepare
-    from plasmid.startup import start
-
     if not argv or argv[0].startswith("-"):
         raise UsageError("plasmid replay DIR [train options]: give the directory of saved rollouts first "
                          "(what --save-rollouts wrote)")
@@ -134,47 +86,9 @@ async def run_replay(argv: list[str]) -> dict[str, float]:
         await session.shutdown()
 
 
-async def run_rollout(argv: list[str]) -> list[dict[str, Any]]:
-    """``plasmid rollout [train options]`` (see the module docstring); returns the entries written."""
-    from plasmid.rundir import StartupWrites, check_run_dir, write_header
-    from plasmid.runlog import RunLog
-    from plasmid.session import build_inputs, build_rollout_context, instantiate, prepare
-    from plasmid.startup import start
-
-    startup = start(argv, prog="plasmid rollout", description="Generate and score rollouts, without training.",
-                    add_options=add_save_option)
-    config = startup.config
-    check_run_dir(config)
-    print(f"run directory: {config.run_dir}", file=sys.stderr)
-    registry = startup.registry
-    with StartupWrites(Path(config.run_dir)):
-        prepare(config, registry)
-        build_inputs(startup)
-        ctx = build_rollout_context(config, registry, prebuilt=startup.prebuilt)
-        driver = saving(instantiate(registry.get("rollout", config.option.rollout), config), config)
-        write_header(config)
-    steps = RolloutOptions.of(config).num_rollouts
-    log = RunLog(config.run_dir, steps, plot_every=max(1, EvalOptions.of(config).eval_interval or 10))
-    engines: list[RolloutEngine] = list(ctx.engines)
-    entries = []
-    try:
-        for rollout_id in range(steps):
-            batch = await driver.run(ctx, rollout_id)
-            entry = log.write(rollout_id, batch.metrics)
-            startup.manager.metrics(rollout_id, batch.metrics)
-            entries.append(entry)
-    finally:
-        log.close()
-        for engine in engines:
-            await engine.shutdown()
-    return entries
-
-
 def replay_command(argv: list[str]) -> int:
     """``plasmid replay DIR [train options]``: exit status 0 once the replay finished."""
     if "-h" in argv or "--help" in argv:  # the train options (argparse exits 0)
-        from plasmid.startup import start
-
         start(["--help"], prog="plasmid replay DIR",
               description="Train on the rollouts that --save-rollouts wrote to DIR, with no engine; with the "
                           "original run's options (same --seed) the losses are the original's, bit for bit.")
@@ -182,11 +96,4 @@ def replay_command(argv: list[str]) -> int:
     metrics = asyncio.run(run_replay(argv))
     summary = {k: v for k, v in metrics.items() if k.startswith(("train/loss", "rollout/reward_mean"))}
     print("final: " + json.dumps(summary), file=sys.stderr)
-    return 0
-
-
-def rollout_command(argv: list[str]) -> int:
-    """``plasmid rollout [train options] [--save-rollouts DIR]``: prints the last step's metrics (JSON)."""
-    entries = asyncio.run(run_rollout(argv))
-    print(json.dumps(entries[-1] if entries else {}))
     return 0

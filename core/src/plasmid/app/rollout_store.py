@@ -1,4 +1,5 @@
-"""Saved rollouts: what ``--save-rollouts DIR`` writes and ``plasmid replay DIR`` reads.
+"""Saved rollouts: what ``--save-rollouts DIR`` writes (:func:`saving`, for ``plasmid train`` and
+``plasmid rollout``) and ``plasmid replay DIR`` reads.
 
 Format (``FORMAT_NAME``, version :data:`FORMAT_VERSION`): one file per rollout step,
 ``DIR/step_NNNNNN.jsonl`` (six digits, the rollout id), written atomically (a crash never leaves
@@ -24,6 +25,7 @@ and line.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from dataclasses import fields
@@ -31,8 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from plasmid.atomic import write_atomic
+from plasmid.config import Config, OptionParser
 from plasmid.errors import DataExhausted, PlasmidError, UsageError
-from plasmid.types import Group, RolloutBatch, Sample, Status
+from plasmid.options import Options, option
+from plasmid.protocols import RolloutDriver, RolloutView
+from plasmid.types import Group, RolloutBatch, Sample, SamplingParams, Status
 
 FORMAT_NAME = "plasmid-rollouts"
 FORMAT_VERSION = 1
@@ -166,3 +171,43 @@ class RolloutStore:
         if batch.rollout_id != rollout_id:
             raise PlasmidError(f"{path}: holds rollout {batch.rollout_id}, not {rollout_id}")
         return batch
+
+
+class SaveRolloutsOptions(Options, group="saved rollouts"):
+    save_rollouts: Path | None = option(None, "write every step's groups (tokens, loss masks, log-probs, rewards, "
+                                        "metadata) to DIR, one file per step (see plasmid.app.rollout_store)",
+                                        metavar="DIR", default_text="not saved")
+
+    def check(self) -> None:
+        if self.save_rollouts is not None and self.save_rollouts.exists() and not self.save_rollouts.is_dir():
+            raise UsageError(f"--save-rollouts {self.save_rollouts}: is a file, not a directory")
+
+
+def add_save_option(parser: OptionParser) -> None:
+    """``--save-rollouts DIR`` (``plasmid train``, ``plasmid rollout``)."""
+    parser.add_options(SaveRolloutsOptions)
+
+
+class SavingDriver:
+    """A rollout driver that saves each batch that ``inner`` returns to ``store``, then returns it."""
+
+    def __init__(self, inner: RolloutDriver, store: RolloutStore) -> None:
+        self.inner, self.store = inner, store
+
+    async def run(self, ctx: RolloutView, rollout_id: int) -> RolloutBatch:
+        batch = await self.inner.run(ctx, rollout_id)
+        await asyncio.to_thread(self.store.save, batch)
+        return batch
+
+    async def evaluate(self, ctx: RolloutView, groups: list[Group], params: SamplingParams) -> dict[str, float]:
+        return await self.inner.evaluate(ctx, groups, params)
+
+
+def saving(driver: RolloutDriver, config: Config) -> RolloutDriver:
+    """``driver``, saving its batches when ``--save-rollouts`` is given (the directory is made now)."""
+    where = SaveRolloutsOptions.of(config).save_rollouts
+    if where is None:
+        return driver
+    store = RolloutStore(where)
+    store.check_writable()
+    return SavingDriver(driver, store)

@@ -4,18 +4,18 @@ The order is what makes a failed start-up leave nothing behind:
 
 1. :func:`plasmid.startup.start`: plugins, options, provider choices, recipes (which only name
    what they need), configure hooks, the run's own checks; nothing is built or written.
-2. :func:`plasmid.rundir.check_run_dir`: the run directory is writable, holds no other run, and
+2. :func:`plasmid.app.rundir.check_run_dir`: the run directory is writable, holds no other run, and
    a ``--resume`` can continue it.
 3. :func:`plasmid.session.build_inputs`: the tokenizer and the data source, built in this process,
    which checks the model directory and every row of the data.
-4. Under :class:`plasmid.rundir.StartupWrites` (a failure removes what was written):
+4. Under :class:`plasmid.app.rundir.StartupWrites` (a failure removes what was written):
    :func:`plasmid.session.prepare` (the recipe's tiny model; the inputs that needed it are built
    right after), the runtime's session (engines, trainer), then the header
    (``config.json``, ``plugins.lock.json``).
 5. The observers' :func:`~plasmid.hookspecs.plasmid_run_start`, the loop, then (whatever the
    loop did) :func:`~plasmid.hookspecs.plasmid_run_end` and the session's shutdown.
 
-``--save-rollouts DIR`` saves every step's batch (:mod:`plasmid.replay`).
+``--save-rollouts DIR`` saves every step's batch (:mod:`plasmid.app.rollout_store`).
 """
 
 from __future__ import annotations
@@ -26,17 +26,18 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from plasmid import loop
-from plasmid.collector import quiet_start_up
+from plasmid.app.collector import quiet_start_up
+from plasmid.app.rollout_store import add_save_option, saving
+from plasmid.app.rundir import StartupWrites, check_run_dir, write_header
+from plasmid.app.runlog import RunLog
+from plasmid.app.start import start
 from plasmid.config import Config
 from plasmid.errors import PluginError
 from plasmid.families import FAMILIES
 from plasmid.kernel_options import EvalOptions, GeneralOptions, ProfileOptions, RolloutOptions
 from plasmid.plugins import PluginManager
-from plasmid.replay import add_save_option, saving
-from plasmid.rundir import StartupWrites, check_run_dir, write_header
-from plasmid.runlog import RunLog
 from plasmid.session import Session, build_inputs, instantiate, prepare
-from plasmid.startup import Startup, start
+from plasmid.startup import Startup
 
 
 def describe_plugins(startup: Startup) -> str:
@@ -135,7 +136,7 @@ def warn_missing_trace(config: Config, stream: TextIO | None = None) -> None:
 
 
 async def run_training(argv: list[str]) -> dict[str, float]:
-    # the collector seldom walks start-up's objects; the loop freezes them (plasmid.collector)
+    # the collector seldom walks start-up's objects; the loop freezes them (plasmid.app.collector)
     with quiet_start_up():
         startup = start(argv, add_options=add_save_option)
         config = startup.config

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from plasmid.app.curve import render_svg
 from plasmid.atomic import append_line, fsync_file, write_atomic
-from plasmid.curve import render_svg
 from plasmid.errors import PlasmidError
 
 #: The curve's file name in the run directory.
@@ -33,7 +33,7 @@ class RunLog:
     A resumed run appends: entries for steps at or after the resume point are dropped first,
     so the file always reads as one uninterrupted run. The curve is drawn when the run ends and,
     before that, on a step that is a multiple of ``plot_every`` once ``plot_seconds`` have passed
-    since the log was made or last drew (:mod:`plasmid.curve` draws in about a millisecond, but
+    since the log was made or last drew (:mod:`plasmid.app.curve` draws in about a millisecond, but
     a redraw writes and renames a file, which a fast loop need not do every step).
     """
 
@@ -128,7 +128,7 @@ class RunLog:
 
     def plot(self) -> Path | None:
         """Redraw ``reward_curve.svg`` (training reward and eval accuracy per step, see
-        :mod:`plasmid.curve`), atomically; a file that cannot be written is a one-line warning
+        :mod:`plasmid.app.curve`), atomically; a file that cannot be written is a one-line warning
         (the curve is redrawn from the metrics; losing it never stops a run)."""
         self.plotted_at = time.perf_counter()
         rewards = [(e["step"], e["rollout/reward_mean"]) for e in self.history if "rollout/reward_mean" in e]

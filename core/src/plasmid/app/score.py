@@ -34,12 +34,12 @@ import sys
 from collections.abc import Iterable
 from typing import Any, TextIO
 
+from plasmid.app.start import start
 from plasmid.config import OptionParser
 from plasmid.errors import UsageError
 from plasmid.options import Options, option
 from plasmid.rewards import RewardSet
 from plasmid.session import build_reward_set
-from plasmid.startup import start
 from plasmid.types import Sample, Status
 
 

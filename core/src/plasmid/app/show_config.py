@@ -24,10 +24,10 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from plasmid.app.helptext import NATIVE_SUFFIX
 from plasmid.config import Config, OptionParser
 from plasmid.errors import UsageError
 from plasmid.families import FAMILIES
-from plasmid.helptext import NATIVE_SUFFIX
 from plasmid.plugins import ENV_VAR, did_you_mean
 
 ACTIONS = ("show",)
@@ -61,10 +61,8 @@ def config_command(argv: list[str]) -> int:
 def train_options() -> Callable[[OptionParser], None] | None:
     """The options ``plasmid train`` adds to the plugins' own (its ``add_options``), so that the
     configuration shown is the one it runs with."""
-    try:
-        from plasmid.replay import add_save_option
-    except ImportError:    # a kernel without saved rollouts
-        return None
+    from plasmid.app.rollout_store import add_save_option
+
     return add_save_option
 
 
@@ -78,7 +76,7 @@ def _add_json(extra: Callable[[OptionParser], None] | None) -> Callable[[OptionP
 
 
 def show(argv: list[str]) -> int:
-    from plasmid.startup import start
+    from plasmid.app.start import option_parser, start
 
     extra = train_options()
     startup = start(argv, prog="plasmid config show", description="The resolved configuration.",
@@ -86,7 +84,7 @@ def show(argv: list[str]) -> int:
     config = startup.config
     as_json = bool(config.option.show_json)
     delattr(config.option, "show_json")
-    parser = OptionParser()
+    parser = option_parser()
     startup.manager.addoption(parser)
     _add_json(extra)(parser)
     report = describe(config, parser, argv)

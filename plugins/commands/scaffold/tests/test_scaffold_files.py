@@ -11,7 +11,7 @@ import pytest
 from plasmid_scaffold.templates import FAMILIES, package_files, write_package
 
 import plasmid
-from plasmid.cli import main
+from plasmid.app.cli import main
 from plasmid.errors import UsageError
 
 

@@ -7,7 +7,7 @@ import random
 import pytest
 from plasmid_hf_datasets import plugin
 
-from plasmid.cli import main
+from plasmid.app.cli import main
 from plasmid.errors import DataExhausted, UsageError
 from plasmid.testing import build, make_config
 

@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from plasmid.cli import main
-from plasmid.rollout_store import RolloutStore
+from plasmid.app.cli import main
+from plasmid.app.rollout_store import RolloutStore
 from plasmid.types import GenerationOutput, Status
 
 

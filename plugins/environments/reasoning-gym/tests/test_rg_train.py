@@ -24,7 +24,7 @@ def test_the_readme_command_trains_two_steps_without_a_model(tmp_path):
     run_dir = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "MPLBACKEND": "Agg"}
-    proc = subprocess.run([sys.executable, "-m", "plasmid.cli", *COMMAND, *SHORT, "--run-dir", str(run_dir)],
+    proc = subprocess.run([sys.executable, "-m", "plasmid.app.cli", *COMMAND, *SHORT, "--run-dir", str(run_dir)],
                           capture_output=True, text=True, env=env, timeout=280)
     assert proc.returncode == 0, proc.stderr[-3000:]
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -8,7 +8,7 @@ import pytest
 from packaging.requirements import Requirement
 from plasmid_verifiers import plugin, vf
 
-from plasmid.cli import main
+from plasmid.app.cli import main
 from plasmid.errors import UsageError
 from plasmid.testing import make_config
 

@@ -10,8 +10,8 @@ from collections import defaultdict
 
 import pytest
 
-from plasmid.cli import main
-from plasmid.rollout_store import RolloutStore
+from plasmid.app.cli import main
+from plasmid.app.rollout_store import RolloutStore
 from plasmid.types import GenerationOutput, Status
 
 

@@ -18,7 +18,7 @@ AGENT = Path(__file__).parent / "agents.py"
 def test_plasmid_train_with_an_openai_agent_exits_0_and_trains_on_the_engines_logprobs(tmp_path):
     run_dir = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run([sys.executable, "-m", "plasmid.cli", "train", "--generate", "agent",
+    proc = subprocess.run([sys.executable, "-m", "plasmid.app.cli", "train", "--generate", "agent",
                            "--agent", f"{AGENT}:answer", "--num-rollouts", "2", "--prompts-per-step", "4",
                            "--n-samples-per-prompt", "4", "--agent-concurrency", "8", "--eval-interval", "0",
                            "--save-interval", "0", "--run-dir", str(run_dir)],

@@ -47,7 +47,7 @@ def test_the_generate_function_reads_its_options_once_when_built(name, cls):
 def test_tools_with_a_generate_function_that_never_calls_them_stops_the_run_before_anything_is_written(
         tmp_path, capsys):
     """The default single-turn generate ignores tools: ``--tools`` with it is one line, exit 2, no run directory."""
-    from plasmid.cli import main
+    from plasmid.app.cli import main
 
     run_dir = tmp_path / "run"
     code = main(["train", "--task", "toolcalc", "--tools", "calculator", "--run-dir", str(run_dir)])
@@ -73,7 +73,7 @@ def test_routed_experts_with_a_generate_function_that_drops_them_stops_the_run_b
         tmp_path, capsys):
     """multiturn does not copy the engine's routing into its samples: a routing replay would find
     none, so ``--return-routed-experts`` with it is one line, exit 2, no run directory."""
-    from plasmid.cli import main
+    from plasmid.app.cli import main
     from plasmid.startup import declares, start
 
     run_dir = tmp_path / "run"

@@ -51,7 +51,7 @@ def test_megatron_trains_sglang_serves_every_step_syncs_flattened_buckets_and_lo
     assert SHIM_PLUGIN.is_file(), f"plasmid-megatron's CPU shim moved: {SHIM_PLUGIN}"
     run_dir = tmp_path / "run"
     env_options = [option for entry in server_env() for option in ("--sglang-server-env", entry)]
-    command = [sys.executable, "-m", "plasmid.cli", "train", "--trainer", "megatron", "--engine", "sglang",
+    command = [sys.executable, "-m", "plasmid.app.cli", "train", "--trainer", "megatron", "--engine", "sglang",
                "--weight-sync", "sglang-tensor", "--update-weight-buffer-size", "200000",
                "--plugins", str(SHIM_PLUGIN), "--run-dir", str(run_dir), "--save-interval", "0",
                "--num-rollouts", str(STEPS), "--prompts-per-step", "4", "--n-samples-per-prompt", "4",

@@ -56,7 +56,7 @@ def test_a_fake_source_tree_shows_how_annotations_become_options(tmp_path):
 
 
 def heavy_modules_after(command: list[str]) -> tuple[str, list[str]]:
-    probe = ("import contextlib, io, sys\nfrom plasmid.cli import main\n"
+    probe = ("import contextlib, io, sys\nfrom plasmid.app.cli import main\n"
              f"with contextlib.redirect_stdout(io.StringIO()) as out: main({command!r})\n"
              "sys.stderr.write(out.getvalue())\n"
              "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'sglang', 'transformers', 'aiohttp'}))")

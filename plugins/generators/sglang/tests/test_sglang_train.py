@@ -33,7 +33,7 @@ LOGPROB_BOUND = 1e-5
 def test_a_short_quickstart_run_on_sglang_learns_and_its_logprobs_match_the_trainers(tmp_path):
     run_dir = tmp_path / "run"
     env_options = [option for entry in server_env() for option in ("--sglang-server-env", entry)]
-    command = [sys.executable, "-m", "plasmid.cli", "train", "--engine", "sglang", "--task", "digitsum",
+    command = [sys.executable, "-m", "plasmid.app.cli", "train", "--engine", "sglang", "--task", "digitsum",
                "--task-length", "1", "--task-eval-size", "2", "--lr", "2e-3", "--prompts-per-step", "16",
                "--num-rollouts", "40", "--eval-interval", "0", "--save-interval", "0", "--run-dir", str(run_dir),
                "--sglang-skip-tokenizer-init", "false", "--sglang-health-interval", "5", *env_options]

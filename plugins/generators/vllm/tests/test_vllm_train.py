@@ -34,7 +34,7 @@ def test_a_short_quickstart_run_on_vllm_learns_and_its_logprobs_match_the_traine
     build_tiny_model(run_dir / "model", seed=0, num_heads=1, max_positions=64)
     server_env = ["OMP_NUM_THREADS=1", "VLLM_CPU_OMP_THREADS_BIND=nobind", "VLLM_ENABLE_V1_MULTIPROCESSING=0"]
     env_options = [option for entry in server_env for option in ("--vllm-server-env", entry)]
-    command = [sys.executable, "-m", "plasmid.cli", "train", "--engine", "vllm", "--task", "digitsum",
+    command = [sys.executable, "-m", "plasmid.app.cli", "train", "--engine", "vllm", "--task", "digitsum",
                "--task-length", "1", "--task-eval-size", "2", "--lr", "2e-3", "--prompts-per-step", "16",
                "--num-rollouts", "40", "--eval-interval", "0", "--save-interval", "0", "--run-dir", str(run_dir),
                "--vllm-max-model-len", "64", "--vllm-enforce-eager", "--vllm-distributed-executor-backend", "uni",

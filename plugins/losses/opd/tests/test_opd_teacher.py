@@ -86,7 +86,7 @@ def test_teacher_addresses_that_are_the_students_or_that_the_engine_cannot_take_
 
 
 def test_the_cli_refuses_teacher_addresses_its_engine_cannot_take_with_exit_status_2(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "plasmid.cli", "train", "--loss", "opd",
+    proc = subprocess.run([sys.executable, "-m", "plasmid.app.cli", "train", "--loss", "opd",
                            "--teacher-model", TEACHER_DIR, "--engine", "torchgen",
                            "--teacher-external-addrs", "localhost:30000", "--run-dir", str(tmp_path / "run")],
                           capture_output=True, text=True, timeout=120)
@@ -96,7 +96,7 @@ def test_the_cli_refuses_teacher_addresses_its_engine_cannot_take_with_exit_stat
 
 
 def test_an_unknown_teacher_engine_is_one_line_at_start_up_and_nothing_is_written(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "plasmid.cli", "train", "--loss", "opd",
+    proc = subprocess.run([sys.executable, "-m", "plasmid.app.cli", "train", "--loss", "opd",
                            "--teacher-model", TEACHER_DIR, "--teacher-engine", "torchgn", "--num-rollouts", "1",
                            "--run-dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]

@@ -23,7 +23,7 @@ MAX_STEPS = 150
 def test_sft_learns_the_quickstart_task(tmp_path):
     run_dir = tmp_path / "sft"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "plasmid.cli", "train", "--loss", "sft", "--lr", "1e-3",
+    proc = subprocess.run([sys.executable, "-m", "plasmid.app.cli", "train", "--loss", "sft", "--lr", "1e-3",
                            "--eval-interval", "5", "--stop-at-eval-acc", str(TARGET_ACCURACY),
                            "--num-rollouts", str(MAX_STEPS), "--save-interval", "20", "--run-dir", str(run_dir)],
                           capture_output=True, text=True, env=env, timeout=900)

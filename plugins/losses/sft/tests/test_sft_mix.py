@@ -119,8 +119,8 @@ def test_loss_sft_mix_defaults_generate_to_sft_and_every_to_alternation():
 
 
 def test_an_unknown_sft_mix_loss_is_one_line_naming_its_flag_and_nothing_is_written(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "plasmid.cli", "train", "--loss", "sft-mix", "--sft-mix-loss", "grpp",
-                           "--num-rollouts", "1", "--run-dir", str(tmp_path / "run")],
+    proc = subprocess.run([sys.executable, "-m", "plasmid.app.cli", "train", "--loss", "sft-mix",
+                           "--sft-mix-loss", "grpp", "--num-rollouts", "1", "--run-dir", str(tmp_path / "run")],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]
     error = [line for line in proc.stderr.splitlines() if line.startswith("plasmid: error:")]

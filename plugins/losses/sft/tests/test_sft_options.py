@@ -36,7 +36,7 @@ def test_plasmid_plugins_lists_the_loss_and_the_generate_function():
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "plasmid.cli", "plugins"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "plasmid.app.cli", "plugins"], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "plasmid-sft" in proc.stdout and "generate: sft; loss: sft" in proc.stdout

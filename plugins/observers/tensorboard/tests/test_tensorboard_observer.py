@@ -55,7 +55,7 @@ def test_missing_tensorboard_is_one_line_at_configure(tmp_path, monkeypatch):
 def test_a_run_writes_the_metrics_jsonl_values_as_event_files(tmp_path):
     run = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-m", "plasmid.cli", "train", "--seed", "0", "--num-rollouts", "2",
+    done = subprocess.run([sys.executable, "-m", "plasmid.app.cli", "train", "--seed", "0", "--num-rollouts", "2",
                            "--prompts-per-step", "2", "--n-samples-per-prompt", "2", "--eval-interval", "0",
                            "--save-interval", "0", "--run-dir", str(run), "--tensorboard"],
                           capture_output=True, text=True, env=env, timeout=500)

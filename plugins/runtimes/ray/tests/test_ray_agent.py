@@ -14,7 +14,7 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("openai")
 pytest.importorskip("plasmid_agent")
 
-from plasmid.run import run_training  # noqa: E402
+from plasmid.app.run import run_training  # noqa: E402
 
 #: A ten-line agent: one chat call, scored against the label.
 AGENT = '''

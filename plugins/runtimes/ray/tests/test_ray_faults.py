@@ -58,7 +58,7 @@ class Train:
                "TOKENIZERS_PARALLELISM": "false", "MPLBACKEND": "Agg"}
         env.pop("RAY_ADDRESS", None)
         with self.log.open("wb") as stderr:
-            self.process = subprocess.Popen([sys.executable, "-m", "plasmid.cli", "train", *FLAGS, "--run-dir",
+            self.process = subprocess.Popen([sys.executable, "-m", "plasmid.app.cli", "train", *FLAGS, "--run-dir",
                                              str(run_dir), *extra], stdout=subprocess.DEVNULL, stderr=stderr, env=env)
 
     @property

@@ -15,7 +15,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from plasmid.run import run_training  # noqa: E402
+from plasmid.app.run import run_training  # noqa: E402
 
 #: Steps allowed to reach the bar (locally the quickstart gets there in ~150 steps).
 MAX_STEPS = 400

@@ -13,7 +13,7 @@ import pytest
 from huggingface_hub.errors import LocalEntryNotFoundError
 from plasmid_hf.hub import looks_like_hub_id
 
-from plasmid.cli import main
+from plasmid.app.cli import main
 from plasmid.startup import start
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"

@@ -18,7 +18,7 @@ SHIM_PLUGIN = Path(__file__).resolve().parent / "cpu_shim_plugin.py"
 
 def train(run_dir: Path, *options: str, timeout: float = 600) -> list[dict]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.run([sys.executable, "-m", "plasmid.cli", "train", "--trainer", "megatron",
+    proc = subprocess.run([sys.executable, "-m", "plasmid.app.cli", "train", "--trainer", "megatron",
                            "--plugins", str(SHIM_PLUGIN), "--run-dir", str(run_dir), "--save-interval", "0", *options],
                           capture_output=True, text=True, env=env, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -57,7 +57,7 @@ def test_routing_replay_r3_runs_end_to_end_on_the_engines_routing(tmp_path):
     in every pass of the step, on a tiny Qwen2-MoE with the quickstart's tokenizer."""
     from test_megatron_moe import build_moe_model
 
-    from plasmid.rollout_store import RolloutStore
+    from plasmid.app.rollout_store import RolloutStore
     from plasmid.types import ROUTED_EXPERTS_KEY
 
     model = build_moe_model(tmp_path / "moe", "qwen2_moe")

@@ -55,7 +55,7 @@ def test_generated_fields_are_exactly_the_scalar_fields_of_the_imported_dataclas
 
 
 def heavy_modules_after(command: list[str]) -> tuple[str, list[str]]:
-    probe = ("import contextlib, io, sys\nfrom plasmid.cli import main\n"
+    probe = ("import contextlib, io, sys\nfrom plasmid.app.cli import main\n"
              f"with contextlib.redirect_stdout(io.StringIO()) as out: main({command!r})\n"
              "sys.stderr.write(out.getvalue())\n"
              "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'megatron', 'transformers'}))")

@@ -18,7 +18,7 @@ pytest.importorskip("plasmid_ray")
 
 from test_megatron_e2e import SHIM_PLUGIN
 
-from plasmid.run import run_training
+from plasmid.app.run import run_training
 
 
 @pytest.fixture(scope="module")

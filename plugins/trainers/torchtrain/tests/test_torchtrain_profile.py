@@ -73,7 +73,7 @@ def test_quickstart_with_profile_writes_the_breakdown_and_a_chrome_trace_of_the_
     run_dir = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     result = subprocess.run(
-        [sys.executable, "-m", "plasmid.cli", "train", "--num-rollouts", "2", "--prompts-per-step", "4",
+        [sys.executable, "-m", "plasmid.app.cli", "train", "--num-rollouts", "2", "--prompts-per-step", "4",
          "--n-samples-per-prompt", "4", "--eval-interval", "1", "--save-interval", "1", "--profile",
          "--profile-step", "1", "--run-dir", str(run_dir)],
         capture_output=True, text=True, env=env, timeout=280)
@@ -93,7 +93,7 @@ def test_quickstart_with_profile_writes_the_breakdown_and_a_chrome_trace_of_the_
 
 
 def test_a_profile_step_the_run_never_reaches_is_warned_about(tmp_path, capsys):
-    from plasmid.run import warn_missing_trace
+    from plasmid.app.run import warn_missing_trace
 
     config = testing.make_config(run_dir=tmp_path, profile_step=4)
     warn_missing_trace(config)

@@ -71,12 +71,12 @@ def check_served_teacher(engine: str, url: str, server_log: Path, request_line: 
         import another plugin's.
     :raises AssertionError: the run failed (with its stderr's tail) or ran no response.
     """
-    from plasmid.rollout_store import RolloutStore
+    from plasmid.app.rollout_store import RolloutStore
     from plasmid.testing import build, make_config, run
 
     run_dir, saved = work / "run", work / "rollouts"
     served_before = server_log.read_text(errors="replace").count(request_line)
-    command = [sys.executable, "-m", "plasmid.cli", "train", "--engine", "torchgen", "--model", str(model),
+    command = [sys.executable, "-m", "plasmid.app.cli", "train", "--engine", "torchgen", "--model", str(model),
                "--loss", "opd", "--teacher-model", str(model), "--teacher-engine", engine,
                "--teacher-external-addrs", url, "--task", "digitsum", "--task-length", "1",
                "--task-eval-size", "2", "--prompts-per-step", "4", "--n-samples-per-prompt", "2",

@@ -3,7 +3,7 @@
 ``local_cluster(cpus)`` starts Ray the way this machine's tests need it: its session directory
 under a short path in /tmp (Ray's unix sockets live there and their paths must stay under ~107
 characters), no usage stats, no uv runtime environments, no auth, and one math thread per actor.
-A run started inside it (``plasmid.run.run_training``) uses this session and leaves it running.
+A run started inside it (``plasmid.app.run.run_training``) uses this session and leaves it running.
 """
 
 from __future__ import annotations
