@@ -14,7 +14,8 @@ module that is listed under the entry-point group ``plasmid``::
 An implementation may accept fewer arguments than the spec declares. Hooks grow by adding
 arguments; removed ones are deprecated first.
 
-The ``register`` callables all have the form ``register(name, factory, *, default=False)``:
+The ``register`` callables all have the form ``register(name, factory, *, default=False)``
+(typed as :class:`plasmid.protocols.Register`):
 
 - ``name`` is how users select the provider (``--reward NAME``); unique within its family
   across all loaded plugins. When two plugins register one name, the first registered keeps
@@ -36,9 +37,8 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from plasmid.config import Config, OptionParser
+    from plasmid.protocols import Register
     from plasmid.types import SyncReport
 
 hookspec = pluggy.HookspecMarker("plasmid")
@@ -101,7 +101,7 @@ def plasmid_configure(config: Config) -> None:
 
 
 @hookspec
-def plasmid_datasources(register: Callable[..., None]) -> None:
+def plasmid_datasources(register: Register) -> None:
     """Register data sources (prompt providers, chosen with ``--datasource``).
 
     :param register: ``register(name, factory, *, default=False)``; ``factory(config)``
@@ -110,7 +110,7 @@ def plasmid_datasources(register: Callable[..., None]) -> None:
 
 
 @hookspec
-def plasmid_tokenizers(register: Callable[..., None]) -> None:
+def plasmid_tokenizers(register: Register) -> None:
     """Register tokenizers (``--tokenizer``): how the rollout side turns text into token ids and
     back, chat templates included.
 
@@ -120,7 +120,7 @@ def plasmid_tokenizers(register: Callable[..., None]) -> None:
 
 
 @hookspec
-def plasmid_generators(register: Callable[..., None]) -> None:
+def plasmid_generators(register: Register) -> None:
     """Register rollout engines (``--engine``).
 
     :param register: ``register(name, factory, *, default=False)``; ``factory(config)`` returns
@@ -130,7 +130,7 @@ def plasmid_generators(register: Callable[..., None]) -> None:
 
 
 @hookspec
-def plasmid_generate_fns(register: Callable[..., None]) -> None:
+def plasmid_generate_fns(register: Register) -> None:
     """Register generate functions (``--generate``): what turns one prompt sample into finished
     samples (multi-turn conversations, tool use, agents); when none is chosen the kernel's
     single-turn one is used.
@@ -141,7 +141,7 @@ def plasmid_generate_fns(register: Callable[..., None]) -> None:
 
 
 @hookspec
-def plasmid_rollouts(register: Callable[..., None]) -> None:
+def plasmid_rollouts(register: Register) -> None:
     """Register rollout drivers (``--rollout``), which run one rollout step over the engines.
 
     :param register: ``register(name, factory, *, default=False)``; ``factory(config)``
@@ -150,7 +150,7 @@ def plasmid_rollouts(register: Callable[..., None]) -> None:
 
 
 @hookspec
-def plasmid_rewards(register: Callable[..., None]) -> None:
+def plasmid_rewards(register: Register) -> None:
     """Register reward functions, combined with weights by ``--reward NAME[:WEIGHT]``.
 
     Where a reward runs: each ``--reward`` gets its own event loop in a daemon thread of its
@@ -196,7 +196,7 @@ def plasmid_rewards(register: Callable[..., None]) -> None:
 
 
 @hookspec
-def plasmid_filters(register: Callable[..., None]) -> None:
+def plasmid_filters(register: Register) -> None:
     """Register group filters, applied in order by ``--filter NAME`` (zero or more).
 
     :param register: ``register(name, factory)``; ``factory(config)`` returns a
@@ -205,7 +205,7 @@ def plasmid_filters(register: Callable[..., None]) -> None:
 
 
 @hookspec
-def plasmid_tools(register: Callable[..., None]) -> None:
+def plasmid_tools(register: Register) -> None:
     """Register tools the policy may call in multi-turn rollouts, chosen with ``--tools NAME``
     (zero or more; the multi-turn generate function offers them to the model).
 
@@ -215,7 +215,7 @@ def plasmid_tools(register: Callable[..., None]) -> None:
 
 
 @hookspec
-def plasmid_losses(register: Callable[..., None]) -> None:
+def plasmid_losses(register: Register) -> None:
     """Register RL algorithms (``--loss``): advantage estimation and policy loss.
 
     :param register: ``register(name, factory, *, default=False)``; ``factory(config)``
@@ -224,7 +224,7 @@ def plasmid_losses(register: Callable[..., None]) -> None:
 
 
 @hookspec
-def plasmid_trainers(register: Callable[..., None]) -> None:
+def plasmid_trainers(register: Register) -> None:
     """Register training backends (``--trainer``).
 
     :param register: ``register(name, factory, *, default=False)``;
@@ -235,7 +235,7 @@ def plasmid_trainers(register: Callable[..., None]) -> None:
 
 
 @hookspec
-def plasmid_weight_syncs(register: Callable[..., None]) -> None:
+def plasmid_weight_syncs(register: Register) -> None:
     """Register weight transports from trainer to engines (``--weight-sync``).
 
     :param register: ``register(name, factory, *, default=False)``; ``factory(config)``
@@ -244,7 +244,7 @@ def plasmid_weight_syncs(register: Callable[..., None]) -> None:
 
 
 @hookspec
-def plasmid_runtimes(register: Callable[..., None]) -> None:
+def plasmid_runtimes(register: Register) -> None:
     """Register runtimes (``--runtime``): where providers are built and run (one process, a
     Ray cluster, ...). The kernel's own ``local`` runtime builds everything in this process.
 

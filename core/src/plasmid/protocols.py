@@ -12,8 +12,10 @@ what lets the Ray runtime put any of them behind an actor without changing the c
 
 Optional capabilities of a provider are small protocols of their own (:class:`SupportsStats`,
 :class:`SupportsDiskWeights`, :class:`SupportsValues`, :class:`SupportsRestarts`,
-:class:`SupportsPromptReport`, :class:`SupportsEosIds`); callers test
-them with ``isinstance``, never with ``getattr``.
+:class:`SupportsPromptReport`, :class:`SupportsEosIds`; a loss's: :class:`SupportsMinSamples`,
+:class:`SupportsOldLogprobsDeclaration`, :class:`SupportsReferenceScores`,
+:class:`SupportsTrainingSamples`); callers test them with ``isinstance``, never with ``getattr``.
+What a registration hook's ``register`` accepts is :class:`Register`.
 
 This module imports only :mod:`plasmid.types` (and :mod:`plasmid.config` for type checking):
 what a generate function or rollout driver sees of the run is the :class:`RolloutView`
@@ -23,7 +25,7 @@ protocol, which :class:`plasmid.context.RolloutContext` implements.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from plasmid.types import (
@@ -132,6 +134,13 @@ class RolloutEngine(Protocol):
     samples) without a task per request. Callers check for it with ``getattr``;
     :class:`plasmid.builtin.SingleTurn` uses it when every engine of the run has it, and otherwise
     makes one ``generate`` call per sample.
+
+    Deprecated name: :meth:`response_logprobs` was called ``score``. An engine that still has only
+    ``score`` keeps working: when the kernel builds it (:func:`plasmid.providers.instantiate`, which
+    the runtimes, :func:`plasmid.providers.build` and :func:`plasmid.testing.build` use) its
+    ``score`` is given the new name too, with a :class:`DeprecationWarning` naming the provider
+    (:func:`plasmid.providers.adopt_legacy_score`). Rename the method; keep ``score = response_logprobs``
+    as an alias while callers of yours still use the old name. The fallback goes with plugin API 2.
     """
 
     @property
@@ -143,9 +152,11 @@ class RolloutEngine(Protocol):
         """Sample one response to ``prompt_ids``. Many calls run concurrently; engines batch."""
         ...
 
-    async def score(self, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
+    async def response_logprobs(self, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
         """Log-probs of ``token_ids[prompt_length:]`` given their prefix, under the served
-        weights at ``temperature``; used to verify weight syncs (``[len - prompt_length]``)."""
+        weights at ``temperature``; used to verify weight syncs (``[len - prompt_length]``).
+
+        Named ``score`` before plugin API 1.1 (deprecated; see the class docstring)."""
         ...
 
     async def abort_all(self) -> int:
@@ -356,6 +367,10 @@ class Loss(Protocol):
     A loss with ``needs_critic`` also implements :class:`CriticLoss`'s ``value_loss``; the
     trainer then owns a critic, passes its values before the update as ``LossBatch.values`` and
     trains it on ``value_loss`` every step.
+
+    Optional capabilities, each a protocol of its own that trainers test with ``isinstance``:
+    :class:`SupportsMinSamples`, :class:`SupportsOldLogprobsDeclaration`,
+    :class:`SupportsReferenceScores`, :class:`SupportsTrainingSamples`.
     """
 
     needs_ref: bool
@@ -388,6 +403,47 @@ class CriticLoss(Loss, Protocol):
         :meth:`Loss.policy_loss`, so that summed micro-batch losses equal the full batch's.
         """
         ...
+
+
+@runtime_checkable
+class SupportsMinSamples(Protocol):
+    """A loss (its factory, a class attribute) that needs at least ``min_samples_per_prompt``
+    samples per prompt (group-normalised advantages need 2); start-up checks
+    ``--n-samples-per-prompt`` against it. Without it a loss needs 1."""
+
+    min_samples_per_prompt: int
+
+
+@runtime_checkable
+class SupportsOldLogprobsDeclaration(Protocol):
+    """A loss that says whether its :meth:`Loss.advantages` reads ``LossBatch.old_logprobs``.
+
+    ``advantages_read_old_logprobs`` false lets a trainer skip the forward pass for the old
+    log-probs when they are needed only by the policy loss of a single update (plasmid-torchtrain
+    then takes them from the update's own forward pass). Without it a loss is taken to read them.
+    """
+
+    advantages_read_old_logprobs: bool
+
+
+@runtime_checkable
+class SupportsReferenceScores(Protocol):
+    """A loss whose reference log-probs come from the samples, not from a reference model:
+    ``reference_logprobs_key`` names the ``Sample.metadata`` key under which its generate function
+    attaches them (plasmid-opd's teacher log-probs); the trainer fills ``LossBatch.ref_logprobs``
+    from there. ``None`` means none (a trainer then uses its reference model when ``needs_ref``)."""
+
+    reference_logprobs_key: str | None
+
+
+@runtime_checkable
+class SupportsTrainingSamples(Protocol):
+    """A loss that picks the samples a step trains on: the trainer calls
+    ``training_samples(samples, rollout_id=...)`` first, with the batch's samples and rollout id,
+    and trains on what it returns (``--loss sft`` trains on demonstrations; ``sft-mix`` decides
+    the kind of step by the rollout id)."""
+
+    def training_samples(self, samples: Sequence[Sample], rollout_id: int = 0) -> list[Sample]: ...
 
 
 #: Metric-name prefix of the reasons a trainer skipped a step (see :meth:`Trainer.train_step`).
@@ -463,6 +519,25 @@ class Factory(Protocol):
     def __call__(self, config: Config, *args: Any) -> Any: ...
 
 
+class Register(Protocol):
+    """The ``register`` argument of every registration hook (:mod:`plasmid.hookspecs`):
+    ``register(name, factory, *, default=False)``.
+
+    :param name: how users select the provider (``--reward NAME``); unique within its family.
+    :param factory: the provider's factory (a :class:`Factory`, such as a class whose
+        ``__init__`` takes ``config``), or a ``"module:attr"`` string naming it, imported only when
+        the provider is chosen.
+    :param default: the provider to use when a one-provider family has several candidates and
+        none was chosen.
+    :param kind: only in ``plasmid_generators``, deprecated: ``kind="generate"`` registers a
+        generate function there (use ``plasmid_generate_fns``).
+    :raises PluginError: a name without text, or ``kind`` anywhere else.
+    """
+
+    def __call__(self, name: str, factory: Callable[..., Any] | str, *, default: bool = False,
+                 kind: str | None = None) -> None: ...
+
+
 __all__ = [
     "CriticLoss",
     "DataSource",
@@ -472,15 +547,20 @@ __all__ = [
     "GroupRewardFn",
     "Loss",
     "NamedTensor",
+    "Register",
     "RewardFn",
     "RolloutDriver",
     "RolloutEngine",
     "RolloutView",
     "SupportsDiskWeights",
     "SupportsEosIds",
+    "SupportsMinSamples",
+    "SupportsOldLogprobsDeclaration",
     "SupportsPromptReport",
+    "SupportsReferenceScores",
     "SupportsRestarts",
     "SupportsStats",
+    "SupportsTrainingSamples",
     "SupportsValues",
     "Tokenizer",
     "Tool",

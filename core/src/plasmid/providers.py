@@ -25,14 +25,54 @@ Tests pass a registry of their own (:func:`plasmid.testing.make_registry`) inste
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from plasmid.config import Config
+from plasmid.errors import PlasmidError, ProviderError
 from plasmid.plugins import PluginManager
 from plasmid.registry import Provider, Registry
-from plasmid.session import instantiate
 
-__all__ = ["Provider", "build", "find", "instantiate", "lock_registry"]
+__all__ = ["Provider", "adopt_legacy_score", "build", "find", "instantiate", "lock_registry"]
+
+
+def instantiate(provider: Provider, *args: Any) -> Any:
+    """``factory(*args)`` for ``provider``; a failure names the provider and its plugin. An engine
+    that has only the deprecated ``score`` gets its new name (:func:`adopt_legacy_score`)."""
+    factory = provider.load()
+    try:
+        built = factory(*args)
+    except Exception as exc:
+        if isinstance(exc, PlasmidError):
+            raise
+        raise ProviderError(
+            f"{provider.family} '{provider.name}' from plugin {provider.plugin.label} failed to start: "
+            f"{type(exc).__name__}: {exc}",
+            provider=provider.name, plugin=provider.plugin.name,
+        ) from exc
+    if provider.family == "engine":
+        adopt_legacy_score(built, f"engine {provider.describe()}")
+    return built
+
+
+def adopt_legacy_score(engine: Any, label: str) -> Any:
+    """The deprecation path of ``RolloutEngine.score``, renamed
+    :meth:`~plasmid.protocols.RolloutEngine.response_logprobs` (plugin API 1.1): an ``engine``
+    with a callable ``score`` and no ``response_logprobs`` gets ``response_logprobs`` (its own
+    ``score``, bound) on the instance, with a :class:`DeprecationWarning` naming ``label``, so
+    callers and ``isinstance(engine, RolloutEngine)`` see the new name. Returns ``engine``; one
+    that cannot take attributes is left as it is. Removed with plugin API 2."""
+    score = getattr(engine, "score", None)
+    if hasattr(engine, "response_logprobs") or not callable(score):
+        return engine
+    warnings.warn(f"{label}: RolloutEngine.score is deprecated; name the method response_logprobs "
+                  f"(keep score = response_logprobs as an alias for your own callers)", DeprecationWarning,
+                  stacklevel=2)
+    try:
+        engine.response_logprobs = score
+    except AttributeError:
+        pass
+    return engine
 
 
 def lock_registry(config: Config) -> Registry:

@@ -20,7 +20,8 @@ from plasmid.errors import PlasmidError, ProviderError, UsageError
 from plasmid.kernel_options import RolloutOptions, ScheduleOptions
 from plasmid.prompt_limits import report_prompts
 from plasmid.protocols import DataSource, RolloutDriver, RolloutEngine, Tokenizer, Tool, Trainer, WeightSync
-from plasmid.registry import Provider, Registry
+from plasmid.providers import instantiate as instantiate  # re-exported: its home before plasmid.providers
+from plasmid.registry import Registry
 from plasmid.rewards import RewardComponent, RewardSet
 from plasmid.startup import Startup, tool_names
 from plasmid.stop_tokens import stop_token_ids
@@ -70,21 +71,6 @@ class Runtime(Protocol):
     async def shutdown(self) -> None:
         """Stop what :meth:`start` started (servers, actors, process groups)."""
         ...
-
-
-def instantiate(provider: Provider, *args: Any) -> Any:
-    """``factory(*args)`` for ``provider``; a failure names the provider and its plugin."""
-    factory = provider.load()
-    try:
-        return factory(*args)
-    except Exception as exc:
-        if isinstance(exc, PlasmidError):
-            raise
-        raise ProviderError(
-            f"{provider.family} '{provider.name}' from plugin {provider.plugin.label} failed to start: "
-            f"{type(exc).__name__}: {exc}",
-            provider=provider.name, plugin=provider.plugin.name,
-        ) from exc
 
 
 def build_reward_set(config: Config, registry: Registry) -> RewardSet:

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from plasmid.config import Config, OptionParser
 from plasmid.families import contract_index
 from plasmid.plugins import PluginInfo, PluginManager
+from plasmid.providers import adopt_legacy_score
 from plasmid.registry import Registry
 from plasmid.startup import finish_configuration, resolve_choices
 
@@ -89,10 +90,13 @@ def make_registry(*plugins: Any) -> Registry:
 
 
 def build(family: str, name: str, *plugins: Any, config: Config | None = None, args: tuple[Any, ...] = ()) -> Any:
-    """Build provider ``name`` of ``family`` from ``plugins``: ``factory(config, *args)``."""
+    """Build provider ``name`` of ``family`` from ``plugins``: ``factory(config, *args)`` (an
+    engine with only the deprecated ``score`` gets its new name, as in a run:
+    :func:`plasmid.providers.adopt_legacy_score`)."""
     registry = make_registry(*plugins)
-    factory = registry.get(family, name).load()
-    return factory(config or make_config(*plugins), *args)
+    provider = registry.get(family, name)
+    built = provider.load()(config or make_config(*plugins), *args)
+    return adopt_legacy_score(built, f"engine {provider.describe()}") if family == "engine" else built
 
 
 def run(coroutine: Coroutine[Any, Any, T]) -> T:

@@ -87,8 +87,11 @@ class ScriptedEngine:
         return GenerationOutput(token_ids=ids[:end], logprobs=logprobs[:end], status=status,
                                 weight_version=self.weight_version)
 
-    async def score(self, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
+    async def response_logprobs(self, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
         return [-0.5] * (len(token_ids) - prompt_length)
+
+    #: the deprecated name of :meth:`response_logprobs` (see :class:`plasmid.protocols.RolloutEngine`)
+    score = response_logprobs
 
     async def abort_all(self) -> int:
         self.aborts += 1

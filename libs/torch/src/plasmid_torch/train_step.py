@@ -60,7 +60,13 @@ from typing import Any
 
 import torch
 
-from plasmid.protocols import BAD_STEP_PREFIX, Loss
+from plasmid.protocols import (
+    BAD_STEP_PREFIX,
+    Loss,
+    SupportsOldLogprobsDeclaration,
+    SupportsReferenceScores,
+    SupportsTrainingSamples,
+)
 from plasmid.types import LossBatch, RolloutBatch, Sample
 from plasmid_torch.mismatch import step_mismatch_metrics
 from plasmid_torch.step_guard import StepSnapshot, refused
@@ -168,9 +174,8 @@ class TrainStep:
             return {"train/samples": 0.0, "train/tokens": 0.0, "train/updates": 0.0,
                     "train/seconds": time.perf_counter() - started}
         parts = self.parts
-        training_samples = getattr(parts.loss, "training_samples", None)
-        if callable(training_samples):
-            samples = training_samples(samples, rollout_id=batch.rollout_id)
+        if isinstance(parts.loss, SupportsTrainingSamples):
+            samples = parts.loss.training_samples(samples, rollout_id=batch.rollout_id)
         check_samples(samples)
         check_rewards(samples)
         inputs = parts.prepare(samples)
@@ -253,7 +258,8 @@ class TrainStep:
         """
         parts = self.parts
         return (parts.fills_old_logprobs and updates == 1 and parts.critic is None
-                and not getattr(parts.loss, "advantages_read_old_logprobs", True))
+                and isinstance(parts.loss, SupportsOldLogprobsDeclaration)
+                and not parts.loss.advantages_read_old_logprobs)
 
     def loss_batch(self, samples: Sequence[Sample], inputs: Any, *,
                    defer_old: bool = False) -> tuple[LossBatch, torch.Tensor | None]:
@@ -277,7 +283,7 @@ class TrainStep:
         ref = None
         if parts.reference is not None:
             ref = parts.logprobs(parts.reference, inputs, self.temperature)
-        elif key := getattr(parts.loss, "reference_logprobs_key", None):
+        elif isinstance(parts.loss, SupportsReferenceScores) and (key := parts.loss.reference_logprobs_key):
             ref = pad_rows(sample_logprobs(samples, str(key)), width)
         values = parts.critic.values(inputs) if parts.critic is not None else None
         on = functools.partial(_to, device=parts.device)

@@ -58,7 +58,7 @@ class ServerSyncContract(WeightSyncContract):
 
         async def scenario() -> tuple[Any, list[list[float]]]:
             report = await setup.sync.sync(setup.trainer, setup.engines, 6)
-            scored = [await engine.score([1, 4, 5, 6, 7, 8], 2, temperature) for engine in setup.engines
+            scored = [await engine.response_logprobs([1, 4, 5, 6, 7, 8], 2, temperature) for engine in setup.engines
                       for temperature in (1.0, 0.7)]
             return report, scored
 

@@ -197,7 +197,7 @@ class TorchEngine:
             self._batcher.add_done_callback(self._batcher_stopped)
         return requests
 
-    async def score(self, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
+    async def response_logprobs(self, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
         """Log-probs of ``token_ids[prompt_length:]`` at ``temperature`` (0 counts as 1, as in
         :func:`plasmid_torch.ops.logprobs_from_logits`), from a forward pass without a cache shared
         with the other calls waiting at the same time (see the module docs); equal to what
@@ -221,6 +221,9 @@ class TorchEngine:
         if self._scorer is None or self._scorer.done():
             self._scorer = loop.create_task(self._score_waiting(), name="torchgen-scorer")
         return await future
+
+    #: the deprecated name of :meth:`response_logprobs` (see :class:`plasmid.protocols.RolloutEngine`)
+    score = response_logprobs
 
     async def abort_all(self) -> int:
         """Answer every waiting and running request now with ``Status.ABORTED`` and the tokens

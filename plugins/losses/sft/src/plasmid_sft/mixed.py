@@ -11,6 +11,7 @@ from plasmid import providers
 from plasmid.config import Config
 from plasmid.errors import UsageError
 from plasmid.options import Options
+from plasmid.protocols import SupportsOldLogprobsDeclaration, SupportsReferenceScores, SupportsTrainingSamples
 from plasmid.registry import Registry
 from plasmid.types import LossBatch, Sample
 from plasmid_sft.loss import SFTLoss
@@ -62,7 +63,7 @@ class SFTMixLoss:
         if getattr(self.rl, "needs_critic", False):
             raise UsageError(f"--sft-mix-loss {name} needs a critic, which SFT steps would train on demonstrations; "
                              f"mix SFT with a loss without one (grpo, rloo, reinforce++, ...)")
-        if getattr(self.rl, "reference_logprobs_key", None):
+        if isinstance(self.rl, SupportsReferenceScores) and self.rl.reference_logprobs_key:
             raise UsageError(f"--sft-mix-loss {name} reads scores its own generate function attaches "
                              f"({self.rl.reference_logprobs_key!r}); --generate sft attaches demonstrations only")
         #: the loss of the SFT steps
@@ -91,18 +92,22 @@ class SFTMixLoss:
 
     @property
     def advantages_read_old_logprobs(self) -> bool:
-        return bool(getattr(self.current, "advantages_read_old_logprobs", True))
+        current = self.current
+        return not isinstance(current, SupportsOldLogprobsDeclaration) or bool(current.advantages_read_old_logprobs)
 
     @property
     def reference_logprobs_key(self) -> str | None:
-        return getattr(self.current, "reference_logprobs_key", None)
+        current = self.current
+        return current.reference_logprobs_key if isinstance(current, SupportsReferenceScores) else None
 
     def training_samples(self, samples: Sequence[Sample], rollout_id: int = 0) -> list[Sample]:
         """Begin the step of rollout ``rollout_id``: the samples its loss trains on (demonstrations on
         an SFT step)."""
         self.rollout_id = rollout_id
-        own = getattr(self.current, "training_samples", None)
-        return own(samples, rollout_id=rollout_id) if callable(own) else list(samples)
+        current = self.current
+        if isinstance(current, SupportsTrainingSamples):
+            return current.training_samples(samples, rollout_id=rollout_id)
+        return list(samples)
 
     def advantages(self, batch: LossBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The current step's loss's advantages."""

@@ -64,8 +64,8 @@ class EngineHost:
     async def generate(self, prompt_ids: list[int], params: Any) -> Any:
         return await self.engine.generate(prompt_ids, params)
 
-    async def score(self, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
-        return await self.engine.score(token_ids, prompt_length, temperature)
+    async def response_logprobs(self, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
+        return await self.engine.response_logprobs(token_ids, prompt_length, temperature)
 
     async def abort_all(self) -> int:
         return await self.engine.abort_all()

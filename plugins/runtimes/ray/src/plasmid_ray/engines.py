@@ -130,8 +130,11 @@ class EngineProxy:
         finally:
             self.in_flight -= 1
 
-    async def score(self, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
-        return await self._call("score", list(token_ids), prompt_length, temperature)
+    async def response_logprobs(self, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
+        return await self._call("response_logprobs", list(token_ids), prompt_length, temperature)
+
+    #: the deprecated name of :meth:`response_logprobs` (see :class:`plasmid.protocols.RolloutEngine`)
+    score = response_logprobs
 
     async def abort_all(self) -> int:
         import ray

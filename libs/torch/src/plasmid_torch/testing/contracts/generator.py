@@ -14,7 +14,7 @@ The suite builds a tiny Hugging Face model (:func:`plasmid_torch.tiny.build_tiny
 temporary directory and an engine on it for each test through the ``engine_factory`` fixture;
 override that fixture when an engine is built differently (a server to start, a device to pick).
 It checks only what :class:`plasmid.protocols.RolloutEngine` promises: responses within the
-sampling limits with aligned log-probs, stop tokens, seeds, ``score`` agreeing with ``generate``
+sampling limits with aligned log-probs, stop tokens, seeds, ``response_logprobs`` agreeing with ``generate``
 and with a plain forward pass of the same weights, weight updates served and read back bit for
 bit, ``abort_all``, and (an engine that has the optional ``generate_many``) many requests in one
 call answered as the same requests one by one. Imports torch and transformers (a reference model runs in-process).
@@ -53,7 +53,7 @@ class GeneratorContract:
     provider: str = ""
     #: option values (Python names) for the engine's configuration, on top of the defaults.
     config_options: dict[str, Any] = {}
-    #: how far ``score`` may be from ``generate``'s log-probs and from a float32 forward pass.
+    #: how far ``response_logprobs`` may be from ``generate``'s log-probs and from a float32 forward pass.
     logprob_atol: float = 1e-5
     #: ``max_new_tokens`` of the generation that ``abort_all`` interrupts (must outlast 0.3 s).
     long_generation_tokens: int = 3000
@@ -191,7 +191,7 @@ class GeneratorContract:
 
         async def scenario() -> tuple[GenerationOutput, list[float]]:
             output = await engine.generate(PROMPTS[0], params)
-            scored = await engine.score(PROMPTS[0] + output.token_ids, len(PROMPTS[0]), temperature)
+            scored = await engine.response_logprobs(PROMPTS[0] + output.token_ids, len(PROMPTS[0]), temperature)
             return output, scored
 
         output, scored = run(scenario())
@@ -201,7 +201,7 @@ class GeneratorContract:
     def test_greedy_logprobs_are_reported_at_temperature_one(self, engine: RolloutEngine) -> None:
         async def scenario() -> tuple[GenerationOutput, list[float]]:
             output = await engine.generate(PROMPTS[3], SamplingParams(temperature=0.0, max_new_tokens=6))
-            return output, await engine.score(PROMPTS[3] + output.token_ids, len(PROMPTS[3]), 1.0)
+            return output, await engine.response_logprobs(PROMPTS[3] + output.token_ids, len(PROMPTS[3]), 1.0)
 
         output, scored = run(scenario())
         np.testing.assert_allclose(scored, output.logprobs, rtol=0, atol=self.logprob_atol)
@@ -209,7 +209,7 @@ class GeneratorContract:
     def test_score_matches_a_forward_pass_of_the_same_weights(self, engine: RolloutEngine,
                                                              reference_model: Any) -> None:
         tokens = PROMPTS[2] + [5, 9, 2, 14, 3]
-        scored = run(engine.score(tokens, len(PROMPTS[2]), 0.8))
+        scored = run(engine.response_logprobs(tokens, len(PROMPTS[2]), 0.8))
         expected = self.reference_logprobs(reference_model, tokens, len(PROMPTS[2]), 0.8)
         np.testing.assert_allclose(scored, expected, rtol=0, atol=self.logprob_atol)
 
@@ -236,13 +236,13 @@ class GeneratorContract:
 
     def test_updated_weights_are_the_ones_served(self, engine: RolloutEngine, reference_model: Any) -> None:
         tokens = PROMPTS[0] + [9, 9, 4, 7]
-        before = run(engine.score(tokens, len(PROMPTS[0]), 1.0))
+        before = run(engine.response_logprobs(tokens, len(PROMPTS[0]), 1.0))
         name = "model.layers.1.mlp.down_proj.weight"
         parameter = reference_model.state_dict(keep_vars=True)[name]
         with torch.no_grad():
             parameter.mul_(-3.0)
         run(engine.update_weights([(name, parameter.detach().clone())], weight_version=1))
-        after = run(engine.score(tokens, len(PROMPTS[0]), 1.0))
+        after = run(engine.response_logprobs(tokens, len(PROMPTS[0]), 1.0))
         expected = self.reference_logprobs(reference_model, tokens, len(PROMPTS[0]), 1.0)
         np.testing.assert_allclose(after, expected, rtol=0, atol=self.logprob_atol)
         assert not np.allclose(before, after, rtol=0, atol=1e-4), "the update changed nothing the engine serves"

@@ -19,7 +19,7 @@ engines'):
 
 - every engine's weights (``engine.get_weights``) equal the trainer's exported tensors bit for
   bit, and the engine's ``weight_version`` is the version passed to ``sync``;
-- the engine's ``score`` of fixed sequences matches the trainer's ``logprobs`` within
+- the engine's ``response_logprobs`` of fixed sequences matches the trainer's ``logprobs`` within
   :attr:`WeightSyncContract.logprob_tolerance`;
 - the report's ``bytes`` is the sum of the exported tensors' bytes, ``buckets`` the number of
   buckets of ``--update-weight-buffer-size`` bytes, and ``weight_version`` the version passed.
@@ -45,6 +45,7 @@ from plasmid import testing
 from plasmid.config import Config
 from plasmid.kernel_options import GeneralOptions
 from plasmid.protocols import RolloutEngine, Trainer, WeightSync
+from plasmid.providers import adopt_legacy_score
 from plasmid.types import Sample
 from plasmid_torch.testing.batches import make_rollout_batch
 from plasmid_torch.testing.contracts.trainer import as_numpy, exported, tensor_nbytes
@@ -106,7 +107,9 @@ class WeightSyncContract:
                    "update_weight_buffer_size": self.bucket_bytes, **self.config_options}
         config = testing.make_config(self.plugin, *self.extra_plugins, **options)
         sync = testing.build("weight_sync", self.provider, self.plugin, *self.extra_plugins, config=config)
-        built = SyncSetup(config, sync, self.make_trainer(config), self.make_engines(config, self.engine_count))
+        engines = [adopt_legacy_score(engine, f"engine of {type(self).__name__}.make_engines")  # deprecated score
+                   for engine in self.make_engines(config, self.engine_count)]
+        built = SyncSetup(config, sync, self.make_trainer(config), engines)
         yield built
         self.close(built)
 
@@ -160,7 +163,7 @@ class WeightSyncContract:
         async def scenario() -> tuple[list[list[float]], list[list[list[float]]]]:
             await self.train_then_sync(setup, 1)
             expected = await setup.trainer.logprobs(samples, temperature)
-            scored = [[await engine.score(s.tokens, s.prompt_length, temperature) for s in samples]
+            scored = [[await engine.response_logprobs(s.tokens, s.prompt_length, temperature) for s in samples]
                       for engine in setup.engines]
             return expected, scored
 
