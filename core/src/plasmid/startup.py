@@ -28,6 +28,7 @@ from plasmid.kernel_options import GeneralOptions, RolloutOptions, default_run_d
 from plasmid.options import Options
 from plasmid.plugins import PluginManager, Selection, installed_entry_points
 from plasmid.prompt_limits import PromptLimit
+from plasmid.protocols import SupportsMinSamples
 from plasmid.registry import Registry
 from plasmid.stop_tokens import check_stop_token_ids
 
@@ -172,7 +173,8 @@ def check_run(config: Config, registry: Registry) -> None:
 
 def min_samples_per_prompt(registry: Registry, loss: str) -> int:
     """The loss's ``min_samples_per_prompt`` (1 when it declares none); loads its factory."""
-    return int(getattr(registry.get("loss", loss).load(), "min_samples_per_prompt", 1))
+    factory = registry.get("loss", loss).load()
+    return int(factory.min_samples_per_prompt) if isinstance(factory, SupportsMinSamples) else 1
 
 
 def declares(registry: Registry, generate: str, capability: str) -> bool:

@@ -11,7 +11,8 @@ What the base does, for every such engine:
 - ``generate``: bookkeeping (tickets, statistics), the choice of a server, admission, and
   retries from the prompt (same seed) when a server went silent, to another healthy server or to
   that one once restarted; the request itself is the subclass's (:meth:`HttpEngine._generate_on`);
-- ``score``: the arguments checked, the call retried across a restart (:meth:`HttpEngine._score_on`);
+- ``response_logprobs`` (deprecated name ``score``): the arguments checked, the call retried
+  across a restart (:meth:`HttpEngine._score_on`);
 - ``abort_all``: the abort call on every server, repeated until every request in flight has
   returned; after ``abort_grace`` seconds the requests' ``cancel`` events are set (an engine that
   streams closes its streams then);
@@ -246,7 +247,8 @@ class HttpEngine:
         self._stats["generated_tokens"] += len(output.token_ids)
         return output
 
-    async def score(self, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
+    async def response_logprobs(self, token_ids: list[int], prompt_length: int,
+                                temperature: float) -> list[float]:
         """Log-probs of ``token_ids[prompt_length:]`` at ``temperature`` (0 counts as 1), as
         :func:`plasmid_torch.ops.logprobs_from_logits` defines them."""
         self._check_open("score")
@@ -263,6 +265,9 @@ class HttpEngine:
 
         result: list[float] = await self._with_recovery(self.pool.choose(), call)
         return result
+
+    #: the deprecated name of :meth:`response_logprobs` (see :class:`plasmid.protocols.RolloutEngine`)
+    score = response_logprobs
 
     async def abort_all(self) -> int:
         """Abort every request in flight (see the module docstring); returns how many ended ABORTED.

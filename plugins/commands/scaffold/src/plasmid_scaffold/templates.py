@@ -876,7 +876,7 @@ class {cls}:
     loop between tokens, so requests interleave and ``abort_all`` ends them at the next token
     (status ``ABORTED``). Sampling applies ``temperature`` (0: greedy), ``top_k`` and ``top_p``;
     the reported log-prob of each token is under ``softmax(logits / temperature)`` without the
-    top-k/top-p cut (temperature 1 when greedy), which is what ``score`` and the trainer
+    top-k/top-p cut (temperature 1 when greedy), which is what ``response_logprobs`` and the trainer
     compute. ``update_weights`` copies tensors (torch or numpy) into the served model by Hugging
     Face name, after checking every name and shape, and sets ``weight_version``.
     """
@@ -952,7 +952,7 @@ class {cls}:
             self.in_flight -= 1
         return GenerationOutput(token_ids=tokens, logprobs=logprobs, status=status, weight_version=version)
 
-    async def score(self, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
+    async def response_logprobs(self, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
         with torch.inference_mode():
             ids = torch.tensor([token_ids], device=self.device)
             logits = self.model(input_ids=ids).logits[0, prompt_length - 1:-1]
