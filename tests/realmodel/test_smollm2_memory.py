@@ -23,6 +23,10 @@ import pytest
 OPTIONS = {"max_tokens_per_micro_batch": 2048, "gradient_checkpointing": True, "max_update_ratio": 0.0}
 #: measured 3.8 GB on 2026-12-07 (2 cores; allocations of 4 MiB and more mapped on their own: torchtrain's default)
 BOUND_GB = 4.2
+#: LoRA (rank 16 on every linear layer, the same settings): measured 1.9 GB on 2026-12-07 with torchtrain's LoRA
+#: default (allocations of 1 MiB and more mapped on their own); 3.2 GB at the full fine-tuning default of 4 MiB.
+#: Issue 30's target is 2.5 GB.
+LORA_BOUND_GB = 2.5
 
 
 def measure(model_dir: str, options: dict) -> dict:
@@ -57,14 +61,25 @@ def measure(model_dir: str, options: dict) -> dict:
     return {"peak_gb": peak / 1e6, "steps": steps}
 
 
-@pytest.mark.timeout(900)
-def test_two_full_fine_tuning_steps_stay_under_the_memory_bound(smollm2_dir):
-    result = subprocess.run([sys.executable, __file__, str(smollm2_dir), json.dumps(OPTIONS)], capture_output=True,
+def measured_in_a_fresh_process(model_dir, options: dict) -> dict:
+    result = subprocess.run([sys.executable, __file__, str(model_dir), json.dumps(options)], capture_output=True,
                             text=True, timeout=850)
     assert result.returncode == 0, result.stderr[-3000:]
     measured = json.loads(result.stdout.strip().splitlines()[-1])
     assert all(value == value for value in measured["steps"]), measured
+    return measured
+
+
+@pytest.mark.timeout(900)
+def test_two_full_fine_tuning_steps_stay_under_the_memory_bound(smollm2_dir):
+    measured = measured_in_a_fresh_process(smollm2_dir, OPTIONS)
     assert measured["peak_gb"] <= BOUND_GB, measured
+
+
+@pytest.mark.timeout(900)
+def test_two_lora_steps_stay_under_the_lora_memory_bound(smollm2_dir):
+    measured = measured_in_a_fresh_process(smollm2_dir, {**OPTIONS, "lora_rank": 16})
+    assert measured["peak_gb"] <= LORA_BOUND_GB, measured
 
 
 if __name__ == "__main__":

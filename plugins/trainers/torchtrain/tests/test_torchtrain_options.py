@@ -64,3 +64,15 @@ def test_the_torchtrain_options_default_to_full_training_without_memory_savers()
 def test_bad_torchtrain_options_are_one_line_errors_naming_the_flag(options, flag):
     with pytest.raises(UsageError, match=f"^{flag}"):
         testing.make_config(plasmid_torchtrain.plugin, **options)
+
+
+@pytest.mark.parametrize(("options", "threshold"), [
+    ({}, 4 << 20),                                                  # full fine-tuning: speed first
+    ({"lora_rank": 8}, 1 << 20),                                    # LoRA: the adapters' temporaries fragment
+    ({"lora_rank": 8, "torchtrain_mmap_threshold": 0}, 0),          # glibc's adaptive threshold, asked for
+    ({"torchtrain_mmap_threshold": 65536}, 65536),
+])
+def test_the_mmap_threshold_defaults_by_run_kind_and_follows_the_option(options, threshold):
+    from plasmid_torchtrain.options import TorchtrainOptions
+
+    assert TorchtrainOptions.of(testing.make_config(plasmid_torchtrain.plugin, **options)).mmap_threshold() == threshold

@@ -10,6 +10,14 @@ from typing import Literal
 from plasmid.errors import UsageError
 from plasmid.options import Options, option
 
+#: the CPU mmap threshold of full fine-tuning: SmolLM2-135M, two steps of 32 samples, packed micro-batches of
+#: 2,048 tokens with gradient checkpointing (2026-12-07, 2 cores): 3.8 GB peak, 27-34 s a step; 256 KiB gave
+#: 3.4 GB at 32-38 s
+MMAP_THRESHOLD_FULL = 4 << 20
+#: the CPU mmap threshold of a LoRA run: the adapters' hidden-sized temporaries (1-4 MiB at these micro-batches)
+#: left 1.4 GB of freed heap resident at 4 MiB (3.2 GB peak, 32 s a step); 1 MiB: 1.9 GB, 44 s
+MMAP_THRESHOLD_LORA = 1 << 20
+
 
 class TorchtrainOptions(Options, group="torchtrain", description="the plain-PyTorch trainer (--trainer torchtrain)"):
     """Memory savers and data-parallel layout of the torch trainer."""
@@ -32,13 +40,22 @@ class TorchtrainOptions(Options, group="torchtrain", description="the plain-PyTo
                                  min=0, max=1)
     lora_target_modules: tuple[str, ...] = option((), "module names to adapt (repeat the flag: q_proj, v_proj, ...)",
                                                   default_text="every linear layer but the LM head")
-    torchtrain_mmap_threshold: int = option(
-        4 << 20, "on the CPU: allocations of at least this many bytes get a memory mapping of their own, returned to "
+    torchtrain_mmap_threshold: int | None = option(
+        None, "on the CPU: allocations of at least this many bytes get a memory mapping of their own, returned to "
         "the system when freed (glibc's mmap threshold, fixed: plasmid_torch.heap); lower keeps less resident memory "
-        "for some time (SmolLM2-135M train step: 4.55 GB peak with glibc's adaptive threshold, 3.8 at 4 MiB, 3.4 at "
-        "64 KiB, each ~10% slower than the last); 0: glibc's adaptive threshold", min=0)
+        "at the cost of page faults (SmolLM2-135M train step, full fine-tuning: 4.55 GB peak with glibc's adaptive "
+        "threshold, 3.8 at 4 MiB, 3.4 at 256 KiB and ~20% slower; LoRA: 3.2 GB at 4 MiB, 1.9 at 1 MiB and ~35% "
+        "slower); 0: glibc's adaptive threshold", min=0,
+        default_text="4 MiB; 1 MiB with --lora-rank, where the adapters' temporaries fragment the heap")
     optimizer_offload: bool = option(False, "keep the AdamW state in CPU memory between optimizer steps (CUDA only: "
                                      "with --device cuda)")
+
+    def mmap_threshold(self) -> int:
+        """The glibc mmap threshold to fix on the CPU (bytes; 0: leave glibc's adaptive one): the option, or
+        the default for this run (:data:`MMAP_THRESHOLD_FULL`, :data:`MMAP_THRESHOLD_LORA` with LoRA)."""
+        if self.torchtrain_mmap_threshold is not None:
+            return self.torchtrain_mmap_threshold
+        return MMAP_THRESHOLD_LORA if self.lora_rank else MMAP_THRESHOLD_FULL
 
     def check_device(self, device_type: str) -> None:
         """:raises UsageError: ``--optimizer-offload`` on a CPU device (there is no GPU memory to save)."""

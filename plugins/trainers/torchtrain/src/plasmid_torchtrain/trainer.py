@@ -115,8 +115,8 @@ class TorchTrainer(StepCounters):
         #: device and precision (``--device``, ``--precision``, ``--attn-implementation``)
         self.place = placement(DeviceOptions.of(config), "torchtrain")
         own.check_device(self.place.device.type)
-        if self.place.device.type == "cpu" and own.torchtrain_mmap_threshold:   # freed activations go back
-            heap.map_large_blocks(own.torchtrain_mmap_threshold)                  # to the system (plasmid_torch.heap)
+        if self.place.device.type == "cpu" and own.mmap_threshold():   # freed activations go back to
+            heap.map_large_blocks(own.mmap_threshold())                  # the system (plasmid_torch.heap)
         self.model = self.place.load_causal_lm(str(self.model_dir))
         self.model.requires_grad_(True)
         #: the exported tensors' names (each once: tied ones under the first name)
