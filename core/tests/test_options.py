@@ -196,3 +196,22 @@ def test_a_flag_with_a_const_takes_its_value_optionally():
     assert Tagged.from_values(vars(parser.parse([]))).think_tag is None
     assert Tagged.from_values(vars(parser.parse(["--think-tag"]))).think_tag == "</think>"
     assert Tagged.from_values(vars(parser.parse(["--think-tag", "</reason>"]))).think_tag == "</reason>"
+
+
+class PercentOptions(Options, group="percent"):
+    percent_share: float = option(0.5, "share of the batch (50% by default; ~20% slower when lower)")
+
+
+@pytest.mark.parametrize("flag", ["--help", "--help-all"])
+def test_a_percent_sign_in_an_options_help_is_printed_as_text(flag, capsys):
+    from plasmid.app.helptext import short_help
+
+    parser = OptionParser("prog", help_text=short_help)
+    parser.add_options(PercentOptions)
+    with pytest.raises(SystemExit) as exit_info:
+        parser.parse([flag])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "~20% slower" in out or "--percent-share" in out
+    if flag == "--help-all":
+        assert "(50% by default; ~20% slower" in " ".join(out.split())

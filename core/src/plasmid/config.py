@@ -55,7 +55,11 @@ class OptionGroup:
         self._parser = parser
 
     def addoption(self, *flags: str, **kwargs: Any) -> None:
+        """argparse's ``add_argument``; a ``%`` in ``help`` is text (argparse would read it as a format
+        directive and fail to print ``--help``: "~20% slower")."""
         self._parser._check_new(flags)
+        if isinstance(kwargs.get("help"), str):
+            kwargs["help"] = kwargs["help"].replace("%", "%%")
         self._group.add_argument(*flags, **kwargs)
 
 
