@@ -48,15 +48,36 @@ def test_a_new_run_into_an_old_runs_directory_is_refused_and_nothing_is_touched(
     assert (run_dir / "metrics.jsonl").read_text() == before
 
 
-def test_resume_without_a_checkpoint_says_so(tmp_path):
+def test_resume_without_a_checkpoint_starts_from_step_0_saying_so_in_one_line(tmp_path, capsys):
+    """A run killed before its first checkpoint (header and metrics, no checkpoint) is neither
+    resumable nor restartable unless ``--resume`` starts it again: a scheduler restarts with it."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    with pytest.raises(UsageError, match="holds no complete checkpoint"):
-        check_run_dir(make_config(run_dir=run_dir, resume=True))
-    partial = run_dir / "checkpoints" / "step_000003.partial"
-    partial.mkdir(parents=True)
-    with pytest.raises(UsageError, match="holds no complete checkpoint"):
-        check_run_dir(make_config(run_dir=run_dir, resume=True))
+    check_run_dir(make_config(run_dir=run_dir, resume=True))
+    config = make_config(run_dir=run_dir, temperature=0.7)
+    write_header(config)
+    (run_dir / "metrics.jsonl").write_text('{"step": 0}\n')
+    (run_dir / "checkpoints" / "step_000003.partial").mkdir(parents=True)
+    capsys.readouterr()
+    check_run_dir(make_config(run_dir=run_dir, temperature=0.7, resume=True))
+    said = capsys.readouterr().err.strip()
+    assert said == (f"plasmid: --resume: {run_dir} holds no complete checkpoint (nothing under "
+                    f"{run_dir / 'checkpoints'}); starting the run from step 0")
+
+
+def test_resume_without_a_checkpoint_of_another_runs_config_is_refused(tmp_path):
+    run_dir = tmp_path / "run"
+    write_header(make_config(run_dir=run_dir, temperature=0.7))
+    with pytest.raises(UsageError, match=r"this run differs .*--temperature 0.7 -> 1.0"):
+        check_run_dir(make_config(run_dir=run_dir, temperature=1.0, resume=True))
+    check_run_dir(make_config(run_dir=run_dir, temperature=1.0, resume=True, resume_allow_changes=True))
+
+
+def test_a_resume_without_a_checkpoint_writes_the_header_afresh(tmp_path):
+    run_dir = tmp_path / "run"
+    write_header(make_config(run_dir=run_dir, temperature=0.7))
+    write_header(make_config(run_dir=run_dir, temperature=1.0, resume=True, resume_allow_changes=True))
+    assert json.loads((run_dir / "config.json").read_text())["option"]["temperature"] == 1.0
 
 
 def test_resume_with_the_same_options_continues(tmp_path):

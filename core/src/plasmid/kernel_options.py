@@ -28,7 +28,8 @@ class GeneralOptions(Options, group="general"):
     model: str | None = option(None, "local Hugging Face model directory", default_text="the datasource's recipe, "
                                "e.g. the quickstart's tiny model")
     run_dir: str | None = option(None, "run directory", default_text="runs/<timestamp>")
-    resume: bool = option(False, "continue from the newest complete checkpoint in --run-dir")
+    resume: bool = option(False, "continue from the newest complete checkpoint in --run-dir (none: start the "
+                                "run from step 0)")
     resume_allow_changes: bool = option(False, "let --resume continue with options or plugins that differ "
                                         "from the run's (listed when refused)")
 

@@ -4,9 +4,11 @@ is written: a new run never lands on an old one, and ``--resume`` continues the 
 - Without ``--resume``, a directory that already holds a run (metrics, checkpoints or a
   header) is refused: training into it would truncate ``metrics.jsonl`` and mix two runs'
   checkpoints.
-- With ``--resume``, the directory must hold a complete checkpoint, and the options and plugin
-  set must be the run's own (the differences are listed) unless ``--resume-allow-changes``; the
-  header is never rewritten, so a failing resume leaves the run as it was.
+- With ``--resume``, the options and plugin set must be the run's own (the differences are
+  listed) unless ``--resume-allow-changes``; the header of a run with a checkpoint is never
+  rewritten, so a failing resume leaves the run as it was. A directory without a complete
+  checkpoint (a run killed before its first one, or no run at all) starts from step 0, saying so
+  in one line: a scheduler that always restarts with ``--resume`` is never stuck.
 - Either way the directory (or, when it does not exist yet, the directory it would be created
   in) must be writable; that is probed without writing anything.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -60,13 +63,13 @@ def check_run_dir(config: Config) -> None:
             raise UsageError(f"--run-dir {run_dir} already holds a run ({', '.join(earlier)}); continue it with "
                              f"--resume, or choose a new --run-dir")
         return
-    if Checkpoints(run_dir).latest() is None:
-        raise UsageError(f"--resume: {run_dir} holds no complete checkpoint to continue from "
-                         f"(nothing under {run_dir / 'checkpoints'}); start a new run without --resume")
     changes = differences(run_dir, config)
     if changes and not general.resume_allow_changes:
         raise UsageError(f"--resume: this run differs from the one in {run_dir}: {'; '.join(changes)}. Resume "
                          f"with the run's own options, or pass --resume-allow-changes")
+    if Checkpoints(run_dir).latest() is None:
+        print(f"plasmid: --resume: {run_dir} holds no complete checkpoint (nothing under "
+              f"{run_dir / 'checkpoints'}); starting the run from step 0", file=sys.stderr)
 
 
 def check_writable(run_dir: Path) -> None:
@@ -169,9 +172,11 @@ def differences(run_dir: Path, config: Config) -> list[str]:
 
 
 def write_header(config: Config) -> None:
-    """``config.json`` and ``plugins.lock.json`` of a new run (a resumed run keeps its own)."""
+    """``config.json`` and ``plugins.lock.json`` of a new run (a resumed run keeps its own; one
+    resumed without a checkpoint starts afresh and writes them again)."""
     run_dir = Path(config.run_dir)
-    if GeneralOptions.of(config).resume and (run_dir / CONFIG_FILE).exists():
+    if (GeneralOptions.of(config).resume and (run_dir / CONFIG_FILE).exists()
+            and Checkpoints(run_dir).latest() is not None):
         return
     run_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(run_dir / CONFIG_FILE, json.dumps(config.to_dict(), indent=1))
