@@ -196,6 +196,8 @@ class OptionField:
                 raise ValueError
         except (TypeError, ValueError):
             raise UsageError(f"{flag}: expected {kind.scalar.__name__}, got {raw!r}") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UsageError(f"{flag}: expected a finite number, got {raw!r}")
         if kind.choices and value not in kind.choices:
             raise UsageError(f"{flag} {value!r}: choose one of {', '.join(kind.choices)}")
         spec = self.spec

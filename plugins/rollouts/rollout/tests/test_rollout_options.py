@@ -15,13 +15,17 @@ from plasmid.testing import build, make_config
 def test_the_typed_read_gives_the_declared_default():
     options = RolloutDriverOptions.of(make_config(plasmid_rollout.plugin))
     assert options == RolloutDriverOptions.defaults()
-    assert options.rollout_max_launch_factor == 4
+    assert options.rollout_max_launch_factor == 4 and options.reward_range_bound == 1e3
 
 
 @pytest.mark.parametrize(("bad", "message"), [
     ({"rollout_max_launch_factor": 0}, "--rollout-max-launch-factor 0: must be >= 1"),
     ({"rollout_max_launch_factor": "many"}, "--rollout-max-launch-factor: expected int, got 'many'"),
     ({"over_sampling": 0.5}, "--over-sampling 0.5: must be >= 1"),
+    ({"reward_range_bound": 0.0}, "--reward-range-bound 0.0: must be > 0"),
+    ({"reward_range_bound": -5.0}, "--reward-range-bound -5.0: must be > 0"),
+    ({"reward_range_bound": "inf"}, "--reward-range-bound: expected a finite number, got 'inf'"),
+    ({"reward_range_bound": "big"}, "--reward-range-bound: expected float, got 'big'"),
 ])
 def test_a_bad_value_is_a_one_line_usage_error_naming_its_flag(bad, message):
     with pytest.raises(UsageError) as raised:

@@ -44,7 +44,7 @@ def test_single_turn_samples_add_no_metric_but_their_truncated_fraction():
                           "rollout/seconds_generating", "rollout/reward_mean", "rollout/reward_std",
                           "rollout/response_length_mean", "rollout/response_length_max",
                           "rollout/truncated_fraction", "rollout/tokens_per_second", "rollout/accuracy",
-                          "rollout/reward/test"}
+                          "rollout/reward/test", "rollout/reward_out_of_range_fraction"}
     assert sample_metrics(make_group([1.0]).samples) == {}
 
 
@@ -57,6 +57,23 @@ def test_the_truncated_fraction_of_single_turn_samples_counts_those_cut_at_max_n
                               [Status.TRUNCATED, Status.COMPLETED, Status.TRUNCATED, Status.COMPLETED], strict=True):
         sample.status = status
     assert driver._metrics(groups, 2, {}, 0, 1.0)["rollout/truncated_fraction"] == 0.5
+
+
+def test_rewards_past_the_range_bound_are_a_warning_metric_and_one_line_once(capsys):
+    """A finite reward of 1e30 zeroes every other advantage of its group: it must be visible."""
+    driver = build("rollout", "rollout", plasmid_rollout.plugin, config=make_config(plasmid_rollout.plugin))
+    honest = driver._metrics([make_group([1.0, 0.0, -1000.0, 1000.0])], 1, {}, 0, 1.0)
+    assert honest["rollout/reward_out_of_range_fraction"] == 0.0 and capsys.readouterr().err == ""
+    groups = [make_group([1e30, 0.0, 1.0, 0.0]), make_group([-2e3, float("nan"), 0.5, 0.5], index=1)]
+    assert driver._metrics(groups, 2, {}, 0, 1.0)["rollout/reward_out_of_range_fraction"] == 3 / 8
+    warned = capsys.readouterr().err.splitlines()
+    assert len(warned) == 1 and "3 of 8 rewards of this step exceed --reward-range-bound 1000" in warned[0]
+    driver._metrics(groups, 2, {}, 0, 1.0)
+    assert capsys.readouterr().err == "", "the warning line is printed once per run"
+    tight = build("rollout", "rollout", plasmid_rollout.plugin,
+                  config=make_config(plasmid_rollout.plugin, reward_range_bound=0.75))
+    assert tight._metrics([make_group([1.0, 0.0, 0.5, 0.5])], 1, {}, 0, 1.0)[
+        "rollout/reward_out_of_range_fraction"] == 0.25
 
 
 def test_a_name_only_some_samples_carry_is_averaged_over_those():

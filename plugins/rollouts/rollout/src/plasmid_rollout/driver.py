@@ -22,7 +22,11 @@ Per-sample metrics of a generate function: a generate function may put ``name ->
 ``truncated_fraction``); the step's metrics then hold ``rollout/<name>``, the mean over the kept
 samples that carry the name. Samples without it (single-turn) add no metric. Whatever the generate
 function, ``rollout/truncated_fraction`` is the fraction of kept samples cut at the length limit
-(``Status.TRUNCATED``: ``--max-new-tokens``, or multi-turn's limits). Samples whose
+(``Status.TRUNCATED``: ``--max-new-tokens``, or multi-turn's limits), and
+``rollout/reward_out_of_range_fraction`` the fraction of kept samples whose reward's magnitude
+exceeds ``--reward-range-bound`` (or is not a number): a finite reward of 1e30 trains nothing (it
+swamps its group's normalisation, every other advantage rounds to zero), so it is shown, and the
+first step with one says so in one line. Samples whose
 ``metadata["subset"]`` names the part of a mixture they came from add reward and accuracy per
 part (:func:`subset_metrics`).
 """
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import sys
 import time
 from collections import Counter
 from dataclasses import replace
@@ -108,7 +113,10 @@ class AsyncRolloutDriver:
         rollout = RolloutOptions.of(config)
         self.prompts_per_step = rollout.prompts_per_step
         self.over_sampling = rollout.over_sampling
-        self.max_launch_factor = RolloutDriverOptions.of(config).rollout_max_launch_factor
+        driver_options = RolloutDriverOptions.of(config)
+        self.max_launch_factor = driver_options.rollout_max_launch_factor
+        self.reward_range_bound = driver_options.reward_range_bound
+        self.warned_out_of_range = False
         self.partial_rollout = ScheduleOptions.of(config).partial_rollout
         self.seed = GeneralOptions.of(config).seed
 
@@ -236,6 +244,13 @@ class AsyncRolloutDriver:
             "rollout/truncated_fraction": sum(s.status == Status.TRUNCATED for s in samples) / len(samples),
             "rollout/tokens_per_second": sum(lengths) / max(seconds, 1e-9),
         })
+        outside = [r for r in rewards if not abs(r) <= self.reward_range_bound]  # NaN counts too
+        metrics["rollout/reward_out_of_range_fraction"] = len(outside) / len(rewards)
+        if outside and not self.warned_out_of_range:
+            self.warned_out_of_range = True
+            print(f"plasmid: warning: {len(outside)} of {len(rewards)} rewards of this step exceed "
+                  f"--reward-range-bound {self.reward_range_bound:g} in magnitude (e.g. {outside[0]:g}); they swamp "
+                  f"their group's normalisation (see rollout/reward_out_of_range_fraction)", file=sys.stderr)
         primary = next(iter(samples[0].reward_components), None)
         if primary is not None:
             metrics["rollout/accuracy"] = sum(s.reward_components[primary] >= 1.0 for s in samples) / len(samples)

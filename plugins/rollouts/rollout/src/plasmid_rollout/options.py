@@ -9,3 +9,6 @@ class RolloutDriverOptions(Options, group="rollout driver", description="the def
                                                                         "rollout)"):
     rollout_max_launch_factor: int = option(4, "at most this many times the first wave of groups is started in one "
                                                "step (bounds the work when filters drop most groups)", min=1)
+    reward_range_bound: float = option(
+        1e3, "a sample reward whose magnitude exceeds this counts in rollout/reward_out_of_range_fraction (a "
+             "warning: such a reward swamps its group's normalisation, zeroing the others' advantages)", gt=0)
