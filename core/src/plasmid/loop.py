@@ -48,6 +48,7 @@ from plasmid.kernel_options import (
 )
 from plasmid.loop_gc import startup_objects_frozen
 from plasmid.profiling import StepClock
+from plasmid.protocols import SupportsSyncStart
 from plasmid.session import Session
 from plasmid.shutdown import StopSignals
 from plasmid.stalls import Stalls
@@ -122,8 +123,9 @@ class Loop:
 
     @classmethod
     async def start(cls, session: Session, log: StepLog) -> Loop:
-        """Read the options, restore the newest checkpoint on ``--resume`` (and sync its weights),
-        and tell ``log`` where the run starts."""
+        """Read the options, restore the newest checkpoint on ``--resume``, start the weight sync
+        (:class:`~plasmid.protocols.SupportsSyncStart`), sync a restored checkpoint's weights, and tell
+        ``log`` where the run starts."""
         config, ctx = session.config, session.ctx
         saving, evaluation = CheckpointOptions.of(config), EvalOptions.of(config)
         trainer_label = provider_label(session, "trainer", config.option.trainer)
@@ -132,9 +134,13 @@ class Loop:
                   StepClock(getattr(ctx, "rewards", None)) if ProfileOptions.of(config).profile else None,
                   ctx.data_source.eval_groups() if evaluation.eval_interval else [],
                   RolloutOptions.of(config).num_rollouts)
-        if GeneralOptions.of(config).resume and (latest := run.checkpoints.latest()) is not None:
+        latest = run.checkpoints.latest() if GeneralOptions.of(config).resume else None
+        if latest is not None:
             meta = await run.checkpoints.restore(latest, session.trainer, ctx.data_source)
             run.first, run.version, run.saved = meta["rollout_id"] + 1, meta["weight_version"], meta["rollout_id"]
+        if isinstance(session.weight_sync, SupportsSyncStart):
+            await session.weight_sync.start(session.trainer, session.engines)
+        if latest is not None:
             await session.weight_sync.sync(session.trainer, session.engines, run.version)
         log.resume_from(run.first)
         run.data_state = ctx.data_source.state_dict()

@@ -512,6 +512,41 @@ class WeightSync(Protocol):
     async def sync(self, trainer: Trainer, engines: Sequence[RolloutEngine], weight_version: int) -> SyncReport: ...
 
 
+@runtime_checkable
+class SupportsSyncStart(Protocol):
+    """A :class:`WeightSync` with set-up to do once the trainer and engines exist: the loop awaits
+    ``start`` once, before the first rollout (after a ``--resume`` restored its checkpoint and
+    before that checkpoint's weights are synced). Optional."""
+
+    async def start(self, trainer: Trainer, engines: Sequence[RolloutEngine]) -> None: ...
+
+
+@runtime_checkable
+class SupportsSharedWeights(Protocol):
+    """A trainer whose weights an engine in the same process may read in place (no copy).
+
+    ``shared_weights()`` returns the live tensors the trainer updates in place, in Hugging Face
+    names (each once: a tied ``lm_head`` is not repeated), or ``None`` when it cannot share them
+    (sharded, LoRA's merged weights are computed, ...). The trainer promises to change them only
+    in place (optimizer steps, a refused step's restore, a checkpoint's load), never to replace
+    them, so an engine holding them sees every update as soon as it is made: a sync that shares
+    them must only let engines generate when no train step runs (``--schedule sync``)."""
+
+    def shared_weights(self) -> list[tuple[str, Any]] | None: ...
+
+
+@runtime_checkable
+class SupportsWeightSharing(Protocol):
+    """An engine in the trainer's process that can serve the trainer's own tensors.
+
+    ``share_weights(named_tensors, weight_version)`` serves each ``(name, tensor)`` itself in
+    place of the engine's tensor of that name where dtype, device and shape agree (freeing the
+    engine's copy), copies the others as ``update_weights`` would, and sets ``weight_version``;
+    returns the bytes it now shares. Later calls with the same tensors copy nothing."""
+
+    async def share_weights(self, named_tensors: Sequence[tuple[str, Any]], weight_version: int) -> int: ...
+
+
 class Factory(Protocol):
     """What a registration hook registers: called once as ``factory(config)`` (trainers:
     ``factory(config, loss)``) to build the provider."""

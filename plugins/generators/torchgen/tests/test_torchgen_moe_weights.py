@@ -28,3 +28,32 @@ def test_a_checkpoint_layout_sync_updates_the_fused_experts(make_engine, arch, t
     assert after == expected and after != before
     name = next(name for name in sent if name.endswith("experts.1.up_proj.weight"))
     assert np.array_equal(run(engine.get_weights([name]))[name], sent[name].numpy())
+
+
+def test_sharing_serves_same_dtype_tensors_in_place_and_copies_the_rest(make_engine, tmp_path):
+    """``share_weights``: a tensor of the served dtype becomes the engine's own (same storage; the
+    engine's copy dropped); one of another dtype and the experts' checkpoint-layout views are copied;
+    a wrong shape changes nothing."""
+    import torch
+
+    served = build_tiny_model(tmp_path / "served", arch="qwen3_moe", seed=0)
+    sent = load_file(build_tiny_model(tmp_path / "other", arch="qwen3_moe", seed=1) / "model.safetensors")
+    engine = make_engine(served)
+    dense = next(name for name in sent if name.endswith("self_attn.q_proj.weight"))
+    expert = next(name for name in sent if name.endswith("experts.1.up_proj.weight"))
+    half = next(name for name in sent if name.endswith("self_attn.k_proj.weight"))
+    sent[half] = sent[half].double()
+    bad = {dense: torch.zeros(3, 3)}
+    with pytest.raises(ValueError, match="shape"):
+        run(engine.share_weights(list(bad.items()), 5))
+    assert engine.weight_version != 5
+    shared = run(engine.share_weights([(dense, sent[dense]), (expert, sent[expert]), (half, sent[half])], 5))
+    table = engine._weights
+    assert shared == sent[dense].numel() * 4 and engine.weight_version == 5
+    assert table.tensors[dense].data_ptr() == sent[dense].data_ptr()             # served in place
+    assert table.tensors[half].data_ptr() != sent[half].data_ptr()               # another dtype: copied
+    assert torch.equal(table.tensors[half], sent[half].float())
+    assert np.array_equal(run(engine.get_weights([expert]))[expert], sent[expert].numpy())
+    with torch.no_grad():
+        sent[dense].mul_(2.0)
+    assert torch.equal(table.tensors[dense], sent[dense])

@@ -260,6 +260,18 @@ class TorchEngine:
             await loop.run_in_executor(self._worker, self._weights.load, named_tensors)
             self._weight_version = weight_version
 
+    async def share_weights(self, named_tensors: Sequence[tuple[str, Any]], weight_version: int) -> int:
+        """Serve a trainer's own tensors of this process in place of the engine's copies, and set
+        ``weight_version`` (:class:`plasmid.protocols.SupportsWeightSharing`; the ``inprocess`` sync
+        calls it, only when no train step runs while the engine generates); the bytes now shared.
+        Tensors of another dtype or device are copied (:meth:`WeightTable.share`)."""
+        self._check_open("share_weights")
+        loop = self._bind()
+        async with self._lock:
+            shared: int = await loop.run_in_executor(self._worker, self._weights.share, list(named_tensors))
+            self._weight_version = weight_version
+        return shared
+
     async def get_weights(self, names: Sequence[str]) -> dict[str, Any]:
         """Copies of the named served tensors as float32 numpy arrays (for bit-for-bit checks)."""
         self._check_open("get_weights")

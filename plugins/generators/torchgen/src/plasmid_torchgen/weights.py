@@ -30,6 +30,8 @@ class WeightTable:
         state = dict(model.state_dict(keep_vars=True))
         #: every name a sync may send: the state dict's, and per-expert views of fused experts
         self.tensors: dict[str, torch.Tensor] = {**state, **expert_views(state)}
+        #: the state dict's own names (tensors :meth:`share` may replace; expert views are copied into)
+        self.own = frozenset(state)
         self.where = where
 
     def load(self, named_tensors: Iterable[tuple[str, Any]]) -> int:
@@ -38,16 +40,48 @@ class WeightTable:
         Every name and shape is checked before anything is written, so a bad bucket changes
         nothing. Values are cast to the served dtype.
         """
+        updates = self._checked(named_tensors)
+        with torch.no_grad():
+            for target, _name, value in updates:
+                target.copy_(value)
+        return sum(value.numel() * value.element_size() for _target, _name, value in updates)
+
+    def _checked(self, named_tensors: Iterable[tuple[str, Any]]) -> list[tuple[torch.Tensor, str, torch.Tensor]]:
+        """``(served tensor, name, value)`` for each pair; raises before anything is written when a
+        name is unknown or a shape differs."""
         updates = [(self._target(name), name, _as_tensor(value)) for name, value in named_tensors]
         for target, name, value in updates:
             if tuple(value.shape) != tuple(target.shape):
                 raise ValueError(f"torchgen update_weights: tensor '{name}' has shape {tuple(value.shape)}, but the "
                                  f"served model ({self.where}) has {tuple(target.shape)}; send the trainer's tensor "
                                  "of that name unchanged (Hugging Face layout)")
+        return updates
+
+    def share(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
+        """Serve each ``(name, tensor)`` itself: the model's tensor of that name takes the given
+        tensor's storage (``.data``), the model's own copy is freed, and later in-place changes of the
+        tensor are what the model computes with. Where dtype, device or layout differ, or the name
+        is a view into fused experts, the value is copied as :meth:`load` does. Every name and shape
+        is checked before anything changes; returns the bytes now shared (tensors already shared
+        count, and are not touched)."""
+        updates = self._checked(named_tensors)
+        shared, copies = 0, []
         with torch.no_grad():
-            for target, _name, value in updates:
-                target.copy_(value)
-        return sum(value.numel() * value.element_size() for _target, _name, value in updates)
+            for target, name, value in updates:
+                if self._shareable(name, target, value):
+                    if target.data_ptr() != value.data_ptr():
+                        target.data = value
+                    shared += value.numel() * value.element_size()
+                else:
+                    copies.append((name, value))
+        self.load(copies)
+        return shared
+
+    def _shareable(self, name: str, target: torch.Tensor, value: torch.Tensor) -> bool:
+        """Whether the model's tensor ``name`` can take ``value``'s storage: one of the state dict's
+        own (not an expert view), of the same dtype and device, and ``value`` dense and contiguous."""
+        return (name in self.own and target.dtype == value.dtype and target.device == value.device
+                and value.is_contiguous() and not value.is_sparse)
 
     def read(self, names: Sequence[str]) -> dict[str, np.ndarray]:
         """Copies of the named tensors as numpy arrays: the served dtype, except bfloat16 (which

@@ -1,4 +1,7 @@
-"""``inprocess``: trainer and engines share a process; tensors are handed over, not serialised."""
+"""``inprocess``: trainer and engines share a process; tensors are handed over, not serialised, or
+shared: an engine that can (:class:`~plasmid.protocols.SupportsWeightSharing`) serves a trainer's
+own tensors (:class:`~plasmid.protocols.SupportsSharedWeights`) in place of its copy, so the model is
+in memory once and a sync copies nothing (``--inprocess-share-weights``)."""
 
 from __future__ import annotations
 
@@ -10,8 +13,9 @@ from typing import ClassVar
 from plasmid.config import Config
 from plasmid.kernel_options import ScheduleOptions
 from plasmid.options import Options
-from plasmid.protocols import RolloutEngine, Trainer
+from plasmid.protocols import RolloutEngine, SupportsSharedWeights, SupportsWeightSharing, Trainer
 from plasmid.types import SyncReport
+from plasmid_sync.options import SyncOptions
 from plasmid_torch.tensors import tensor_bytes
 
 
@@ -25,15 +29,54 @@ class InProcessSync:
     Every bucket is sent with the new ``weight_version`` (engines set it on each update), so
     a response that finishes while the buckets are still arriving reports the new version:
     the caller should not generate during a sync when it needs exact versions.
+
+    Shared weights (``--inprocess-share-weights auto``, the default, with ``--schedule sync`` and
+    ``--update-weights-interval 1``): :meth:`start` hands the trainer's live tensors to every engine
+    once, and each :meth:`sync` hands them again (nothing is copied: an engine already serving them
+    only sets the version) and reports ``bytes=0`` and ``sync/shared_bytes``. Where the trainer or
+    an engine cannot share (a sharded or LoRA trainer, another dtype or device, an engine in another
+    process), the buckets are copied as above.
     """
 
-    option_classes: ClassVar[tuple[type[Options], ...]] = (ScheduleOptions,)
+    option_classes: ClassVar[tuple[type[Options], ...]] = (ScheduleOptions, SyncOptions)
 
     def __init__(self, config: Config) -> None:
-        self.bucket_bytes = ScheduleOptions.of(config).update_weight_buffer_size
+        schedule = ScheduleOptions.of(config)
+        self.bucket_bytes = schedule.update_weight_buffer_size
+        #: whether engines may serve the trainer's own tensors: only where they never generate while a
+        #: train step changes them (synchronous steps, a sync after each)
+        self.may_share = (SyncOptions.of(config).inprocess_share_weights == "auto" and schedule.schedule == "sync"
+                          and schedule.update_weights_interval == 1)
+        #: bytes of weights the engines serve from the trainer's tensors (0: none shared)
+        self.shared_bytes = 0
+
+    async def start(self, trainer: Trainer, engines: Sequence[RolloutEngine]) -> None:
+        """Share the trainer's weights with the engines before the first rollout (their copies, loaded
+        from ``--model`` like the trainer's, are freed), where :attr:`may_share` and both sides can;
+        each engine keeps its weight version."""
+        await self._share(trainer, engines, [engine.weight_version for engine in engines])
+
+    async def _share(self, trainer: Trainer, engines: Sequence[RolloutEngine], versions: list[int]) -> bool:
+        """Hand the trainer's live tensors to every engine (engine ``i`` then at ``versions[i]``);
+        whether they were shared (else the caller copies)."""
+        sharers = [engine for engine in engines if isinstance(engine, SupportsWeightSharing)]
+        if not (self.may_share and sharers and len(sharers) == len(engines)
+                and isinstance(trainer, SupportsSharedWeights)):
+            return False
+        named = trainer.shared_weights()
+        if named is None:
+            return False
+        shared = await asyncio.gather(*(engine.share_weights(named, version)
+                                        for engine, version in zip(sharers, versions, strict=True)))
+        self.shared_bytes = min(shared)
+        return True
 
     async def sync(self, trainer: Trainer, engines: Sequence[RolloutEngine], weight_version: int) -> SyncReport:
         started = time.perf_counter()
+        if await self._share(trainer, engines, [weight_version] * len(engines)):
+            await asyncio.gather(*(engine.flush_cache() for engine in engines))
+            return SyncReport(bytes=0, seconds=time.perf_counter() - started, weight_version=weight_version,
+                              metrics={"sync/shared_bytes": float(self.shared_bytes)})
         moved, buckets = 0, 0
         for bucket in trainer.export_weights(self.bucket_bytes):
             await asyncio.gather(*(engine.update_weights(bucket, weight_version) for engine in engines))

@@ -13,3 +13,8 @@ class SyncOptions(Options, group="sync", description="weight syncs of plasmid-sy
     broadcast_backend: Literal["auto", "gloo", "nccl"] = option(
         "auto", "torch.distributed backend of broadcast (auto: nccl when the trainer sees a GPU)")
     broadcast_timeout: float = option(600.0, "seconds a broadcast group waits for its members", gt=0)
+    inprocess_share_weights: Literal["auto", "off"] = option(
+        "auto", "inprocess: engines read the trainer's weights in place instead of holding a copy (one copy of the "
+        "model in memory, nothing copied per sync) where trainer and engine support it and dtypes and devices agree; "
+        "auto: with --schedule sync and --update-weights-interval 1 (the engines then never generate while weights "
+        "change), off: copy at every sync")

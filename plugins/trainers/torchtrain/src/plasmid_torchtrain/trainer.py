@@ -206,6 +206,15 @@ class TorchTrainer(StepCounters):
             return weights.buckets(lora.merged_tensors(self.model, self.export_names), bucket_bytes)
         return weights.buckets(weights.named_tensors(self.model, self.export_names), bucket_bytes)
 
+    def shared_weights(self) -> list[tuple[str, torch.Tensor]] | None:
+        """The policy's live tensors in Hugging Face names (each once), for an engine in this process to
+        serve in place (:class:`plasmid.protocols.SupportsSharedWeights`: this trainer changes them only
+        in place); ``None`` when sharded (each rank holds a shard) or with LoRA (served weights are
+        merged copies)."""
+        if self.sharded or self.lora:
+            return None
+        return list(weights.named_tensors(self.model, self.export_names))
+
     def save_adapters(self, directory: str) -> int:
         """Write the policy's LoRA adapters alone, in peft's format (``adapter_model.safetensors``,
         ``adapter_config.json``), to ``directory`` (replaced whole: written beside it, then renamed)

@@ -78,6 +78,9 @@ class WeightSyncContract:
     logprob_tolerance: float = 1e-4
     #: the sync compresses: ``report.bytes`` counts what it wrote, ``sync/raw_bytes`` the tensors
     compresses: bool = False
+    #: the sync lets engines serve the trainer's own tensors (``inprocess`` by default): nothing is
+    #: moved (``report.bytes`` and ``buckets`` 0), ``sync/shared_bytes`` counts the tensors shared
+    shares: bool = False
 
     def make_trainer(self, config: Config) -> Trainer:
         """A :class:`plasmid.protocols.Trainer` on ``--model``."""
@@ -178,11 +181,14 @@ class WeightSyncContract:
         report = testing.run(self.train_then_sync(setup, 7))
         buckets = list(setup.trainer.export_weights(self.bucket_bytes))
         exported_bytes = sum(tensor_nbytes(t) for bucket in buckets for _, t in bucket)
-        if self.compresses:
+        if self.shares:
+            assert report.metrics["sync/shared_bytes"] == exported_bytes
+            assert report.bytes == report.buckets == 0
+        elif self.compresses:
             assert report.metrics["sync/raw_bytes"] == exported_bytes
             assert 0 < report.bytes
         else:
             assert report.bytes == exported_bytes
-        assert report.buckets == len(buckets) > 1
+        assert self.shares or report.buckets == len(buckets) > 1
         assert report.weight_version == 7
         assert math.isfinite(report.seconds) and report.seconds >= 0
