@@ -6,7 +6,9 @@ float32 parameters, 51 MB) and, in one process:
 (a) the baseline: ``tensor.copy_`` of every exported tensor into a second model of the same
     config in this process (what ``inprocess`` does at best), in MB/s;
 (b) ``--runtime local`` syncs (trainer and ``--engines`` engines in this process):
-    ``inprocess``, ``disk``, ``delta``;
+    ``inprocess`` copying (``--inprocess-share-weights off``), ``inprocess-shared`` (the engines
+    serve the trainer's tensors: nothing is copied, the sync only hands them over and sets the
+    version), ``disk``, ``delta``;
 (c) with Ray installed, the same trainer and engines in Ray actors (a local cluster started
     here): ``inprocess`` (through the driver), ``objectstore``, ``broadcast``, ``disk``, ``delta``.
 
@@ -67,7 +69,7 @@ async def time_syncs(sync, trainer, engines, repeats: int, vocab: int, first_ver
     for repeat in range(repeats + 1):   # the first sync warms up (delta: writes a full snapshot)
         await trainer.train_step(make_rollout_batch(vocab, seed=repeat))
         report = await sync.sync(trainer, engines, first_version + repeat)
-        raw = report.metrics.get("sync/raw_bytes", report.bytes)
+        raw = report.metrics.get("sync/raw_bytes", report.metrics.get("sync/shared_bytes", report.bytes))
         if repeat:
             speeds.append(raw / MB / report.seconds)
     return statistics.median(speeds), {"bytes": report.bytes, **report.metrics}
@@ -75,15 +77,18 @@ async def time_syncs(sync, trainer, engines, repeats: int, vocab: int, first_ver
 
 def local_rows(model_dir: Path, work: Path, engines: int, repeats: int, vocab: int) -> list[tuple[str, float, dict]]:
     rows = []
-    for name in ("inprocess", "disk", "delta"):
-        config = make_config(*PLUGINS, model=str(model_dir), run_dir=work / f"local-{name}", lr=1e-6,
-                             update_weight_buffer_size=16 * MB)
+    # inprocess copies (--inprocess-share-weights off); inprocess-shared hands the trainer's own tensors over:
+    # its MB/s is the model's bytes over the sync's seconds (nothing is copied)
+    for label, name, share in (("inprocess", "inprocess", "off"), ("inprocess-shared", "inprocess", "auto"),
+                               ("disk", "disk", "off"), ("delta", "delta", "off")):
+        config = make_config(*PLUGINS, model=str(model_dir), run_dir=work / f"local-{label}", lr=1e-6,
+                             update_weight_buffer_size=16 * MB, inprocess_share_weights=share)
         loss = build("loss", "grpo", *PLUGINS, config=config)
         trainer = build("trainer", "torchtrain", *PLUGINS, config=config, args=(loss,))
         served = [build("engine", "torchgen", *PLUGINS, config=config) for _ in range(engines)]
         sync = build("weight_sync", name, *PLUGINS, config=config)
         speed, last = asyncio.run(time_syncs(sync, trainer, served, repeats, vocab, 1))
-        rows.append((f"local  {name}", speed, last))
+        rows.append((f"local  {label}", speed, last))
     return rows
 
 
