@@ -122,3 +122,13 @@ def test_outputs_compare_ignoring_trailing_whitespace_only(actual, expected, sam
 ])
 def test_the_program_is_the_last_python_fence_else_untagged_else_everything(response, code):
     assert extract_code(response) == code
+
+
+@pytest.mark.parametrize("response", [
+    "```" + "a" * 100_000, "```python " + "x" * 100_000, "```" * 40_000, ("```py\n" + "a" * 50 + "```") * 3_000 + "```",
+])
+def test_finding_the_program_takes_linear_time(response):
+    import time
+    started = time.perf_counter()
+    extract_code(response)
+    assert time.perf_counter() - started < 0.2

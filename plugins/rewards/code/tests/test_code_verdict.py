@@ -216,3 +216,77 @@ def test_replies_are_read_without_evaluating_anything():
     assert decode(replies[0]["r"][0]) == 0.5
     with pytest.raises(ValueError):
         decode(json.loads("[" * 40 + "0" + "]" * 40))
+
+
+#: A program that never computes the answer: what it returns claims to equal, be close to and be
+#: less than anything, and it rebinds the built-ins a tolerance test relies on.
+CLAIMS_EVERYTHING = """
+import math
+class Anything(float):
+    def __eq__(self, other): return True
+    __ne__ = __lt__ = __le__ = __gt__ = __ge__ = lambda self, other: True
+    def __sub__(self, other): return Anything()
+    __rsub__ = __add__ = __radd__ = __mul__ = __rmul__ = __truediv__ = __sub__
+    def __abs__(self): return Anything()
+    def __round__(self, digits=None): return Anything()
+    def __bool__(self): return True
+    def __hash__(self): return 0
+abs = lambda value: 0
+round = lambda value, digits=None: 0.75
+math.isclose = lambda *args, **kwargs: True
+def area(x):
+    return Anything()
+"""
+TOLERANCE_AND_NESTED = [
+    "assert abs(area(2) - 0.75) < 1e-9", "assert abs(0.75 - area(2)) <= 1e-6", "assert (area(2) == 0.75) == True",
+    "assert (area(2) == 0.75) is True", "assert not (area(2) != 0.75)", "assert round(area(2), 2) == 0.75",
+    "import math\nassert math.isclose(area(2), 0.75, rel_tol=1e-9)",
+    "assert area(2) - 0.75 < 1e-9 and 0.75 - area(2) < 1e-9", "assert [area(2), 1] == [0.75, 1]",
+]
+
+
+def test_tolerance_and_nested_comparisons_are_decided_on_the_host(reward):
+    """The guest returns ``area(2)`` as data; the host subtracts, takes ``abs``, rounds and compares
+    with its own built-ins: neither the object nor the rebound built-ins decide anything."""
+    assert score(reward, CLAIMS_EVERYTHING, TOLERANCE_AND_NESTED) == 0.0
+    for honest in ("def area(x):\n    return 0.75 + 1e-12\n", "def area(x):\n    return 0.7\n"):
+        verdicts = run(reward.assert_verdicts(honest, TOLERANCE_AND_NESTED))
+        assert verdicts == [python_verdict(honest, snippet) for snippet in TOLERANCE_AND_NESTED]
+    exact = "def area(x):\n    return 3 / 4\n"
+    assert score(reward, exact, TOLERANCE_AND_NESTED) == 1.0
+    for snippet in TOLERANCE_AND_NESTED:
+        assert "0.75" not in json.dumps(plan_snippet(snippet).steps), snippet
+
+
+def test_the_expected_value_of_a_tolerance_test_never_reaches_the_guest(reward):
+    assert score(reward, EXPECTED_VALUE_HUNT, ["assert abs(add(1, 2) - 31337) < 0.5"]) == 0.0
+    assert score(reward, EXPECTED_VALUE_HUNT, ["assert (add(1, 2) == 31337) == True"]) == 0.0
+
+
+def python_verdict(program, snippet):
+    namespace = {"__name__": "solution"}
+    exec(program, namespace)
+    try:
+        exec(snippet, namespace)
+    except BaseException:  # noqa: BLE001 - a failing snippet
+        return False
+    return True
+
+
+def test_math_calls_on_the_host_still_need_the_name_in_the_guest(reward):
+    """``math.isclose`` is applied on the host, but as in Python it fails where ``math`` is undefined."""
+    program = "def area(x):\n    return 0.75\n"
+    assert run(reward.assert_verdicts(program, ["assert math.isclose(area(2), 0.75)",
+                                                "import math\nassert math.isclose(area(2), 0.75)"])) == [False, True]
+
+
+@pytest.mark.parametrize("value", [
+    {"$": "set", "v": [{"$": "int", "v": hex(k * (2**61 - 1))} for k in range(1, 20_000)]},
+    {"$": "fraction", "v": [{"$": "int", "v": "f" * 200_000}, {"$": "int", "v": "e" * 200_000}]},
+])
+def test_decoding_a_hostile_value_is_refused_quickly(value):
+    """20,000 ints with one hash (under 1 MB of output) took 3.8 s to make into a set."""
+    import time
+    started = time.perf_counter()
+    assert snippet_passes(plan_snippet("assert f() == 3"), {"done": True, "r": [value]}) is False
+    assert time.perf_counter() - started < 0.5

@@ -26,7 +26,7 @@ from plasmid.config import Config
 from plasmid.options import Options
 from plasmid.protocols import ToolError
 from plasmid.types import Sample
-from plasmid_code.extract import FENCE, extract_code
+from plasmid_code.extract import extract_code, has_fence
 from plasmid_code.options import CodeOptions, PythonToolOptions
 from plasmid_code.sandbox import Sandbox, new_nonce
 
@@ -90,7 +90,7 @@ os._exit(0)
 def program_of(code: str) -> str:
     """The program to run: the fenced block of ``code`` if it is wrapped in a Markdown fence
     (```` ```python ... ``` ````), else ``code`` itself."""
-    return extract_code(code) if FENCE.search(code) else code
+    return extract_code(code) if has_fence(code) else code
 
 
 def tail(text: str, chars: int) -> str:

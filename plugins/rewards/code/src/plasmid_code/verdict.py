@@ -33,6 +33,7 @@ import ast
 import decimal
 import fractions
 import json
+import math
 import operator
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,6 +111,36 @@ class Compare:
     ops: tuple
 
 
+@dataclass(frozen=True)
+class Arith:
+    """A binary (``right`` set) or unary operator applied on the host to host values."""
+
+    op: type
+    left: Any
+    right: Any = None
+
+
+@dataclass(frozen=True)
+class Call:
+    """A :data:`HOST_CALLS` or :data:`MATH_CALLS` function applied on the host; ``resolve``: the
+    guest step that must evaluate the function's name without raising (``math.isclose`` where
+    the program never imported ``math`` fails, as in Python)."""
+
+    function: Any
+    args: tuple
+    keywords: tuple
+    resolve: Any = None
+
+
+@dataclass(frozen=True)
+class Display:
+    """A tuple, list, set or dict display built on the host (``keys`` set for a dict)."""
+
+    kind: type
+    items: tuple
+    keys: tuple | None = None
+
+
 @dataclass
 class SnippetPlan:
     """What the guest runs for one snippet (``steps``: ``[kind, source]`` with kind ``exec``,
@@ -120,6 +151,18 @@ class SnippetPlan:
 
 
 _NOT_HOST = object()
+ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+              ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_, ast.Invert: operator.invert}
+#: ``math`` functions the host applies itself (the common tolerance and float checks).
+MATH_CALLS: dict[str, tuple[Any, frozenset[str]]] = {
+    "isclose": (math.isclose, frozenset({"rel_tol", "abs_tol"})), "isnan": (math.isnan, frozenset()),
+    "isinf": (math.isinf, frozenset()), "isfinite": (math.isfinite, frozenset()), "fabs": (math.fabs, frozenset()),
+    "floor": (math.floor, frozenset()), "ceil": (math.ceil, frozenset()), "sqrt": (math.sqrt, frozenset()),
+}
+#: At most this many items of a set, frozenset or dict the host builds may share one hash (more
+#: is a collision attack that would make building it quadratic).
+MAX_SAME_HASH = 64
 
 
 def host_value(node: ast.expr) -> Any:
@@ -141,40 +184,116 @@ def _arithmetic(node: ast.expr) -> Any:
         return node.value
     if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
         items = [_arithmetic(item) for item in node.elts]
-        return {ast.Tuple: tuple, ast.List: list, ast.Set: set}[type(node)](items)
+        return _build({ast.Tuple: tuple, ast.List: list, ast.Set: set}[type(node)], items)
     if isinstance(node, ast.Dict) and None not in node.keys:
-        return {_arithmetic(k): _arithmetic(v) for k, v in zip(node.keys, node.values, strict=True)}  # type: ignore[arg-type]
+        return _build(dict, [(_arithmetic(k), _arithmetic(v)) for k, v in zip(node.keys, node.values, strict=True)])  # type: ignore[arg-type]
     if isinstance(node, ast.UnaryOp):
-        operand = _arithmetic(node.operand)
-        ops = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_, ast.Invert: operator.invert}
-        return ops[type(node.op)](operand)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in HOST_CALLS:
-        function, keywords = HOST_CALLS[node.func.id]
-        if any(isinstance(arg, ast.Starred) for arg in node.args) or any(
-                keyword.arg is None or (keyword.arg not in keywords and function is not dict)
-                for keyword in node.keywords):
-            raise ValueError("not a call the host makes")
-        args = [_arithmetic(arg) for arg in node.args]
-        if any(isinstance(arg, (str, bytes, list, tuple, set, frozenset, dict)) and len(arg) > MAX_HOST_LENGTH
-               for arg in args):
-            raise ValueError("too large")
-        return function(*args, **{keyword.arg: _arithmetic(keyword.value) for keyword in node.keywords})
+        return _unary(type(node.op), _arithmetic(node.operand))
+    call = _host_call(node)
+    if call is not None:
+        function, _ = call
+        return _apply(function, [_arithmetic(arg) for arg in node.args],  # type: ignore[attr-defined]
+                      {keyword.arg: _arithmetic(keyword.value) for keyword in node.keywords})  # type: ignore[attr-defined]
     if isinstance(node, ast.BinOp):
-        left, right = _arithmetic(node.left), _arithmetic(node.right)
-        if isinstance(node.op, ast.Pow) and isinstance(left, int) and isinstance(right, int):
-            if right > 0 and max(abs(left), 2).bit_length() * right > MAX_HOST_BITS:
-                raise ValueError("too large")
-        if isinstance(node.op, ast.Mult):
-            for seq, times in ((left, right), (right, left)):
-                if isinstance(seq, (str, bytes, list, tuple)) and isinstance(times, int) and \
-                        len(seq) * times > MAX_HOST_LENGTH:
-                    raise ValueError("too large")
-        ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-               ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
-        return ops[type(node.op)](left, right)
+        return _binary(type(node.op), _arithmetic(node.left), _arithmetic(node.right), trusted_left=True)
     raise ValueError("not a name-free expression")
 
 
+def _host_call(node: ast.expr) -> tuple[Any, bool] | None:
+    """``(function, from math)`` when ``node`` is a call the host makes itself, else None."""
+    if not isinstance(node, ast.Call) or any(isinstance(arg, ast.Starred) for arg in node.args):
+        return None
+    func = node.func
+    if isinstance(func, ast.Name) and func.id in HOST_CALLS:
+        function, keywords = HOST_CALLS[func.id]
+        from_math = False
+    elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "math" and \
+            func.attr in MATH_CALLS:
+        function, keywords = MATH_CALLS[func.attr]
+        from_math = True
+    else:
+        return None
+    if any(keyword.arg is None or (keyword.arg not in keywords and function is not dict) for keyword in node.keywords):
+        return None
+    return function, from_math
+
+
+# ---------------------------------------------------------------------------- host operations
+def _plain(*values: Any) -> None:
+    for value in values:
+        if isinstance(value, (Opaque, _Raised)):
+            raise Undecidable("an operand is not a value the host can compute with")
+
+
+def _too_big(value: Any) -> bool:
+    if isinstance(value, int):
+        return value.bit_length() > MAX_HOST_BITS
+    if isinstance(value, fractions.Fraction):
+        return _too_big(value.numerator) or _too_big(value.denominator)
+    if isinstance(value, (str, bytes, list, tuple, set, frozenset, dict)):
+        return len(value) > MAX_HOST_LENGTH
+    return False
+
+
+def _binary(op: type, left: Any, right: Any, trusted_left: bool = False) -> Any:
+    """``left OP right`` on host values, refused (``ValueError``) where it would be costly: big
+    integers, long sequences, powers and repetitions past the bounds, and ``%`` formatting with
+    a format string that is not the test's own."""
+    _plain(left, right)
+    if _too_big(left) or _too_big(right):
+        raise ValueError("too large")
+    if op is ast.Pow and isinstance(right, int) and isinstance(left, (int, fractions.Fraction)) and right > 0:
+        base = left if isinstance(left, int) else max(abs(left.numerator), left.denominator)
+        if max(abs(base), 2).bit_length() * right > MAX_HOST_BITS:
+            raise ValueError("too large")
+    if op is ast.Pow and isinstance(left, decimal.Decimal | fractions.Fraction) and not isinstance(right, int):
+        raise ValueError("not a power the host computes")
+    if op is ast.Mult:
+        for seq, times in ((left, right), (right, left)):
+            if isinstance(seq, (str, bytes, list, tuple)) and isinstance(times, int) and \
+                    len(seq) * times > MAX_HOST_LENGTH:
+                raise ValueError("too large")
+    if op is ast.Mod and isinstance(left, (str, bytes)) and not trusted_left:
+        raise ValueError("formatting with a guest's format string")
+    return ARITHMETIC[op](left, right)
+
+
+def _unary(op: type, operand: Any) -> Any:
+    _plain(operand)
+    return UNARY[op](operand)
+
+
+def _build(kind: type, items: list[Any]) -> Any:
+    """``kind(items)`` for a host container (``items``: pairs for a dict), its hashes bounded."""
+    if kind in (set, frozenset, dict):
+        _bounded_hashes([item[0] for item in items] if kind is dict else items)
+    return kind(items)
+
+
+def _bounded_hashes(items: Any) -> None:
+    counts: dict[int, int] = {}
+    for item in items:
+        _plain(item)
+        key = hash(item)
+        counts[key] = counts.get(key, 0) + 1
+        if counts[key] > MAX_SAME_HASH:
+            raise ValueError("too many items with one hash")
+
+
+def _apply(function: Any, args: list[Any], keywords: dict[str, Any]) -> Any:
+    _plain(*args, *keywords.values())
+    if any(_too_big(arg) for arg in (*args, *keywords.values())):
+        raise ValueError("too large")
+    if function in (set, frozenset, dict) and args and isinstance(args[0], (list, tuple, set, frozenset, dict)):
+        _bounded_hashes(args[0].keys() if isinstance(args[0], dict) else
+                        [pair[0] for pair in args[0] if isinstance(pair, (list, tuple)) and pair]
+                        if function is dict else args[0])
+    if function is round and len(args) == 2 and isinstance(args[1], int) and abs(args[1]) > 10_000:
+        raise ValueError("too many digits")
+    return function(*args, **keywords)
+
+
+# ---------------------------------------------------------------------------- planning
 def plan_snippet(snippet: str) -> SnippetPlan | None:
     """The plan of one snippet, or None when it does not parse (it then fails)."""
     try:
@@ -189,13 +308,16 @@ def plan_snippet(snippet: str) -> SnippetPlan | None:
             plan.steps.append(["exec", ast.unparse(ast.Module(body=list(pending), type_ignores=[]))])
             pending.clear()
 
-    for statement in module.body:
-        if isinstance(statement, ast.Assert):
-            flush()
-            plan.checks.append(_skeleton(statement.test, plan))
-        else:
-            pending.append(statement)
-    flush()
+    try:
+        for statement in module.body:
+            if isinstance(statement, ast.Assert):
+                flush()
+                plan.checks.append(_skeleton(statement.test, plan, truth=True))
+            else:
+                pending.append(statement)
+        flush()
+    except (RecursionError, MemoryError):
+        return None
     return plan
 
 
@@ -204,27 +326,83 @@ def _guest_step(plan: SnippetPlan, node: ast.expr, truth: bool) -> Leaf:
     return Leaf(len(plan.steps) - 1, truth)
 
 
-def _skeleton(node: ast.expr, plan: SnippetPlan) -> Any:
+def _operands(node: ast.expr) -> list[ast.expr] | None:
+    """The operands of ``node`` when the host can apply its operation itself (arithmetic, a host
+    call, a display, a comparison, ``and``/``or``/``not``), else None."""
+    if isinstance(node, ast.BinOp) and type(node.op) in ARITHMETIC:
+        return [node.left, node.right]
+    if isinstance(node, ast.UnaryOp):
+        return [node.operand]
+    if _host_call(node) is not None:
+        return [*node.args, *(keyword.value for keyword in node.keywords)]  # type: ignore[attr-defined]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and \
+            not any(isinstance(item, ast.Starred) for item in node.elts):
+        return list(node.elts)
+    if isinstance(node, ast.Dict) and None not in node.keys:
+        return [*node.keys, *node.values]  # type: ignore[list-item]
+    if isinstance(node, ast.Compare):
+        return [node.left, *node.comparators]
     if isinstance(node, ast.BoolOp):
-        return BoolOp(isinstance(node.op, ast.And), tuple(_skeleton(value, plan) for value in node.values))
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        return Not(_skeleton(node.operand, plan))
+        return list(node.values)
+    return None
+
+
+def _holds_expected(node: ast.expr) -> bool:
+    """Whether ``node`` has a name-free operand (an expected value, a tolerance) within the
+    operations the host applies itself: then it is taken apart so that the guest never receives
+    that value, and no guest object is asked to combine itself with it."""
+    operands = _operands(node)
+    if operands is None:
+        return False
+    return any(host_value(operand) is not _NOT_HOST or _holds_expected(operand) for operand in operands)
+
+
+def _skeleton(node: ast.expr, plan: SnippetPlan, truth: bool) -> Any:
+    """The host's part of ``node``: what it computes itself over the values of guest steps.
+
+    A sub-expression with a name-free operand inside the host's operations (``abs(f(x) - 0.5)``,
+    ``(f(x) == 3) == True``, ``round(f(x), 2)``) is taken apart down to the sub-expressions that
+    hold none (``f(x)``), which become guest steps; one that holds none (``sorted(f(x))``) is a
+    single step, whose value comes back as data. Only comparisons with no host-side operand and
+    bare truth tests are decided by a value of the guest (the residual form)."""
     value = host_value(node)
     if value is not _NOT_HOST:
         return Const(value)
+    if isinstance(node, ast.BoolOp):
+        return BoolOp(isinstance(node.op, ast.And), tuple(_skeleton(part, plan, truth) for part in node.values))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return Not(_skeleton(node.operand, plan, True))
     if isinstance(node, ast.Compare):
         operands = [node.left, *node.comparators]
-        values = [host_value(operand) for operand in operands]
-        on_host = [value is not _NOT_HOST for value in values]
+        on_host = [host_value(operand) is not _NOT_HOST or _holds_expected(operand) for operand in operands]
         identity_ok = all(
             not isinstance(op, (ast.Is, ast.IsNot))
-            or any(on_host[i + j] and any(values[i + j] is s for s in SINGLETONS) for j in (0, 1))
+            or any(on_host[i + j] and any(host_value(operands[i + j]) is s for s in SINGLETONS) for j in (0, 1))
             for i, op in enumerate(node.ops))
         if any(on_host) and identity_ok:
-            parts = tuple(Const(value) if host else _guest_step(plan, operand, False)
-                          for operand, value, host in zip(operands, values, on_host, strict=True))
-            return Compare(parts, tuple(type(op) for op in node.ops))
-    return _guest_step(plan, node, True)  # a truth test, or the residual form
+            return Compare(tuple(_skeleton(operand, plan, False) for operand in operands),
+                           tuple(type(op) for op in node.ops))
+        return _guest_step(plan, node, truth)  # the residual form
+    if _holds_expected(node):
+        if isinstance(node, ast.BinOp):
+            return Arith(type(node.op), _skeleton(node.left, plan, False), _skeleton(node.right, plan, False))
+        if isinstance(node, ast.UnaryOp):
+            return Arith(type(node.op), _skeleton(node.operand, plan, False))
+        call = _host_call(node)
+        if call is not None:
+            assert isinstance(node, ast.Call)
+            function, from_math = call
+            resolve = _guest_step(plan, node.func, False) if from_math else None
+            return Call(function, tuple(_skeleton(arg, plan, False) for arg in node.args),
+                        tuple((keyword.arg, _skeleton(keyword.value, plan, False)) for keyword in node.keywords),
+                        resolve)
+        if isinstance(node, ast.Dict):
+            return Display(dict, tuple(_skeleton(item, plan, False) for item in node.values),
+                           tuple(_skeleton(key, plan, False) for key in node.keys))  # type: ignore[arg-type]
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            kind = {ast.Tuple: tuple, ast.List: list, ast.Set: set}[type(node)]
+            return Display(kind, tuple(_skeleton(item, plan, False) for item in node.elts))
+    return _guest_step(plan, node, truth)  # a truth test, or a value the guest computes alone
 
 
 # ---------------------------------------------------------------------------- the verdict
@@ -232,22 +410,34 @@ def holds(check: Any, results: list[Any]) -> bool:
     """Whether the skeleton ``check`` is true given the decoded guest ``results`` (short-circuit
     as Python would: a leaf that raised matters only when it is reached). Raises
     :class:`Undecidable` for a leaf that raised or cannot be compared."""
+    return _truth(evaluate(check, results))
+
+
+def _truth(value: Any) -> bool:
+    _plain(value)
+    return bool(value)
+
+
+def evaluate(check: Any, results: list[Any]) -> Any:
+    """The value of the skeleton ``check`` on the host (see :func:`holds`)."""
     if isinstance(check, Const):
-        return bool(check.value)
+        return check.value
     if isinstance(check, Leaf):
-        value = _result(results, check)
-        return bool(value)
+        return _result(results, check)
     if isinstance(check, Not):
-        return not holds(check.part, results)
+        return not _truth(evaluate(check.part, results))
     if isinstance(check, BoolOp):
+        value: Any = check.conjunction
         for part in check.parts:
-            if holds(part, results) is not check.conjunction:
-                return not check.conjunction
-        return check.conjunction
+            value = evaluate(part, results)
+            if _truth(value) is not check.conjunction:
+                return value
+        return value
     if isinstance(check, Compare):
-        left = _operand(check.operands[0], results)
+        left = evaluate(check.operands[0], results)
         for op, part in zip(check.ops, check.operands[1:], strict=True):
-            right = _operand(part, results)
+            right = evaluate(part, results)
+            _plain(left, right)
             outcome = COMPARE[op](left, right)
             if type(outcome) is not bool:
                 raise Undecidable("a comparison gave a non-bool")
@@ -255,11 +445,22 @@ def holds(check: Any, results: list[Any]) -> bool:
                 return False
             left = right
         return True
+    if isinstance(check, Arith):
+        if check.right is None:
+            return _unary(check.op, evaluate(check.left, results))
+        return _binary(check.op, evaluate(check.left, results), evaluate(check.right, results),
+                       trusted_left=isinstance(check.left, Const))
+    if isinstance(check, Call):
+        if check.resolve is not None and isinstance(_result(results, check.resolve), _Raised):
+            raise Undecidable("the function's name raised in the guest")
+        return _apply(check.function, [evaluate(arg, results) for arg in check.args],
+                      {name: evaluate(part, results) for name, part in check.keywords})
+    if isinstance(check, Display):
+        items = [evaluate(item, results) for item in check.items]
+        if check.keys is not None:
+            return _build(dict, list(zip([evaluate(key, results) for key in check.keys], items, strict=True)))
+        return _build(check.kind, items)
     raise Undecidable(f"unknown check {check!r}")
-
-
-def _operand(part: Any, results: list[Any]) -> Any:
-    return part.value if isinstance(part, Const) else _result(results, part)
 
 
 def _result(results: list[Any], leaf: Leaf) -> Any:
@@ -339,17 +540,17 @@ def decode(obj: Any, depth: int = 0, budget: list[int] | None = None) -> Any:
     if tag == "tuple":
         return tuple(items())
     if tag == "set":
-        return set(items())
+        return _build(set, items())
     if tag == "frozenset":
-        return frozenset(items())
+        return _build(frozenset, items())
     if tag == "dict":
         pairs = items()
         if not all(isinstance(pair, list) and len(pair) == 2 for pair in pairs):
             raise ValueError("malformed dict")
-        return {key: item for key, item in pairs}
+        return _build(dict, [(key, item) for key, item in pairs])
     if tag == "fraction":
         parts = items()
-        if len(parts) != 2 or not all(type(part) is int for part in parts):
+        if len(parts) != 2 or not all(type(part) is int and not _too_big(part) for part in parts):
             raise ValueError("malformed fraction")
         return fractions.Fraction(parts[0], parts[1])
     if tag == "decimal":
