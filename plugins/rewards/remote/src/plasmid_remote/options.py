@@ -7,7 +7,8 @@ from plasmid.options import Options, option
 
 class RemoteOptions(Options, group="remote", description="the 'remote' reward: a reward model or verifier behind HTTP"):
     rm_url: str | None = option(None, "URL that scores samples (POST, JSON)")
-    rm_timeout: float = option(30.0, "seconds one request may take", gt=0)
+    rm_timeout: float = option(30.0, "seconds one request may take in all (connecting, sending and reading "
+                                       "the whole answer)", gt=0)
     rm_retries: int = option(3, "retries after a connection error or 5xx answer", min=0)
     rm_backoff: float = option(0.5, "first retry delay in seconds; doubles each time", min=0)
     rm_concurrency: int = option(8, "requests in flight at once", min=1)

@@ -8,14 +8,18 @@ bodies (at most N), and the reply must be a list of as many results, in order.
 
 At most ``--rm-concurrency`` requests are in flight per event loop. Connection errors and 5xx
 answers are retried up to ``--rm-retries`` times, after 1, 2, 4... times ``--rm-backoff``
-seconds; 4xx answers, replies that are not JSON or not a score, and time-outs
-(``--rm-timeout`` per request) are not. With ``--rm-token-env NAME`` the value of environment
-variable NAME is sent as ``Authorization: Bearer ...``; it never appears in logs or errors.
+seconds; 4xx answers, replies that are not JSON or not a score, and time-outs are not.
+``--rm-timeout`` bounds each request whole (connecting, sending, the headers and the body), so a
+server that trickles its answer cannot hold a call longer; a cancelled call (a stop,
+``--reward-timeout``) ends its request at once, leaving no thread waiting on the server. With
+``--rm-token-env NAME`` the value of environment variable NAME is sent as ``Authorization:
+Bearer ...``; it never appears in logs or errors.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import numbers
 import os
@@ -29,7 +33,7 @@ from plasmid.options import Options
 from plasmid.types import Sample
 from plasmid_remote.batching import Batcher
 from plasmid_remote.options import RemoteOptions
-from plasmid_remote.transport import RemoteError, RetryableError, post_json, safe_url, scrub
+from plasmid_remote.transport import Deadline, RemoteError, RetryableError, post_json, safe_url, scrub
 
 log = logging.getLogger("plasmid_remote")
 
@@ -101,9 +105,14 @@ class RemoteReward:
         loop = asyncio.get_running_loop()
         for attempt in range(self.retries + 1):
             async with semaphore:
+                deadline = Deadline(self.timeout)
+                request = loop.run_in_executor(self.executor, functools.partial(
+                    post_json, self.url, payload, timeout=self.timeout, token=self.token, deadline=deadline))
                 try:
-                    return await loop.run_in_executor(
-                        self.executor, lambda: post_json(self.url, payload, timeout=self.timeout, token=self.token))
+                    return await request
+                except asyncio.CancelledError:
+                    deadline.abort()  # the thread's blocking read ends now, not at the deadline
+                    raise
                 except RetryableError as exc:
                     if attempt == self.retries:
                         raise RetryableError(f"{exc} (gave up after {attempt + 1} attempts)") from None
