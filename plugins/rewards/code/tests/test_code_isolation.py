@@ -256,6 +256,10 @@ def open_directory():
     directory.rmdir()
 
 
+#: Finds a standard-library extension module's shared library, as an attacker would.
+SHARED_LIBRARY = ("import glob, sys\n"
+                  "def shared_library(name):\n"
+                  "    return [path for entry in sys.path for path in glob.glob(entry + '/' + name + '.*so')][0]\n")
 GUARD_BYPASSES = {
     "_posixsubprocess": "import _posixsubprocess\n_posixsubprocess.fork_exec(*([None] * 23))",
     "_posixsubprocess-through-a-spec": "import importlib.machinery as machinery, importlib.util\n"
@@ -265,6 +269,20 @@ GUARD_BYPASSES = {
                                        "spec.loader.exec_module(module)\n"
                                        "module.fork_exec(*([None] * 23))",
     "_ctypes": "import _ctypes\nprint('imported')",
+    "_xxsubinterpreters-under-another-name": SHARED_LIBRARY + "from importlib import machinery, util\n"
+                                             "loader = machinery.ExtensionFileLoader('p._xxsubinterpreters', "
+                                             "shared_library('_xxsubinterpreters'))\n"
+                                             "module = util.module_from_spec(util.spec_from_loader("
+                                             "'p._xxsubinterpreters', loader))\n"
+                                             "module.run_string(module.create(), 'import os')",
+    "_ctypes-under-another-name": SHARED_LIBRARY + "from importlib import machinery, util\n"
+                                  "loader = machinery.ExtensionFileLoader('x._ctypes', shared_library('_ctypes'))\n"
+                                  "module = util.module_from_spec(util.spec_from_loader('x._ctypes', loader))\n"
+                                  "print('imported', module.dlopen)",
+    "extension-written-in-the-directory": SHARED_LIBRARY + "import shutil\nfrom importlib import machinery, util\n"
+                                          "shutil.copy(shared_library('_json'), '_json.so')\n"
+                                          "loader = machinery.ExtensionFileLoader('_json', '_json.so')\n"
+                                          "util.module_from_spec(util.spec_from_loader('_json', loader))",
     "_xxsubinterpreters": "import _xxsubinterpreters\nprint('imported')",
     "open-with-dir_fd": "import os\nfd = os.open(OUTSIDE, os.O_RDONLY)\n"
                         "os.close(os.open('via-dir-fd', os.O_WRONLY | os.O_CREAT, dir_fd=fd))",

@@ -113,6 +113,27 @@ def install_guard(workdir):
                 return target
         return None
 
+    trusted = tuple(dict.fromkeys(os.path.realpath(prefix) for prefix in (
+        sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix)))
+
+    def extension_problem(short_name, path):
+        """Why the shared library ``path`` may not be loaded as module ``short_name``: only the
+        interpreter's own extension modules, each under its own name (a refused one loaded as
+        ``pkg._posixsubprocess`` or from a copy would run with no audit event), and nothing
+        written in the sandbox's directory."""
+        try:
+            real = os.path.realpath(os.fsdecode(path))
+        except (TypeError, ValueError):
+            return "not a path"
+        stem = os.path.basename(real).partition(".")[0]
+        if stem in REFUSED_MODULES:
+            return f"it is {stem}"
+        if stem != short_name:
+            return f"it is module {stem}"
+        if within(real) or not any(real.startswith(prefix + os.sep) for prefix in trusted):
+            return "outside the interpreter's prefix"
+        return None
+
     def refuse(what):
         raise PermissionError(f"sandbox: {what} is not allowed")
 
@@ -121,8 +142,14 @@ def install_guard(workdir):
             refuse(event)
         if event == "import":
             name = args[0] if args else ""
-            if isinstance(name, str) and name.partition(".")[0] in REFUSED_MODULES:
+            parts = name.split(".") if isinstance(name, str) else [""]
+            if any(part in REFUSED_MODULES for part in parts):
                 raise ImportError(f"sandbox: importing {name} is not allowed", name=name)
+            path = args[1] if len(args) > 1 else None
+            if path is not None:  # _imp.create_dynamic: an extension module's shared library
+                problem = extension_problem(parts[-1], path)
+                if problem:
+                    raise ImportError(f"sandbox: loading {name} from {path!r} is not allowed ({problem})", name=name)
         elif event == "open":
             path, mode, flags = (tuple(args) + (None, None, None))[:3]
             if path is None or isinstance(path, int):
