@@ -47,7 +47,8 @@ class Session:
 def read(status: int, text: str):
     body = {"prompt": [1, 4], "max_tokens": 2000}
     server = SimpleNamespace(url="http://127.0.0.1:8000", name="server 0 (127.0.0.1:8000)")
-    return run(VLLMEngine._read(None, Session(status, text), server, body, [], []))
+    engine = SimpleNamespace(names=VLLMEngine.names)     # _read reads nothing else of the engine
+    return run(VLLMEngine._read(engine, Session(status, text), server, body, [], []))
 
 
 def test_a_refusal_for_length_is_a_context_length_error_naming_both_lengths():
