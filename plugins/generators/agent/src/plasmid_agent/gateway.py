@@ -42,7 +42,7 @@ from typing import Any
 from plasmid.errors import ContextLengthError
 from plasmid.protocols import RolloutEngine, Tokenizer
 from plasmid.types import GenerationOutput, SamplingParams, Status
-from plasmid_agent.httpserver import Request, Response, error_response, serve
+from plasmid_agent.httpserver import Limits, Request, Response, error_response, serve
 from plasmid_agent.recorder import Call
 from plasmid_agent.toolcalls import parse_tool_calls
 
@@ -91,8 +91,11 @@ class Gateway:
     """The HTTP server and the rollouts it serves. Start it with :meth:`start` on the event loop
     the engines are called from; :meth:`open` a :class:`Rollout` per agent run."""
 
-    def __init__(self, tokenizer: Tokenizer, model: str = "plasmid", context: int | None = None) -> None:
+    def __init__(self, tokenizer: Tokenizer, model: str = "plasmid", context: int | None = None,
+                 limits: Limits | None = None) -> None:
         self.tokenizer: Any = tokenizer
+        #: what one request and connection may take (``--agent-max-body`` and the like)
+        self.limits = limits or Limits()
         self.model = model
         #: the served model's context (prompt + completion tokens); ``None``: the engine's to check
         self.context = context
@@ -103,7 +106,7 @@ class Gateway:
 
     async def start(self) -> None:
         """Listen on a free port of 127.0.0.1."""
-        self.server = await serve(self.handle, "127.0.0.1", 0)
+        self.server = await serve(self.handle, "127.0.0.1", 0, limits=self.limits, admit=self.admit)
         self.port = self.server.sockets[0].getsockname()[1]
         self.loop = asyncio.get_running_loop()
 
@@ -127,7 +130,9 @@ class Gateway:
         self.rollouts.pop(rollout.key, None)
 
     # ------------------------------------------------------------------ HTTP
-    async def handle(self, request: Request) -> Response:
+    def route(self, request: Request) -> tuple[Any, Rollout | None] | Response:
+        """The endpoint and rollout ``request`` names, from its head alone (path and headers), or
+        the refusal (404, 405, 401 for an unknown key); ``(None, None)``: the model list."""
         path = request.path.split("?", 1)[0]
         key = None
         if path.startswith("/s/"):
@@ -137,11 +142,10 @@ class Gateway:
             auth = request.headers.get("authorization", "")
             key = auth[7:].strip() if auth.lower().startswith("bearer ") else None
         if path in ("/v1/models", "/models") and request.method == "GET":
-            return Response(200, {"object": "list", "data": [
-                {"id": self.model, "object": "model", "created": 0, "owned_by": "plasmid"}]})
+            return None, None
         route = {"/v1/chat/completions": self.chat, "/v1/completions": self.completions}.get(path)
         if route is None:
-            return error_response(404, f"no route {request.method} {path} (the gateway serves "
+            return error_response(404, f"no route {request.method} {path[:200]} (the gateway serves "
                                        f"/v1/chat/completions, /v1/completions and /v1/models)")
         if request.method != "POST":
             return error_response(405, f"{path} takes POST")
@@ -149,6 +153,29 @@ class Gateway:
         if rollout is None:
             return error_response(401, "unknown or finished session key: use the base_url and api_key of the "
                                        "session your agent function was given", "authentication_error")
+        return route, rollout
+
+    def admit(self, request: Request) -> Response | None:
+        """The refusal of a request whose head already decides it (unknown key, no route), before
+        its body is read: an unauthenticated client cannot make the gateway hold its body."""
+        routed = self.route(request)
+        if isinstance(routed, Response):
+            return routed
+        length, rollout = request.headers.get("content-length", ""), routed[1]
+        if rollout is not None and length.isdigit() and int(length) > self.limits.max_body:
+            message = (f"request body of {int(length)} bytes is over {self.limits.max_body} (--agent-max-body)")
+            rollout.errors.append(message)  # named when the agent then fails
+            return error_response(413, message)
+        return None
+
+    async def handle(self, request: Request) -> Response:
+        routed = self.route(request)
+        if isinstance(routed, Response):
+            return routed
+        route, rollout = routed
+        if rollout is None:
+            return Response(200, {"object": "list", "data": [
+                {"id": self.model, "object": "model", "created": 0, "owned_by": "plasmid"}]})
         try:
             body = request.json()
             if not isinstance(body, dict):

@@ -23,6 +23,7 @@ from plasmid.options import Options
 from plasmid.protocols import RolloutView
 from plasmid.types import Sample, SamplingParams, Status
 from plasmid_agent.gateway import Gateway, Rollout
+from plasmid_agent.httpserver import Limits
 from plasmid_agent.loader import load_agent
 from plasmid_agent.options import AgentOptions
 from plasmid_agent.recorder import Call, build_samples
@@ -122,6 +123,8 @@ class AgentGenerate:
         #: the model's context, which the gateway refuses calls past (plasmid.model_limits)
         self.context = read_model_limits(model_dir).context if model_dir and Path(model_dir).is_dir() else None
         self.errors = options.agent_errors
+        self.limits = Limits(max_body=options.agent_max_body, max_header_bytes=options.agent_max_header_bytes,
+                             max_headers=options.agent_max_headers, idle_timeout=options.agent_idle_timeout)
         self.reported = False
         self.gateway: Gateway | None = None
         self._semaphore: asyncio.Semaphore | None = None
@@ -137,7 +140,7 @@ class AgentGenerate:
             self._semaphore = asyncio.Semaphore(self.concurrency)
         async with self._starting:
             if self.gateway is None or self.gateway.loop is not loop:
-                gateway = Gateway(ctx.tokenizer, self.model, self.context)
+                gateway = Gateway(ctx.tokenizer, self.model, self.context, self.limits)
                 await gateway.start()
                 self.gateway = gateway
         return self.gateway

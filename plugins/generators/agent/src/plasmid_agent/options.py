@@ -20,6 +20,16 @@ class AgentOptions(Options, group="agent", description="the agent gateway (--gen
                  "the run with the error; 'zero' gives its samples reward 0, counts it in "
                  "rollout/agent/errors_fraction and goes on (the first failure is printed once)")
 
+    agent_max_body: int = option(
+        1 << 20, "largest request body the gateway reads, in bytes (a longer one is answered 413 unread: a "
+                 "2,000,000-character message is refused, not tokenized)", min=1024, metavar="BYTES")
+    agent_max_header_bytes: int = option(64 << 10, "largest request head (request line and headers) the "
+                                                   "gateway reads, in bytes (431 beyond)", min=1024,
+                                         metavar="BYTES")
+    agent_max_headers: int = option(100, "most header fields in one request to the gateway (431 beyond)", min=1)
+    agent_idle_timeout: float = option(60.0, "seconds the gateway keeps an idle connection open, and waits for a "
+                                             "request's head or the next piece of its body (408)", gt=0)
+
     def check(self) -> None:
         if self.agent is not None and ":" not in self.agent:
             raise UsageError(f"--agent {self.agent!r}: give MODULE:FUNC or ./file.py:FUNC")
