@@ -63,6 +63,13 @@ class OptionGroup:
         self._group.add_argument(*flags, **kwargs)
 
 
+def help_of(action: argparse.Action) -> str:
+    """An option's help as plain text: argparse's help strings are ``%`` templates, so
+    :meth:`OptionGroup.addoption` escapes a literal ``%``; readers of ``action.help`` outside a
+    help formatter (``plasmid plugins show``, the options page) undo that here."""
+    return (action.help or "").replace("%%", "%")
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse, with errors as one-line :class:`plasmid.errors.UsageError` instead of the usage
     text and ``SystemExit``; an unknown flag gets a "did you mean". Every ``plasmid`` command

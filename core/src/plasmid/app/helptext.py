@@ -119,7 +119,7 @@ def with_default(action: argparse.Action) -> argparse.Action:
     help_text = action.help or ""
     if action.help == argparse.SUPPRESS or action.default == argparse.SUPPRESS or "default" in help_text.lower():
         return copied
-    copied.help = f"{help_text} (default: {_show(action.default)})".strip()
+    copied.help = f"{help_text} (default: {_show(action.default).replace('%', '%%')})".strip()
     return copied
 
 

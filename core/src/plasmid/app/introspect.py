@@ -18,7 +18,7 @@ import sys
 import warnings
 from typing import Any, TypedDict
 
-from plasmid.config import ArgumentParser, OptionParser
+from plasmid.config import ArgumentParser, OptionParser, help_of
 from plasmid.errors import PluginError
 from plasmid.kernel_options import KERNEL_OPTIONS
 from plasmid.options import walk_fields
@@ -90,7 +90,7 @@ def plugin_options(manager: PluginManager, name: str) -> list[dict[str, Any]]:
     declared = parser.destinations()
     for action in parser._parser._actions:
         if action.option_strings and action.dest in declared:
-            options.append({"flag": action.option_strings[0], "default": action.default, "help": action.help or ""})
+            options.append({"flag": action.option_strings[0], "default": action.default, "help": help_of(action)})
     return options
 
 
@@ -99,7 +99,7 @@ def all_options(manager: PluginManager) -> dict[str, dict[str, Any]]:
     parser = OptionParser()
     manager.addoption(parser)
     declared = parser.destinations()
-    return {action.dest: {"flag": action.option_strings[0], "default": action.default, "help": action.help or ""}
+    return {action.dest: {"flag": action.option_strings[0], "default": action.default, "help": help_of(action)}
             for action in parser._parser._actions if action.option_strings and action.dest in declared}
 
 
