@@ -43,6 +43,11 @@ and length of both runs stayed equal; ``train/grad_norm`` moved by <= 2e-7 relat
 train/rollout log-prob gap (``train/logprob_abs_diff_mean`` and its aliases, ~1e-7) by <= 5e-8
 absolute. ``rollout/truncated_frac`` was renamed ``rollout/truncated_fraction`` in the same session
 (values unchanged).
+In session 13 both files gained two keys and one value changed, all else bit-identical: the
+``inprocess`` sync now lets torchgen serve torchtrain's own tensors (``sync/bytes`` 531200 -> 0, the
+new ``sync/shared_bytes`` 531200: the same weights, handed over instead of copied), and the rollout
+driver reports ``rollout/reward_out_of_range_fraction`` (0.0 at every step: the quickstart's rewards
+are in [0, 1]).
 To re-record: ``python tests/test_golden_metrics.py``.
 """
 
