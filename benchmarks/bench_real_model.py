@@ -187,7 +187,12 @@ def run_system(system: str, args: argparse.Namespace) -> dict[str, Any]:
         metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         seconds = [float(row["time/step_seconds"]) for row in metrics]
         extra = {"truncated_fraction": [row.get("rollout/truncated_fraction") for row in metrics],
-                 "reward_mean": [row.get("rollout/reward_mean") for row in metrics]}
+                 "reward_mean": [row.get("rollout/reward_mean") for row in metrics],
+                 # response tokens trained (train/tokens) per second of the train phase, and tokens the engine
+                 # generated per second of rollout
+                 "train_tokens_per_second": [row["train/tokens"] / row["time/train_seconds"] for row in metrics
+                                             if row.get("train/tokens") and row.get("time/train_seconds")],
+                 "rollout_tokens_per_second": [row.get("rollout/tokens_per_second") for row in metrics]}
     else:
         if not args.trl_python:
             raise BenchError("trl: no --trl-python (a Python with trl==1.16.0 and plasmid-math; "
@@ -267,6 +272,12 @@ def main(argv: list[str] | None = None) -> int:
     for name, result in results.items():
         print(f"{name:<8} {result['first_step_seconds']:>12.1f} {result['seconds_per_step']:>16.1f} "
               f"{result['peak_rss_gb']:>12.2f} {result['tree_peak_rss_gb']:>13.2f}")
+    if "plasmid" in results and results["plasmid"]["train_tokens_per_second"][1:]:
+        plasmid = results["plasmid"]
+        trained = statistics.median(plasmid["train_tokens_per_second"][1:])
+        generated = statistics.median(plasmid["rollout_tokens_per_second"][1:])
+        print(f"plasmid medians after the first step: trainer {trained:.0f} response tokens/s, engine "
+              f"{generated:.1f} generated tokens/s")
     if {"plasmid", "trl"} <= results.keys():
         plasmid, trl = results["plasmid"], results["trl"]
         summary["trl_over_plasmid_seconds"] = trl["seconds_per_step"] / plasmid["seconds_per_step"]
