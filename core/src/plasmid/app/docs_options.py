@@ -17,6 +17,7 @@ import sys
 import warnings
 from typing import Any
 
+from plasmid.app.helptext import default_text
 from plasmid.app.introspect import plugin_options
 from plasmid.config import ArgumentParser
 from plasmid.errors import PlasmidError, PluginError
@@ -63,17 +64,6 @@ def providers_of(registry: Registry, name: str) -> list[tuple[str, str, str]]:
 def help_text(help_: str, default: str) -> str:
     """The help without a trailing ``(default: X)`` that only repeats the default column."""
     return help_.removesuffix(f" (default: {default})")
-
-
-def default_text(value: Any) -> str:
-    """A default as the page shows it: ``on``/``off`` for booleans, ``none`` for nothing."""
-    if value is None or value == [] or value == ():
-        return "none"
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if isinstance(value, (list, tuple)):
-        return ", ".join(map(str, value))
-    return str(value)
 
 
 def render(plugins: str) -> str:

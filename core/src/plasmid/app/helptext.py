@@ -119,18 +119,20 @@ def with_default(action: argparse.Action) -> argparse.Action:
     help_text = action.help or ""
     if action.help == argparse.SUPPRESS or action.default == argparse.SUPPRESS or "default" in help_text.lower():
         return copied
-    copied.help = f"{help_text} (default: {_show(action.default).replace('%', '%%')})".strip()
+    copied.help = f"{help_text} (default: {default_text(action.default).replace('%', '%%')})".strip()
     return copied
 
 
-def _show(value: object) -> str:
+def default_text(value: object) -> str:
+    """A default as help and the options page show it: ``on``/``off`` for booleans, ``none`` for
+    nothing, a list joined with commas."""
     if value is None or value == [] or value == ():
         return "none"
     if isinstance(value, bool):
         return "on" if value else "off"
     if isinstance(value, (list, tuple)):
         return ", ".join(map(str, value))
-    return str(value).replace("%", "%%")
+    return str(value)
 
 
 def _prefix(actions: list[argparse.Action]) -> str:
