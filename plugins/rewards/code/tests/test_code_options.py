@@ -46,3 +46,26 @@ def test_a_bad_value_is_a_one_line_usage_error_naming_its_flag(bad, message):
 
 def test_the_reward_lists_the_options_it_reads():
     assert CodeReward.option_classes == (CodeOptions,)
+
+
+def test_a_bad_isolation_requirement_is_one_line_and_nothing_is_written(tmp_path):
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "plasmid.app.cli", "train", "--reward", "code",
+                           "--code-require-isolation", "maybe", "--num-rollouts", "1",
+                           "--run-dir", str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    error = [line for line in proc.stderr.splitlines() if line.startswith("plasmid: error:")]
+    assert len(error) == 1 and "--code-require-isolation" in error[0] and "maybe" in error[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_disk_quota_becomes_the_limit_and_its_bad_value_names_its_flag():
+    options = CodeOptions.of(make_config(plasmid_code.plugin, code_disk_mb=8))
+    assert options.limits.disk_bytes == 8 * 1024**2
+    assert CodeOptions.defaults().code_disk_mb == 64 and CodeOptions.defaults().code_require_isolation == "none"
+    with pytest.raises(UsageError) as raised:
+        make_config(plasmid_code.plugin, code_disk_mb=0)
+    assert str(raised.value) == "--code-disk-mb 0: must be >= 1"

@@ -309,3 +309,62 @@ def test_at_most_code_concurrency_programs_run_at_once(concurrency, overlapping)
     spans = sorted(tuple(map(float, result.stdout.split())) for result in run(three_at_once()))
     overlaps = any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:], strict=False))
     assert overlaps is overlapping
+
+
+# ---------------------------------------------------------------------------- isolation report, disk quota
+def _reward(monkeypatch, isolate: bool, **options):
+    import functools
+
+    import plasmid_code.plugin
+    import plasmid_code.reward
+
+    from plasmid.testing import build, make_config
+    monkeypatch.setattr(plasmid_code.reward, "Sandbox", functools.partial(Sandbox, isolate=isolate))
+    return build("reward", "code", plasmid_code.plugin,
+                 config=make_config(plasmid_code.plugin, code_timeout=5.0, **options))
+
+
+def test_a_degraded_sandbox_is_a_warning_at_start_up_and_an_error_when_full_isolation_is_required(
+        monkeypatch, caplog):
+    """As root without namespaces (a default container): only the uid layer and the guard."""
+    import logging
+    with caplog.at_level(logging.INFO, logger="plasmid_code"):
+        _reward(monkeypatch, isolate=False)
+    warnings = [record for record in caplog.records if record.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "without netns,mountns,ipcns,pidns,rootfs" in warnings[0].getMessage()
+    from plasmid_code.sandbox import SandboxError
+    with pytest.raises(SandboxError, match="--code-require-isolation full"):
+        _reward(monkeypatch, isolate=False, code_require_isolation="full")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the full set of layers is checked as root")
+def test_the_layers_in_force_are_logged_at_start_up(monkeypatch, caplog):
+    import logging
+    with caplog.at_level(logging.INFO, logger="plasmid_code"):
+        reward = _reward(monkeypatch, isolate=True, code_require_isolation="full")
+    assert set(reward.layers) >= {"netns", "mountns", "ipcns", "pidns", "rootfs", "uid"}
+    assert [record.levelno for record in caplog.records] == [logging.INFO]
+    assert "sandbox layers netns,mountns,ipcns,pidns" in caplog.records[0].getMessage()
+
+
+#: A correct program that also fills the disk in files under the per-file limit, ignoring errors.
+DISK_FILLER = """
+def add(a, b):
+    return a + b
+chunk = b"x" * (1 << 20)
+for n in range(48):
+    try:
+        with open(f"fill-{n}", "wb") as handle:
+            handle.write(chunk)
+    except OSError:
+        pass
+"""
+
+
+@pytest.mark.parametrize("isolate", [True, False], ids=["tmpfs", "measured-afterwards"])
+def test_filling_the_disk_quota_scores_the_response_0(monkeypatch, isolate):
+    from plasmid.types import Sample
+    reward = _reward(monkeypatch, isolate=isolate, code_disk_mb=16)
+    label = {"asserts": ["assert add(1, 2) == 3"], "tests": [{"stdin": "", "stdout": ""}]}
+    assert run(reward(Sample(response=DISK_FILLER, label=label))) == 0.0
+    assert run(reward(Sample(response=DISK_FILLER.replace("range(48)", "range(4)"), label=label))) == 1.0

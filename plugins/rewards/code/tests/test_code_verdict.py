@@ -72,7 +72,7 @@ def test_a_bare_truth_test_is_residual_and_no_weaker_than_a_constant_program(rew
 #: Looks for the expected value everywhere the harness could have left it: its frames, the files
 #: of the sandbox directory, the program's stdin; answers with it when found.
 EXPECTED_VALUE_HUNT = """
-import gc, os, sys
+import gc, os, re, sys
 seen = []
 frame = sys._getframe(0)
 while frame is not None:
@@ -85,7 +85,8 @@ for name in os.listdir("."):
         pass
 seen.extend(repr(obj) for obj in gc.get_objects() if isinstance(obj, (str, list, dict)))
 NEEDLE = str(31330 + 7)  # never spelled out here: this source is in the harness's frames too
-LEAKED = any(NEEDLE in text for text in seen)
+WHOLE = re.compile("(?<![0-9A-Za-z])" + NEEDLE + "(?![0-9A-Za-z])")  # not inside an address or a nonce
+LEAKED = any(WHOLE.search(text) for text in seen)
 
 def add(a, b):
     return int(NEEDLE) if LEAKED else a + b

@@ -172,6 +172,36 @@ def private_tmp(sandbox: str) -> None:
     os.close(handle)
 
 
+def quota_directory(sandbox: str, disk_bytes: int, uid: int | None, gid: int | None) -> int:
+    """Mount a tmpfs of ``disk_bytes`` (and a bounded number of inodes) over the sandbox
+    directory, holding a copy of its files: the guest's writable area, which the kernel keeps
+    within the quota. Returns a descriptor of it (close-on-exec) to tell afterwards whether it
+    filled up."""
+    files = {}
+    for name in os.listdir(sandbox):
+        path = os.path.join(sandbox, name)
+        with open(path, "rb") as handle:
+            files[name] = (handle.read(), os.stat(path).st_mode & 0o777)
+    inodes = max(64, min(1 << 16, disk_bytes // 4096))
+    _mount("tmpfs", sandbox, "tmpfs", MS_NOSUID | MS_NODEV, f"size={disk_bytes},nr_inodes={inodes},mode=0700")
+    for name, (data, mode) in files.items():
+        path = os.path.join(sandbox, name)
+        with open(path, "wb") as handle:
+            handle.write(data)
+        os.chmod(path, mode)
+        if uid is not None:
+            os.chown(path, uid, gid if gid is not None else uid)
+    if uid is not None:
+        os.chown(sandbox, uid, gid if gid is not None else uid)
+    return os.open(sandbox, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def quota_filled(fd: int) -> bool:
+    """Whether the guest filled its tmpfs (no block or no inode left)."""
+    info = os.fstatvfs(fd)
+    return info.f_bavail == 0 or info.f_favail == 0
+
+
 def build_root(rootfs: dict, sandbox: str, uid: int, gid: int) -> None:
     """Make a minimal read-only root in ``rootfs["dir"]`` and move into it (see the module docstring).
     Runs in init, as PID 1 of the new PID namespace, after init unshared its own mount namespace."""
@@ -340,8 +370,11 @@ def run_init(spec: dict, sandbox: str, layers: list[str], status_fd: int) -> Non
         _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
         _check(_libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(DUMPABLE)")
         workdir = sandbox
+        quota_fd = -1
         if "mountns" in layers:
             own_namespace = _libc.unshare(CLONE_NEWNS) == 0  # pivot_root must not move the launcher
+            if spec.get("disk_bytes"):
+                quota_fd = quota_directory(sandbox, spec["disk_bytes"], spec.get("uid"), spec.get("gid"))
             rootfs = spec.get("rootfs")
             built = False
             if own_namespace and rootfs and "pidns" in layers:
@@ -382,6 +415,8 @@ def run_init(spec: dict, sandbox: str, layers: list[str], status_fd: int) -> Non
         outcome = f"signal {os.WTERMSIG(status)}"
     else:
         outcome = f"exit {os.waitstatus_to_exitcode(status)}"
+    if quota_fd >= 0 and quota_filled(quota_fd):
+        os.write(status_fd, b"disk\n")
     os.write(status_fd, f"{outcome}\n".encode())
     os._exit(0)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 from plasmid.options import Options, option
 from plasmid_code.sandbox import Limits
@@ -16,6 +17,11 @@ class CodeOptions(Options, group="code", description="the 'code' reward: tests r
     code_concurrency: int = option(2, "sandboxed runs at once (per process)", min=1)
     code_python: str | None = option(None, "Python that runs the code; the sandbox user must be able to execute it",
                                      default_text="this one, else /usr/bin/python3")
+    code_disk_mb: int = option(64, "space the guest may write in its directory (MiB, files and inodes); "
+                                   "filling it scores the response 0", min=1)
+    code_require_isolation: Literal["none", "full"] = option(
+        "none", "'full': refuse to start unless the network, PID, IPC and mount namespaces and the minimal root "
+                "are all in force; 'none': a degraded set is a warning")
     code_sandbox_uid: int = option(61000, "first of the 1000 uids sandboxed runs get, one per run, unique on the "
                                           "host, when plasmid runs as root; they must belong to no user", min=1)
 
@@ -29,6 +35,7 @@ class CodeOptions(Options, group="code", description="the 'code' reward: tests r
             memory_bytes=self.code_memory_mb * 1024**2,
             processes=self.code_processes,
             output_bytes=self.code_max_output_kb * 1024,
+            disk_bytes=self.code_disk_mb * 1024**2,
         )
 
 

@@ -37,6 +37,7 @@ packages a program may import must be installed there, not in a venv.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import errno
 import fcntl
 import json
@@ -93,6 +94,16 @@ class Limits:
     file_bytes: int = 16 * 1024**2
     open_files: int = 64
     output_bytes: int = 1024**2
+    disk_bytes: int = 64 * 1024**2
+
+
+#: The layers without which a guest can read the host's files or processes (see the README).
+FULL_ISOLATION = ("netns", "mountns", "ipcns", "pidns", "rootfs")
+
+
+def missing_layers(layers: tuple[str, ...] | list[str]) -> list[str]:
+    """The layers of :data:`FULL_ISOLATION` not in ``layers``."""
+    return [layer for layer in FULL_ISOLATION if layer not in layers]
 
 
 @dataclass
@@ -103,6 +114,7 @@ class RunResult:
     :ivar returncode: the exit status (negative: killed by that signal), None if we killed it.
     :ivar timed_out: it ran past ``wall_seconds`` and its process group was killed.
     :ivar output_exceeded: it wrote more than ``output_bytes`` and was killed.
+    :ivar disk_exceeded: it filled the ``disk_bytes`` of its directory.
     :ivar layers: the isolation layers in force (``userns``, ``netns``, ``mountns``, ``ipcns``,
         ``pidns``, ``rootfs``, ``private-tmp``, ``uid``).
     :ivar uid: the uid the guest ran as (None: this process's own).
@@ -112,13 +124,14 @@ class RunResult:
     returncode: int | None
     timed_out: bool = False
     output_exceeded: bool = False
+    disk_exceeded: bool = False
     seconds: float = 0.0
     layers: tuple[str, ...] = ()
     uid: int | None = None
 
     @property
     def finished_cleanly(self) -> bool:
-        return self.returncode == 0 and not self.timed_out and not self.output_exceeded
+        return self.returncode == 0 and not self.timed_out and not self.output_exceeded and not self.disk_exceeded
 
 
 @dataclass
@@ -149,6 +162,8 @@ class Sandbox:
         self.uid_base = uid_base
         self.uids = UidPool(uid_base, UID_RANGE) if self.as_root else None
         self._interpreter: dict[str, dict] = {}
+        #: The layers of the probe run (the first run on this interpreter), None before it.
+        self.layers: tuple[str, ...] | None = None
         self._states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     # ---------------------------------------------------------------------------- public
@@ -163,6 +178,18 @@ class Sandbox:
             return await self._run_in_slot(slot, mode_args, files, stdin, limits or self.limits)
         finally:
             state.slots.put_nowait(slot)
+
+    def probe(self) -> tuple[str, ...]:
+        """Start a first run now, from synchronous code (on an event loop of its own, in a thread:
+        the caller may be inside a running loop); the layers in force. Raises :class:`SandboxError`."""
+        if self.layers is None:
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                pool.submit(asyncio.run, self._probe()).result()
+        assert self.layers is not None
+        return self.layers
+
+    async def _probe(self) -> None:
+        await self._ensure_python(self._state())
 
     # ---------------------------------------------------------------------------- internals
     def _state(self) -> _LoopState:
@@ -198,6 +225,7 @@ class Sandbox:
                     continue
                 if result.stdout.strip() == b"ok":
                     self._probed = candidate
+                    self.layers = result.layers
                     return
                 problems.append(f"{candidate}: exited {result.returncode}")
             self.python = None
@@ -225,7 +253,9 @@ class Sandbox:
                 "uid": uid,
                 "gid": uid,
                 "wall_seconds": limits.wall_seconds,
-                "limits": {k: v for k, v in asdict(limits).items() if k not in ("wall_seconds", "output_bytes")},
+                "limits": {k: v for k, v in asdict(limits).items()
+                           if k not in ("wall_seconds", "output_bytes", "disk_bytes")},
+                "disk_bytes": limits.disk_bytes,
                 "env": {**GUEST_ENV, "PLASMID_SANDBOX_GUARD": "1" if self.guard else "0"},
                 "argv": [interpreter["executable"], "-I", GUEST_NAME, *mode_args],
                 "rootfs": {"dir": str(root), "binds": interpreter["binds"]},
@@ -239,6 +269,8 @@ class Sandbox:
             stdout, exceeded = await self._communicate(process, stdin, limits)
             result = self._result(_read_all(status_read).splitlines(), stdout, exceeded, started)
             result.uid = uid
+            if "mountns" not in result.layers and _disk_usage(directory) > limits.disk_bytes:
+                result.disk_exceeded = True  # no private tmpfs: measured afterwards (see the README)
             return result
         finally:
             if status_write >= 0:
@@ -274,7 +306,7 @@ class Sandbox:
         kind, _, number = outcome.partition(" ")
         returncode = {"exit": int(number or 0), "signal": -int(number or 0)}.get(kind)
         return RunResult(stdout, returncode, timed_out=kind in ("timeout", "killed"), output_exceeded=exceeded,
-                         seconds=time.perf_counter() - started, layers=layers)
+                         disk_exceeded="disk" in status, seconds=time.perf_counter() - started, layers=layers)
 
     async def _communicate(self, process: asyncio.subprocess.Process, stdin: bytes,
                            limits: Limits) -> tuple[bytes, bool]:
@@ -338,6 +370,18 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _disk_usage(directory: Path) -> int:
+    """Bytes the files under ``directory`` occupy (allocated blocks), symlinks not followed."""
+    total = 0
+    for parent, dirs, files in os.walk(directory):
+        for name in (*dirs, *files):
+            try:
+                total += os.lstat(os.path.join(parent, name)).st_blocks * 512
+            except OSError:
+                pass
+    return total
 
 
 def _read_all(fd: int) -> str:
