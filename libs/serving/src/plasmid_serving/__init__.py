@@ -7,7 +7,8 @@ Modules: :mod:`.engine` (:class:`~plasmid_serving.engine.HttpEngine`, the rollou
 protocol implemented once), :mod:`.pool` (the servers and the choice of one), :mod:`.health`
 (the monitor that restarts dead servers), :mod:`.journal` (what a restarted server replays),
 :mod:`.server_process` (a launched server's lifecycle), :mod:`.http` (the HTTP calls),
-:mod:`.options` (the settings every such engine reads), :mod:`.names`, :mod:`.logprobs`, and
+:mod:`.options` (the settings every such engine declares and reads), :mod:`.hooks` (what their
+plugins' hooks do alike), :mod:`.names`, :mod:`.logprobs`, and
 :mod:`.native_options` (a framework's settings read from its source as options).
 
 Importing it imports neither torch nor aiohttp (that comes with the first asynchronous call).

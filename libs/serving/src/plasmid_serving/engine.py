@@ -26,7 +26,8 @@ What the base does, for every such engine:
 
 A subclass sets the class attributes (names, health policy, endpoints) and writes the hooks
 marked "subclass" below: the launch command, the request and answer shapes, the update paths.
-It calls :meth:`HttpEngine._serve` at the end of its ``__init__``.
+It calls :meth:`HttpEngine._serve` at the end of its ``__init__`` (and :func:`require_model` for
+``--model`` at its start).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from plasmid.config import Config
+from plasmid.errors import UsageError
+from plasmid.kernel_options import GeneralOptions
 from plasmid.types import GenerationOutput, SamplingParams, Status
 from plasmid_serving.health import HealthMonitor, HealthPolicy
 from plasmid_serving.http import (
@@ -82,6 +85,18 @@ class Bucket:
     names: list[str]
     payload: str
     lost: str | None = None
+
+
+def require_model(config: Config, names: EngineNames) -> str:
+    """``--model``, which an engine serves.
+
+    :raises UsageError: it was not given (the message names the engine, its plugin and framework).
+    """
+    model = GeneralOptions.of(config).model
+    if not model:
+        raise UsageError(f"engine '{names.provider}' (plugin {names.plugin}) needs --model DIR: a local Hugging Face "
+                         f"model directory that {names.label} can serve")
+    return str(model)
 
 
 def backoff(attempt: int) -> float:

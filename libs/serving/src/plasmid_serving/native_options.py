@@ -17,6 +17,8 @@ What this module provides, from raw to ready:
 - :func:`imported_file`: the file that a ``from X import Name`` line of a module refers to;
 - :func:`scalar_kind`: the option type of an annotation (``bool``, ``int``, ``float``, ``str``,
   a ``Literal`` of strings, ``torch.dtype``, ``Optional`` of those), or ``None``;
+- :func:`native_field` and :func:`native_fields_of`: the options of source fields (one per name,
+  the first class to have it naming it);
 - :class:`NativeField`, :func:`add_options` and :func:`given_values`: the options themselves,
   declared with argparse types, and the values a user gave.
 
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-from collections.abc import Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -190,6 +192,37 @@ def scalar_kind(annotation: ast.expr) -> tuple[str, tuple[str, ...] | None] | No
         if items and len(choices) == len(items):
             return "str", tuple(choices)
     return None
+
+
+#: ``(kind, choices, doc)`` of an option, from a source field (:func:`native_field`'s ``option_type``)
+OptionType = Callable[[SourceField], tuple[str, tuple[str, ...] | None, str]]
+
+
+def plain_option_type(source: SourceField) -> tuple[str, tuple[str, ...] | None, str]:
+    """:func:`scalar_kind` of the field's annotation (``text`` when not a scalar) and its docstring."""
+    typed = scalar_kind(source.annotation)
+    kind, choices = typed if typed is not None else ("text", None)
+    return kind, choices, source.doc
+
+
+def native_field(source: SourceField, owner: str, prefix: str,
+                 option_type: OptionType = plain_option_type) -> NativeField:
+    """The option of field ``source`` of class ``owner`` (default ``"required"`` when the source
+    gives none); ``option_type`` reads its kind, choices and help (the framework's annotations)."""
+    kind, choices, doc = option_type(source)
+    return NativeField(source.name, (owner,), kind, choices, source.default if source.default is not None
+                       else "required", doc, prefix)
+
+
+def native_fields_of(sources: Iterable[tuple[str, SourceField]], prefix: str, *, skip: Container[str] = (),
+                     option_type: OptionType = plain_option_type) -> tuple[NativeField, ...]:
+    """One option per field name of ``sources`` (``(owner class, field)`` pairs, in order; the
+    first owner of a name gives its option), leaving out the names in ``skip``."""
+    fields: dict[str, NativeField] = {}
+    for owner, source in sources:
+        if source.name not in skip and source.name not in fields:
+            fields[source.name] = native_field(source, owner, prefix, option_type)
+    return tuple(fields.values())
 
 
 def strip_optional(annotation: ast.expr) -> ast.expr:

@@ -49,11 +49,11 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from plasmid.config import Config
-from plasmid.errors import ContextLengthError, ProviderError, UsageError
+from plasmid.errors import ContextLengthError, ProviderError
 from plasmid.kernel_options import GeneralOptions, RolloutOptions, ScheduleOptions
 from plasmid.options import Options
 from plasmid.types import GenerationOutput, SamplingParams, Status
-from plasmid_serving.engine import BlockingCall, Bucket, HttpEngine, NamedTensor, Ticket
+from plasmid_serving.engine import BlockingCall, Bucket, HttpEngine, NamedTensor, Ticket, require_model
 from plasmid_serving.health import HealthPolicy
 from plasmid_serving.http import ServerCallFailed, ServerUnreachable, request, request_blocking
 from plasmid_serving.names import EngineNames
@@ -93,12 +93,9 @@ class SGLangEngine(HttpEngine):
 
     def __init__(self, config: Config) -> None:
         self.options = options = SGLangOptions.of(config)
-        model = GeneralOptions.of(config).model
-        if not model:
-            raise UsageError("engine 'sglang' (plugin plasmid-sglang) needs --model DIR: a local Hugging Face "
-                             "model directory that SGLang can serve")
-        self.table = TensorTable(str(model))
-        super().__init__(options, str(model), self.table.vocab_size, self.table.tensors)
+        model = require_model(config, self.names)
+        self.table = TensorTable(model)
+        super().__init__(options, model, self.table.vocab_size, self.table.tensors)
         #: ``--return-routed-experts``: the model's routing layout (plasmid_sglang.routing); ``None``: not asked
         self.routing = RoutingLayout.of_model(self.model_path) if RolloutOptions.of(config).return_routed_experts \
             else None

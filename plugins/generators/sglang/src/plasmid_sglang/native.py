@@ -26,13 +26,17 @@ from __future__ import annotations
 
 import ast
 import functools
+from collections.abc import Iterator
 from pathlib import Path
 
 from plasmid_serving.native_options import (
     NativeField,
+    SourceField,
     class_fields,
     first_sentence,
     imported_file,
+    name_of,
+    native_fields_of,
     package_directory,
     parse_module,
     scalar_kind,
@@ -79,19 +83,17 @@ def native_fields(root: Path | None = None) -> tuple[NativeField, ...]:
     tree = parse_module(server_args)
     if tree is None:
         return ()
-    fields: dict[str, NativeField] = {}
+    return native_fields_of(_namespace_fields(root, server_args, tree), PREFIX, skip=NOT_NATIVE,
+                            option_type=_option_type)
+
+
+def _namespace_fields(root: Path, server_args: Path, tree: ast.Module) -> Iterator[tuple[str, SourceField]]:
+    """``(namespace, field)`` of every namespace class listed in ``server_args``, in order."""
     for namespace in _namespace_names(tree):
         path = imported_file(server_args, tree, namespace, root=root, package="sglang")
-        if path is None:
-            continue
-        for source in class_fields(path, namespace, root=root, package="sglang"):
-            if source.name in NOT_NATIVE or source.name in fields:
-                continue
-            kind, choices, doc = _option_type(source.annotation)
-            fields[source.name] = NativeField(source.name, (namespace,), kind, choices,
-                                              source.default if source.default is not None else "required",
-                                              doc, PREFIX)
-    return tuple(fields.values())
+        if path is not None:
+            for source in class_fields(path, namespace, root=root, package="sglang"):
+                yield namespace, source
 
 
 def _namespace_names(tree: ast.Module) -> list[str]:
@@ -105,17 +107,18 @@ def _namespace_names(tree: ast.Module) -> list[str]:
     return []
 
 
-def _option_type(annotation: ast.expr) -> tuple[str, tuple[str, ...] | None, str]:
-    """``(kind, choices, doc)`` of an ``A[T, "help" | Arg(...)]`` annotation (or a plain one)."""
+def _option_type(source: SourceField) -> tuple[str, tuple[str, ...] | None, str]:
+    """``(kind, choices, doc)`` of a field annotated ``A[T, "help" | Arg(...)]`` (or plainly)."""
+    annotation = source.annotation
     inner, metadata = annotation, []
-    if isinstance(annotation, ast.Subscript) and _name(annotation.value) in ("A", "Annotated") \
+    if isinstance(annotation, ast.Subscript) and name_of(annotation.value) in ("A", "Annotated") \
             and isinstance(annotation.slice, ast.Tuple) and annotation.slice.elts:
         inner, *metadata = annotation.slice.elts
     doc, parsed_by_sglang = "", False
     for item in metadata:
         if isinstance(item, ast.Constant) and isinstance(item.value, str):
             doc = item.value
-        elif isinstance(item, ast.Call) and _name(item.func) == "Arg":
+        elif isinstance(item, ast.Call) and name_of(item.func) == "Arg":
             for keyword in item.keywords:
                 if keyword.arg == "help" and isinstance(keyword.value, ast.Constant):
                     doc = str(keyword.value.value)
@@ -125,6 +128,3 @@ def _option_type(annotation: ast.expr) -> tuple[str, tuple[str, ...] | None, str
     kind, choices = typed if typed is not None else ("text", None)
     return kind, choices, first_sentence(doc)
 
-
-def _name(node: ast.expr) -> str:
-    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""

@@ -4,7 +4,6 @@ as generated ``--sglang-<field>`` options (:mod:`plasmid_sglang.native`)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
 from plasmid.options import Options, option
@@ -13,28 +12,20 @@ from plasmid_serving.options import ServingOptions
 
 class SGLangOptions(ServingOptions, Options, group="sglang",
                     description="SGLang servers as the rollout engine (--engine sglang)"):
-    """The ``sglang_*`` settings :class:`plasmid_serving.options.ServingOptions` reads are declared here."""
+    """The ``sglang_*`` settings :class:`plasmid_serving.options.ServingOptions` reads are declared by it
+    (``--sglang-external-addrs`` ... ``--sglang-max-restarts``); the others are this engine's own."""
 
     prefix = "sglang"
 
-    sglang_external_addrs: str | None = option(
-        None, "attach to these running SGLang servers instead of launching any (one engine fronts them all and "
-        "balances requests; use --engines 1)", metavar="HOST:PORT,...")
+    serving_help = {
+        "external_addrs": "attach to these running SGLang servers instead of launching any (one engine fronts them "
+                          "all and balances requests; use --engines 1)",
+        "request_timeout": "seconds one /generate request may take",
+    }
+
     sglang_servers: int = option(1, "servers each engine launches on --model; requests go to the least loaded", min=1)
-    sglang_server_env: tuple[str, ...] = option(
-        (), "environment variable for launched servers, repeatable (CUDA_VISIBLE_DEVICES=1, ...)", metavar="KEY=VALUE")
-    sglang_log_dir: Path | None = option(None, "server logs", default_text="<run dir>/sglang")
-    sglang_startup_timeout: float = option(900.0, "seconds a launched server may take to become healthy", gt=0)
-    sglang_max_concurrency: int = option(512, "requests in flight per server; more wait in this process", min=1)
-    sglang_request_timeout: float = option(3600.0, "seconds one /generate request may take", gt=0)
-    sglang_request_retries: int = option(3, "times a request is sent again after its server stopped answering",
-                                         min=0)
     sglang_flush_timeout: float = option(60.0, "seconds flush_cache retries while requests still run before it "
                                          "fails", gt=0)
-    sglang_health_interval: float = option(10.0, "seconds between health checks of each server; 0 turns the "
-                                           "monitor off", min=0)
-    sglang_max_restarts: int = option(3, "restarts of a dead launched server before it is out of service; 0 also "
-                                      "keeps no copy of the weights for restoring", min=0)
     sglang_tensor_transport: Literal["auto", "pickle", "cuda-ipc"] = option(
         "auto", "how tensor updates reach servers: the bytes in the request (pickle), or CUDA IPC handles for a "
         "server on the same GPU host (auto: cuda-ipc for GPU tensors)")

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from plasmid import hookimpl
 from plasmid.config import Config, OptionParser
-from plasmid.errors import UsageError
-from plasmid.kernel_options import ScheduleOptions
-from plasmid_serving.native_options import add_options
+from plasmid_serving.hooks import add_engine_options, check_external_addrs
 from plasmid_sglang.native import PLASMID_DEFAULTS, native_fields
 from plasmid_sglang.options import SGLangOptions
 from plasmid_torch.disk_sync import DiskSyncOptions
@@ -18,21 +16,14 @@ from plasmid_torch.disk_sync import DiskSyncOptions
 
 @hookimpl
 def plasmid_addoption(parser: OptionParser) -> None:
-    parser.add_options(SGLangOptions)
-    parser.add_options(DiskSyncOptions)  # sglang-disk's, shared with plasmid-sync's disk
-    native = parser.getgroup("sglang native", "SGLang ServerArgs fields, generated from the installed version; "
-                             "unset means SGLang's default, or plasmid's for: "
-                             + "; ".join(f"{name} ({why})" for name, why in PLASMID_DEFAULTS.items()))
-    add_options(native, native_fields())
+    # DiskSyncOptions: sglang-disk's, shared with plasmid-sync's disk
+    add_engine_options(parser, (SGLangOptions, DiskSyncOptions), prefix="sglang", label="SGLang",
+                       native="SGLang ServerArgs fields", fields=native_fields(), plasmid_defaults=PLASMID_DEFAULTS)
 
 
 @hookimpl
 def plasmid_configure(config: Config) -> None:
-    # across plugins: the chosen engine and the kernel's --engines
-    if config.option.engine == "sglang" and SGLangOptions.of(config).external_addresses \
-            and ScheduleOptions.of(config).engines != 1:
-        raise UsageError("--sglang-external-addrs gives every server to one engine, which balances requests over "
-                         "them; use --engines 1 with it (plugin sglang)")
+    check_external_addrs(config, SGLangOptions)  # across plugins: the chosen engine and the kernel's --engines
 
 
 @hookimpl

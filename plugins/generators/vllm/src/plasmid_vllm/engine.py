@@ -57,11 +57,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from plasmid.config import Config
-from plasmid.errors import ContextLengthError, UsageError
+from plasmid.errors import ContextLengthError
 from plasmid.kernel_options import GeneralOptions, ScheduleOptions
 from plasmid.options import Options
 from plasmid.types import GenerationOutput, SamplingParams, Status
-from plasmid_serving.engine import BlockingCall, Bucket, HttpEngine, NamedTensor, Ticket
+from plasmid_serving.engine import BlockingCall, Bucket, HttpEngine, NamedTensor, Ticket, require_model
 from plasmid_serving.health import HealthPolicy
 from plasmid_serving.http import ServerUnreachable, request, request_blocking
 from plasmid_serving.logprobs import logprob_at_temperature
@@ -94,13 +94,10 @@ class VLLMEngine(HttpEngine):
 
     def __init__(self, config: Config) -> None:
         self.options = options = VLLMOptions.of(config)
-        model = GeneralOptions.of(config).model
-        if not model:
-            raise UsageError("engine 'vllm' (plugin plasmid-vllm) needs --model DIR: a local Hugging Face model "
-                             "directory that vLLM can serve")
-        self.tensors = checkpoint_tensors(str(model))
+        model = require_model(config, self.names)
+        self.tensors = checkpoint_tensors(model)
         vocab_size = int(json.loads((Path(model) / "config.json").read_text()).get("vocab_size", 0))
-        super().__init__(options, str(model), vocab_size, self.tensors)
+        super().__init__(options, model, vocab_size, self.tensors)
         self.tied = "lm_head.weight" not in self.tensors
         self.served_model = self.model_path
         self._serve(config)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from plasmid_serving.native_options import NativeField, class_fields, package_directory, scalar_kind
+from plasmid_serving.native_options import NativeField, class_fields, native_fields_of, package_directory
 
 PREFIX = "vllm-"
 ARG_UTILS = "engine/arg_utils.py"
@@ -58,14 +58,6 @@ def native_fields(root: Path | None = None) -> tuple[NativeField, ...]:
     root = root or vllm_source_root()
     if root is None:
         return ()
-    fields: dict[str, NativeField] = {}
-    for class_name in CLASSES:
-        for source in class_fields(root / ARG_UTILS, class_name, root=root, package="vllm"):
-            if source.name in NOT_NATIVE or source.name in fields:
-                continue
-            typed = scalar_kind(source.annotation)
-            kind, choices = typed if typed is not None else ("text", None)
-            fields[source.name] = NativeField(source.name, (class_name,), kind, choices,
-                                              source.default if source.default is not None else "required",
-                                              source.doc, PREFIX)
-    return tuple(fields.values())
+    sources = ((name, source) for name in CLASSES
+               for source in class_fields(root / ARG_UTILS, name, root=root, package="vllm"))
+    return native_fields_of(sources, PREFIX, skip=NOT_NATIVE)

@@ -9,8 +9,8 @@ from __future__ import annotations
 from plasmid import hookimpl
 from plasmid.config import Config, OptionParser
 from plasmid.errors import UsageError
-from plasmid.kernel_options import RolloutOptions, ScheduleOptions
-from plasmid_serving.native_options import add_options
+from plasmid.kernel_options import RolloutOptions
+from plasmid_serving.hooks import add_engine_options, check_external_addrs
 from plasmid_torch.disk_sync import DiskSyncOptions
 from plasmid_vllm.native import PLASMID_DEFAULTS, native_fields
 from plasmid_vllm.options import VLLMOptions
@@ -18,20 +18,15 @@ from plasmid_vllm.options import VLLMOptions
 
 @hookimpl
 def plasmid_addoption(parser: OptionParser) -> None:
-    parser.add_options(VLLMOptions)
-    parser.add_options(DiskSyncOptions)  # vllm-disk's, shared with plasmid-sync's disk
-    native = parser.getgroup("vllm native", "vLLM engine arguments (AsyncEngineArgs fields), generated from the "
-                             "installed version; unset means vLLM's default, or plasmid's for: "
-                             + "; ".join(f"{name} ({why})" for name, why in PLASMID_DEFAULTS.items()))
-    add_options(native, native_fields())
+    # DiskSyncOptions: vllm-disk's, shared with plasmid-sync's disk
+    add_engine_options(parser, (VLLMOptions, DiskSyncOptions), prefix="vllm", label="vLLM",
+                       native="vLLM engine arguments (AsyncEngineArgs fields)", fields=native_fields(),
+                       plasmid_defaults=PLASMID_DEFAULTS)
 
 
 @hookimpl
 def plasmid_configure(config: Config) -> None:
-    if config.option.engine == "vllm" and VLLMOptions.of(config).external_addresses \
-            and ScheduleOptions.of(config).engines != 1:
-        raise UsageError("--vllm-external-addrs gives every server to one engine, which balances requests over "
-                         "them; use --engines 1 with it (plugin vllm)")
+    check_external_addrs(config, VLLMOptions)
     if config.option.engine == "vllm" and RolloutOptions.of(config).return_routed_experts:
         # before anything is written: otherwise a routing replay would fail at its first training step
         raise UsageError("--return-routed-experts: the vllm engine does not report mixture-of-experts routing "
