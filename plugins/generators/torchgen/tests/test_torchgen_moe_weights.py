@@ -49,7 +49,8 @@ def test_sharing_serves_same_dtype_tensors_in_place_and_copies_the_rest(make_eng
     assert engine.weight_version != 5
     shared = run(engine.share_weights([(dense, sent[dense]), (expert, sent[expert]), (half, sent[half])], 5))
     table = engine._weights
-    assert shared == sent[dense].numel() * 4 and engine.weight_version == 5
+    assert shared == sent[dense].numel() * 4 and engine.weight_version == 5 and table.storage_moves == 1
+    assert run(engine.share_weights([(dense, sent[dense])], 6)) == shared and table.storage_moves == 1
     assert table.tensors[dense].data_ptr() == sent[dense].data_ptr()             # served in place
     assert table.tensors[half].data_ptr() != sent[half].data_ptr()               # another dtype: copied
     assert torch.equal(table.tensors[half], sent[half].float())

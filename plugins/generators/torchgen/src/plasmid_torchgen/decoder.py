@@ -157,6 +157,12 @@ class Decoder:
         self.stats.decode_steps += 1
         return self._sample(batch, logits)
 
+    def weights_moved(self) -> None:
+        """The served weights now live in other storage (shared with a trainer): recorded CUDA graphs,
+        which read the old storage, are dropped. Called by the engine on its worker thread."""
+        if self._graphs is not None:
+            self._graphs.forget()
+
     def score(self, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
         """Log-probs of ``token_ids[prompt_length:]`` from one forward pass without a cache."""
         return self.score_batch([(token_ids, prompt_length, temperature)])[0]

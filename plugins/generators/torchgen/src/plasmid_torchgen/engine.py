@@ -268,7 +268,10 @@ class TorchEngine:
         self._check_open("share_weights")
         loop = self._bind()
         async with self._lock:
+            moves = self._weights.storage_moves
             shared: int = await loop.run_in_executor(self._worker, self._weights.share, list(named_tensors))
+            if self._weights.storage_moves != moves:       # graphs recorded on the old storage go
+                await loop.run_in_executor(self._worker, self._decoder.weights_moved)
             self._weight_version = weight_version
         return shared
 

@@ -110,6 +110,12 @@ class DecodeGraphs:
         self.captures += 1
         return graph, output
 
+    def forget(self) -> None:
+        """Drop every recorded graph: the served weights moved to other storage (a trainer's tensors
+        shared in place of the engine's, :meth:`WeightTable.share`), and replaying a graph would read
+        the old storage. The next steps record again."""
+        self._graphs.clear()
+
     def _bind(self, cache: FixedKV, device: torch.device) -> _StaticInputs:
         """Static inputs for ``cache``'s buffers; graphs recorded for other buffers (or another
         rotary table) are dropped. The buffers are referenced here, so their memory is not reused

@@ -32,6 +32,9 @@ class WeightTable:
         self.tensors: dict[str, torch.Tensor] = {**state, **expert_views(state)}
         #: the state dict's own names (tensors :meth:`share` may replace; expert views are copied into)
         self.own = frozenset(state)
+        #: how many :meth:`share` calls moved a served tensor to other storage (what was recorded
+        #: against the old storage, such as CUDA graphs, must then be recorded again)
+        self.storage_moves = 0
         self.where = where
 
     def load(self, named_tensors: Iterable[tuple[str, Any]]) -> int:
@@ -65,16 +68,17 @@ class WeightTable:
         is checked before anything changes; returns the bytes now shared (tensors already shared
         count, and are not touched)."""
         updates = self._checked(named_tensors)
-        shared, copies = 0, []
+        shared, copies, moved = 0, [], False
         with torch.no_grad():
             for target, name, value in updates:
                 if self._shareable(name, target, value):
                     if target.data_ptr() != value.data_ptr():
-                        target.data = value
+                        target.data, moved = value, True
                     shared += value.numel() * value.element_size()
                 else:
                     copies.append((name, value))
         self.load(copies)
+        self.storage_moves += moved
         return shared
 
     def _shareable(self, name: str, target: torch.Tensor, value: torch.Tensor) -> bool:
