@@ -13,6 +13,12 @@ for the whole step, so a second Ctrl-C could not act at once. Waking the loop wi
 ``call_soon_threadsafe`` is what asyncio's own SIGINT handling (``asyncio.Runner``) does. The
 previous handlers are restored on exit. Outside the main thread (where signals cannot be caught)
 the context does nothing.
+
+A second SIGINT must end the process even when what the interrupt unwinds hangs (an engine's
+shutdown waiting on a server, interpreter exit joining a worker thread stuck in a long call): with
+:func:`force_exit_after_second_interrupt` set, which the ``plasmid`` command's entry point does, the
+second SIGINT also arms a timer that ends the process with status 130 after that many seconds.
+Library use of the loop (tests, notebooks) keeps the plain ``KeyboardInterrupt``.
 """
 
 from __future__ import annotations
@@ -26,6 +32,21 @@ from typing import Any
 
 #: The signals that ask a run to stop.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: seconds from a second SIGINT to a forced exit (``None``: never forced); see the module doc
+_force_exit_seconds: float | None = None
+
+
+def force_exit_after_second_interrupt(seconds: float | None) -> None:
+    """From now on, a second SIGINT ends this process (``os._exit(130)``) if it has not exited
+    ``seconds`` later; ``None`` turns that off. Called by the ``plasmid`` command's entry point."""
+    global _force_exit_seconds
+    _force_exit_seconds = seconds
+
+
+def _exit_now() -> None:
+    os.write(2, b"plasmid: still running after a second interrupt; exiting now\n")
+    os._exit(130)
+
 
 
 class StopSignals:
@@ -52,6 +73,10 @@ class StopSignals:
         name = signal.Signals(signum).name
         if self.requested is not None:
             if signum == signal.SIGINT:
+                if _force_exit_seconds is not None:
+                    timer = threading.Timer(_force_exit_seconds, _exit_now)
+                    timer.daemon = True
+                    timer.start()
                 raise KeyboardInterrupt
             return
         self.requested = name

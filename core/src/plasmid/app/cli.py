@@ -41,6 +41,19 @@ from plasmid.errors import PlasmidError
 USAGE = __doc__.split("\n\n")[1]
 
 
+#: seconds the ``plasmid`` command may take to exit after a second Ctrl-C before it is ended
+FORCE_EXIT_SECONDS = 5.0
+
+
+def entry() -> None:
+    """The ``plasmid`` console script: :func:`main` in a process of its own, where a second Ctrl-C
+    ends the process within :data:`FORCE_EXIT_SECONDS` whatever hangs (:mod:`plasmid.shutdown`)."""
+    from plasmid import shutdown
+
+    shutdown.force_exit_after_second_interrupt(FORCE_EXIT_SECONDS)
+    sys.exit(main())
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -195,4 +208,4 @@ def debug_requested(argv: list[str]) -> bool:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
