@@ -37,7 +37,8 @@ def plasmid_metrics(step, metrics):
 
 @hookimpl
 def plasmid_weights_synced(step, report):
-    _log(OUT, {"hook": "weights_synced", "step": step, "version": report.weight_version, "bytes": report.bytes})
+    _log(OUT, {"hook": "weights_synced", "step": step, "version": report.weight_version,
+               "bytes": report.bytes + report.metrics.get("sync/shared_bytes", 0)})
 
 
 @hookimpl
@@ -58,6 +59,7 @@ def test_hooks_are_called_with_resolved_choices_and_each_step(tmp_path):
     assert events[0] == {"hook": "configure", "loss": "grpo", "datasource": "tasks"}
     assert [e["hook"] for e in events[1:]] == ["weights_synced", "metrics", "step_end"] * 2
     synced = [e for e in events if e["hook"] == "weights_synced"]
+    # the report of the sync that ran: bytes copied, or (the default inprocess sync) tensors shared
     assert [e["version"] for e in synced] == [1, 2] and all(e["bytes"] > 0 for e in synced)
     assert all(e["has_reward"] for e in events if e["hook"] == "metrics")
     assert {e["run_dir"] for e in events if e["hook"] == "step_end"} == {str(tmp_path / "run")}
