@@ -1,4 +1,5 @@
-"""The observer writes event files that TensorBoard reads back: through the hooks, and in a run."""
+"""The observer writes event files that TensorBoard reads back: through the hooks, and in a run; read by the
+classic ``EventAccumulator`` (what scripts and notebooks use) and by a TensorBoard server's scalars dashboard."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ import json
 import os
 import subprocess
 import sys
+import time
+import urllib.parse
+import urllib.request
 
 import pytest
 from plasmid_tensorboard import plugin
@@ -17,13 +21,35 @@ pytest.importorskip("tensorboard")
 
 
 def read_scalars(directory) -> dict[str, list[tuple[int, float]]]:
-    from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
-    from tensorboard.util import tensor_util
+    """Every scalar as TensorBoard's classic ``EventAccumulator`` reads it: ``{tag: [(step, value)]}``."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     accumulator = EventAccumulator(str(directory))
     accumulator.Reload()
-    return {tag: [(e.step, float(tensor_util.make_ndarray(e.tensor_proto).item())) for e in accumulator.Tensors(tag)]
-            for tag in accumulator.Tags()["tensors"]}
+    return {tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]}
+
+
+def served_scalars(logdir) -> dict[str, dict[str, list[tuple[int, float]]]]:
+    """Every scalar as a TensorBoard server started on ``logdir`` shows it in its scalars dashboard (its HTTP
+    data API): ``{run: {tag: [(step, value)]}}``."""
+    from tensorboard import default, program
+
+    board = program.TensorBoard(plugins=default.get_plugins())
+    board.configure(argv=[None, "--logdir", str(logdir), "--load_fast", "false", "--host", "127.0.0.1",
+                          "--port", "0"])
+    url = board.launch()
+
+    def get(path):
+        with urllib.request.urlopen(url + path, timeout=30) as answer:
+            return json.load(answer)
+
+    deadline = time.monotonic() + 60
+    while not (tags := get("data/plugin/scalars/tags")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return {run: {tag: [(step, value) for _, step, value in
+                        get("data/plugin/scalars/scalars?" + urllib.parse.urlencode({"run": run, "tag": tag}))]
+                  for tag in run_tags}
+            for run, run_tags in tags.items()}
 
 
 def test_hooks_write_finite_scalars_per_step_and_close(tmp_path):
@@ -35,6 +61,13 @@ def test_hooks_write_finite_scalars_per_step_and_close(tmp_path):
     assert plugin._writer is None
     scalars = read_scalars(tmp_path / "tensorboard")
     assert scalars == {"rollout/reward_mean": [(0, 0.25), (1, 0.5)], "train/loss": [(1, 1.5)]}
+    assert served_scalars(tmp_path) == {"tensorboard": scalars}
+
+
+def test_a_step_without_a_finite_value_writes_no_event(tmp_path):
+    assert plugin.scalar_event(3, {"train/loss": float("inf"), "flag": True}) is None
+    event = plugin.scalar_event(3, {"b": 2, "a": 0.5})
+    assert event.step == 3 and [(v.tag, v.simple_value) for v in event.summary.value] == [("a", 0.5), ("b", 2.0)]
 
 
 def test_disabled_writes_nothing(tmp_path):
@@ -64,3 +97,4 @@ def test_a_run_writes_the_metrics_jsonl_values_as_event_files(tmp_path):
     scalars = read_scalars(run / "tensorboard")
     for name in ("rollout/reward_mean", "train/loss", "train/grad_norm"):
         assert scalars[name] == [(row["step"], pytest.approx(row[name], rel=1e-6)) for row in rows]
+    assert served_scalars(run)["tensorboard"]["train/loss"] == scalars["train/loss"]
