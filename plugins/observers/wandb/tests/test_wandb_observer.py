@@ -69,7 +69,13 @@ def test_offline_run_holds_config_and_metrics_without_network(tmp_path, monkeypa
     [run] = [r.run for r in records if r.WhichOneof("record_type") == "run"]
     assert run.display_name == "probe"
     config_items = {u.key: json.loads(u.value_json) for u in run.config.update}
-    assert config_items.get("top_p") == 0.125 or config_items.get("option", {}).get("top_p") == 0.125
+    assert "option" not in config_items
+    options = {key: value for key, value in config_items.items() if key != "_wandb"}
+    assert options["top_p"] == 0.125 and options["wandb_name"] == "probe" and options["wandb"] is True
+    assert options["run_dir"] == str(tmp_path)
+    assert set(options) - {"plugin_lock"} == set(config.to_dict()["option"])
+    assert options["plugin_lock"] == {entry["name"]: f"{entry['distribution']} {entry['version']}"
+                                      for entry in config.plugin_lock}
 
 
 def test_missing_wandb_is_one_line_at_configure(tmp_path, monkeypatch):

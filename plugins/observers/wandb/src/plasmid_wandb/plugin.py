@@ -1,6 +1,6 @@
 """An observer plugin: with ``--wandb``, a Weights & Biases run holds the run's configuration
-(``config.to_dict()``) and every step's metrics (``metrics.jsonl`` stays the record of the run),
-logged with the rollout id as the step.
+(:func:`wandb_config`: every option under its own name, flat, as ``wandb.config.lr``) and every
+step's metrics (``metrics.jsonl`` stays the record of the run), logged with the rollout id as the step.
 
 Mode (``--wandb-mode``): ``offline`` writes the W&B run under ``<run dir>/wandb/offline-run-*``
 and needs no network (``wandb sync <that dir>`` uploads it later); ``online`` streams to the
@@ -39,6 +39,19 @@ def mode_of(options: WandbOptions, environ: dict[str, str] | None = None) -> str
     return "online" if environ.get("WANDB_API_KEY") else "offline"
 
 
+def wandb_config(config: Config) -> dict[str, Any]:
+    """The W&B run's config: every option of the run under its Python name (the keys of ``config.json``'s
+    ``option``, values as JSON-friendly as there), with ``run_dir`` the directory the run writes to (the
+    option's value, or the one chosen when it was not set), plus ``plugin_lock``, ``{plugin name:
+    "distribution version"}`` of the run's plugins, unless an option has that name."""
+    view = config.to_dict()
+    flat: dict[str, Any] = dict(view["option"])
+    flat.setdefault("plugin_lock", {entry["name"]: f"{entry['distribution']} {entry['version']}"
+                                    for entry in view["plugin_lock"]})
+    flat["run_dir"] = view["run_dir"]
+    return flat
+
+
 @hookimpl
 def plasmid_addoption(parser: OptionParser) -> None:
     parser.add_options(WandbOptions)
@@ -59,7 +72,7 @@ def plasmid_run_start(config: Config, run_dir: str) -> None:
     import wandb
 
     _run = wandb.init(project=options.wandb_project, entity=options.wandb_entity,
-                      name=options.wandb_name or Path(run_dir).name, dir=run_dir, config=config.to_dict(),
+                      name=options.wandb_name or Path(run_dir).name, dir=run_dir, config=wandb_config(config),
                       mode=mode_of(options), settings=wandb.Settings(silent=True, console="off"))
 
 
