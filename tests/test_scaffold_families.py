@@ -105,3 +105,21 @@ def test_a_broken_scaffold_fails_its_contract_suite(tmp_path, family, old, new, 
     code, reports = run_package_tests(root, "plasmid_broken")
     assert code != 0
     assert reports[next(n for n in reports if failing in n)] == "failed"
+
+
+@pytest.mark.timeout(600)
+def test_the_tool_scaffold_calls_its_tool_in_multiturn_rollouts_and_catches_a_tool_that_answers_nothing(tmp_path):
+    """The tool package's own tests run its tool in real multi-turn rollouts (plasmid.testing.toolcalls),
+    once per tool-call format that can name it; a tool whose answer never reaches the model fails them."""
+    root = write_package("tool", "echo", tmp_path)
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    assert "plasmid-multiturn" in project["optional-dependencies"]["test"]
+    code, reports = run_package_tests(root, "plasmid_echo")
+    rollouts = {node: outcome for node, outcome in reports.items() if "multiturn_rollout" in node}
+    assert code == 0 and len(rollouts) == 3 and set(rollouts.values()) == {"passed"}, reports
+    assert {node.rpartition("[")[2] for node in rollouts} == {"tagged]", "chat-template]", "mistral]"}
+    impl = root / "src" / "plasmid_echo" / "tool.py"
+    impl.write_text(impl.read_text().replace("return text[::-1]", "return ''"))
+    code, reports = run_package_tests(root, "plasmid_echo")
+    assert code != 0
+    assert {outcome for node, outcome in reports.items() if "multiturn_rollout" in node} == {"failed"}

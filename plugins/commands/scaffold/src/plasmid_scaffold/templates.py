@@ -343,7 +343,8 @@ class {cls}:
         return text[::-1]
 ''',
     test='''\
-"""The ``{name}`` tool keeps plasmid's tool contract and answers what its docstring says."""
+"""The ``{name}`` tool keeps plasmid's tool contract, answers what its docstring says, and is called
+in a real multi-turn rollout (``--generate multiturn``) by a scripted policy, no model trained."""
 
 from __future__ import annotations
 
@@ -353,6 +354,7 @@ import {module}.plugin
 from plasmid.protocols import ToolError
 from plasmid.testing import ToolContract, build, make_config, run
 from plasmid.testing.contracts.tool import make_call_sample
+from plasmid.testing.toolcalls import formats_for, run_tool_call
 
 
 class Test{cls}Contract(ToolContract):
@@ -372,9 +374,23 @@ def test_a_text_over_the_limit_is_a_tool_error():
     tool = build("tool", "{name}", {module}.plugin, config=config)
     with pytest.raises(ToolError, match="at most 3"):
         run(tool({{"text": "abcd"}}, make_call_sample()))
+
+
+# formats_for: every --tool-call-format that can write the call (compact only calls the calculator)
+@pytest.mark.parametrize("tool_call_format", formats_for("{option}", {{"text": "stressed"}}))
+def test_a_multiturn_rollout_calls_it_and_records_its_answer(tool_call_format):
+    rollout = run_tool_call({module}.plugin, "{name}", {{"text": "stressed"}}, tool_call_format=tool_call_format)
+    assert rollout.metrics["tool_calls_mean"] == 1.0 and rollout.metrics["tool_errors_mean"] == 0.0
+    assert len(rollout.outputs) == 1 and "desserts" in rollout.outputs[0]  # its answer, loss_mask 0
+
+
+def test_a_bad_call_in_a_rollout_is_a_tool_error_the_model_reads():
+    rollout = run_tool_call({module}.plugin, "{name}", {{"text": "abcd"}}, {option}_max_chars=3)
+    assert rollout.metrics["tool_errors_mean"] == 1.0 and "at most 3" in rollout.outputs[0]
 ''',
     usage='''\
     plasmid train --generate multiturn --tools {name} ...''',
+    test_dependencies=("plasmid-multiturn",),
 )
 
 # ------------------------------------------------------------------------------------------ datasource
