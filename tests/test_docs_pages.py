@@ -28,7 +28,8 @@ def test_relative_links_resolve(page):
 
 
 def test_the_pages_are_there():
-    assert {p.name for p in DOCS.glob("*.md")} >= {"index.md", "concepts.md", "plugins.md", "gpu.md", "options.md"}
+    assert {p.name for p in DOCS.glob("*.md")} >= {"index.md", "concepts.md", "plugins.md", "gpu.md", "options.md",
+                                                   "hooks.md"}
 
 
 def test_concepts_lists_every_family_with_its_option_and_suite():

@@ -294,7 +294,8 @@ def plasmid_run_end(run_dir: str, metrics: dict[str, float], error: str | None) 
 def plasmid_metrics(step: int, metrics: dict[str, float]) -> None:
     """Observe the metrics of one step (loggers, trackers).
 
-    Called by the loop after each step's metrics are complete, and after each evaluation.
+    Called in the driver process once per step, by the loop before the step's line is written to
+    ``metrics.jsonl`` (a step's evaluation metrics are among them), and by ``plasmid rollout``.
 
     :param step: the rollout id the metrics belong to.
     :param metrics: flat ``name -> value`` (``rollout/reward_mean``, ``train/loss``, ...).
@@ -305,6 +306,8 @@ def plasmid_metrics(step: int, metrics: dict[str, float]) -> None:
 def plasmid_step_end(step: int, run_dir: str, metrics: dict[str, Any]) -> None:
     """Observe the end of one RL step, after metrics are written and checkpoints saved.
 
+    Called by the loop in the driver process once per step, after :func:`plasmid_metrics`.
+
     :param step: the rollout id that just finished.
     :param run_dir: the run directory (``metrics.jsonl``, checkpoints live there).
     :param metrics: the step's metrics, as written to ``metrics.jsonl``.
@@ -314,6 +317,9 @@ def plasmid_step_end(step: int, run_dir: str, metrics: dict[str, Any]) -> None:
 @hookspec
 def plasmid_weights_synced(step: int, report: SyncReport) -> None:
     """Observe a finished weight sync (profilers, bandwidth monitors).
+
+    Called by the loop in the driver process after each step's sync (every
+    ``--update-weights-interval`` steps), before that step's :func:`plasmid_metrics`.
 
     :param step: the rollout id whose training produced the weights.
     :param report: bytes moved, seconds taken, and the new weight version.

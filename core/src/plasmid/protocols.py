@@ -62,9 +62,15 @@ class Tokenizer(Protocol):
     @property
     def eos_token_id(self) -> int | None: ...
 
-    def encode(self, text: str, *args: Any, **kwargs: Any) -> list[int]: ...
+    def encode(self, text: str, *args: Any, **kwargs: Any) -> list[int]:
+        """The ids of ``text``. Callers pass ``add_special_tokens=False`` for a piece of a sequence
+        (a tool answer, a label) and ``True`` for a whole prompt (BOS where the model wants it)."""
+        ...
 
-    def decode(self, token_ids: Sequence[int], *args: Any, **kwargs: Any) -> str: ...
+    def decode(self, token_ids: Sequence[int], *args: Any, **kwargs: Any) -> str:
+        """The text of ``token_ids``: ``skip_special_tokens=True`` leaves EOS and other special tokens
+        out (a sample's ``response``), ``False`` keeps them (parsing a turn for tool calls)."""
+        ...
 
 
 @runtime_checkable

@@ -10,7 +10,10 @@ A plugin's tests subclass its family's contract, naming only the provider::
 
 Contracts are re-exported here lazily; where each lives is the family table's
 (:data:`plasmid.families.FAMILIES`): :mod:`plasmid.testing.contracts` for the families that need
-no torch, :mod:`plasmid_torch.testing.contracts` (the plasmid-torch library) for the others.
+no torch, :mod:`plasmid_torch.testing.contracts` (the plasmid-torch library) for the others. So is
+``build_tiny_model`` (:func:`plasmid_torch.tiny.build_tiny_model`: a tiny model directory saved
+from a config, for engine, trainer and end-to-end tests). A tool's rollouts without a model:
+:mod:`plasmid.testing.toolcalls`.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ from plasmid.registry import Registry
 from plasmid.startup import finish_configuration, resolve_choices
 
 #: Contract suite name -> ``"module:Class"``, from the family table (the suites of families
-#: that need torch live in the plasmid-torch library).
-_CONTRACTS = contract_index()
+#: that need torch live in the plasmid-torch library), and the other lazy re-exports.
+_CONTRACTS = {**contract_index(), "build_tiny_model": "plasmid_torch.tiny:build_tiny_model"}
 
 T = TypeVar("T")
 

@@ -204,7 +204,8 @@ def masked_outputs(sample: Sample, tokenizer: Tokenizer) -> list[str]:
     """The decoded runs of ``sample``'s response tokens whose ``loss_mask`` is 0, in order."""
     runs: list[list[int]] = []
     previous = 1
-    for token, mask in zip(sample.response_tokens, sample.loss_mask or [], strict=True):
+    masks = sample.loss_mask if sample.loss_mask is not None else [1] * sample.response_length
+    for token, mask in zip(sample.response_tokens, masks, strict=True):
         if mask == 0:
             if previous != 0:
                 runs.append([])
