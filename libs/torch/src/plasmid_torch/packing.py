@@ -12,6 +12,12 @@ ids restart at 0 for each sequence (:func:`pack`), and attention stays within ea
 - with ``flash_attention_2`` / ``_3`` (CUDA), transformers' own variable-length kernels read the
   same keywords.
 
+The samples of a GRPO group share their prompt: :func:`pack_shared` packs each distinct prompt
+once, followed by its samples' responses, each response attending to the whole prompt and causally
+to itself (one ``[l, l]`` bool mask per group of ``l`` packed tokens, built once per forward call
+and read by every layer). That feeds ``sum(P_g) + sum(R_i)`` positions instead of
+``sum(P_g + R_i)``. Only :data:`VARLEN` runs it (the CUDA kernels know block-diagonal layouts only).
+
 The results equal a padded batch's to float rounding (the tests compare log-probs, entropy and
 gradients on qwen2, llama and a mixture of experts). Models with sliding-window or other
 non-full attention layers are not packed (:func:`packable`).
@@ -30,6 +36,8 @@ import torch
 VARLEN = "plasmid_varlen"
 #: Implementations whose kernels attend within the packed sequences themselves.
 NATIVE = ("flash_attention_2", "flash_attention_3")
+#: The forward-call keyword of :func:`pack_shared`'s per-group masks, read by :func:`varlen_attention`.
+GROUP_MASKS = "plasmid_group_masks"
 
 
 def varlen_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -37,11 +45,14 @@ def varlen_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
                      **kwargs: Any) -> tuple[torch.Tensor, None]:
     """Transformers' attention-function signature (``query`` ``[1, heads, N, d]``, ``key`` and
     ``value`` ``[1, kv_heads, N, d]``; returns ``[1, N, heads, d]``): causal attention within each
-    sequence that ``kwargs["cu_seq_lens_q"]`` (``[S + 1]`` int cumulative lengths) delimits; without
-    it, plain ``sdpa`` over ``attention_mask``."""
+    sequence that ``kwargs["cu_seq_lens_q"]`` (``[S + 1]`` int cumulative lengths) delimits or, with
+    ``kwargs[GROUP_MASKS]`` (:func:`pack_shared`: a ``[1, 1, l, l]`` bool mask per sequence, true
+    where a query may attend), as each sequence's mask says; without them, plain ``sdpa`` over
+    ``attention_mask``."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     bounds = kwargs.pop("cu_seq_lens_q", None)
+    masks = kwargs.pop(GROUP_MASKS, None)
     if bounds is None:
         output: torch.Tensor = sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                                       scaling=scaling, **kwargs)[0]
@@ -50,8 +61,9 @@ def varlen_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
         kwargs.pop(name, None)
     edges = bounds.tolist()
     parts = [sdpa_attention_forward(module, query[:, :, start:end], key[:, :, start:end], value[:, :, start:end],
-                                    None, dropout=dropout, scaling=scaling, is_causal=True, **kwargs)[0]
-             for start, end in zip(edges[:-1], edges[1:], strict=True)]
+                                    None if masks is None else masks[index], dropout=dropout, scaling=scaling,
+                                    is_causal=masks is None, **kwargs)[0]
+             for index, (start, end) in enumerate(zip(edges[:-1], edges[1:], strict=True))]
     return torch.cat(parts, dim=1), None
 
 
@@ -108,3 +120,41 @@ def pack(sequences: Sequence[Sequence[int]], device: torch.device | None = None)
     longest = max(lengths)
     return {"input_ids": ids.unsqueeze(0), "position_ids": positions.unsqueeze(0), "cu_seq_lens_q": bounds,
             "cu_seq_lens_k": bounds, "max_length_q": longest, "max_length_k": longest}
+
+
+def pack_shared(groups: Sequence[tuple[Sequence[int], Sequence[Sequence[int]]]],
+                device: torch.device | None = None) -> dict[str, Any]:
+    """The forward-call keywords of sequences that share prompts, packed into one row: ``groups`` is
+    ``[(prompt ids, [continuation ids, ...]), ...]`` (prompts non-empty, continuations possibly
+    empty). Each group becomes its prompt, then its continuations one after another, and each
+    continuation's position ids go on from its prompt's end, where it would sit after the prompt
+    alone. The keywords are :func:`pack`'s, one sequence per group, plus :data:`GROUP_MASKS`: for
+    each group a ``[1, 1, l, l]`` bool mask (``l`` its packed tokens) that lets the prompt attend
+    causally to itself and each continuation to the whole prompt and causally to itself, never to
+    another continuation. For :data:`VARLEN` models (:func:`varlen_attention`)."""
+    ids: list[int] = []
+    positions: list[torch.Tensor] = []
+    masks: list[torch.Tensor] = []
+    for prompt, continuations in groups:
+        if not prompt:
+            raise ValueError("pack_shared needs non-empty prompts")
+        segment = torch.cat([torch.zeros(len(prompt), dtype=torch.long),
+                             *(torch.full((len(part),), number, dtype=torch.long)
+                               for number, part in enumerate(continuations, start=1))])
+        positions.extend([torch.arange(len(prompt)),
+                          *(torch.arange(len(prompt), len(prompt) + len(part)) for part in continuations)])
+        ids.extend(prompt)
+        for part in continuations:
+            ids.extend(part)
+        order = torch.arange(len(segment))
+        # a key at or before the query, in the prompt or in the query's own continuation
+        allowed = (order.unsqueeze(0) <= order.unsqueeze(1)) & (
+            (segment.unsqueeze(0) == 0) | (segment.unsqueeze(0) == segment.unsqueeze(1)))
+        masks.append(allowed[None, None].to(device))
+    lengths = [int(mask.shape[-1]) for mask in masks]
+    bounds = torch.zeros(len(lengths) + 1, dtype=torch.int32, device=device)
+    bounds[1:] = torch.tensor(lengths, device=device).cumsum(0)
+    return {"input_ids": torch.tensor(ids, dtype=torch.long, device=device).unsqueeze(0),
+            "position_ids": torch.cat(positions).to(device).unsqueeze(0), "cu_seq_lens_q": bounds,
+            "cu_seq_lens_k": bounds, "max_length_q": max(lengths), "max_length_k": max(lengths),
+            GROUP_MASKS: masks}

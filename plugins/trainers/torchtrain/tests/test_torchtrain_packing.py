@@ -1,7 +1,8 @@
 """Packed micro-batches (``response_logprobs(pack=True)``, the critic's ``response_values``): the
 samples in one row without padding, attention within each sample (plasmid_torch.packing), give the
-padded pass's log-probs, entropy, values, loss and gradients within 1e-5 in float32; and the pass
-with the fewest token positions is the one taken."""
+padded pass's log-probs, entropy, values, loss and gradients within 1e-5 in float32; so do groups
+packed with their shared prompt once (``packing.pack_shared``); and the pass with the fewest token
+positions is the one taken."""
 
 from __future__ import annotations
 
@@ -45,6 +46,23 @@ def ragged_samples(vocab: int, seed: int = 0) -> list[Sample]:
     return samples
 
 
+def grouped_samples(vocab: int, seed: int = 0) -> list[Sample]:
+    """Three groups (prompts of 2, 9 and 5 tokens) of 3, 1 and 4 samples whose responses are 1-20
+    tokens, one with a partial loss mask, in group order as a rollout gives them."""
+    rng = random.Random(seed)
+    samples = []
+    for group, (prompt_length, responses) in enumerate([(2, [20, 1, 7]), (9, [3]), (5, [12, 2, 18, 6])]):
+        prompt = [1] + [rng.randrange(3, vocab) for _ in range(prompt_length - 1)]
+        for response_length in responses:
+            response = [rng.randrange(3, vocab) for _ in range(response_length)]
+            mask = [1] * response_length
+            if response_length == 12:
+                mask[1] = 0
+            samples.append(Sample(tokens=prompt + response, response_length=response_length, loss_mask=mask,
+                                  reward=float(len(samples) % 2), index=len(samples), group_index=group))
+    return samples
+
+
 def loss_and_grads(model, samples, padded, pack: bool):
     """A policy-gradient loss of ``padded`` (advantages reward - 0.5, an entropy bonus), with its
     log-probs, entropy and gradients."""
@@ -78,6 +96,46 @@ def test_packed_pass_equals_the_padded_pass_in_values_loss_and_gradients(model):
     assert packed[3].keys() == one[3].keys() and len(one[3]) > 10
     for name, grad in one[3].items():
         torch.testing.assert_close(packed[3][name], grad, rtol=0, atol=1e-5, msg=name)
+
+
+def test_groups_packed_with_their_prompt_once_equal_the_padded_pass(model):
+    samples = grouped_samples(model.config.vocab_size)
+    padded = batching.pad_samples(samples, pad_id=0)
+    groups = padded.prompt_groups()
+    assert batching.choose_pass(padded, groups, pack=True, share_cache=False, pack_shared=True) == "packed-shared"
+    calls = []
+    hook = model.register_forward_pre_hook(lambda module, args, kwargs: calls.append(kwargs["input_ids"].shape),
+                                           with_kwargs=True)
+    try:
+        shared = loss_and_grads(model, samples, padded, pack=True)
+        one = loss_and_grads(model, samples, padded, pack=False)
+    finally:
+        hook.remove()
+    fed = (2 + 9 + 5) + sum(s.response_length - 1 for s in samples)      # each prompt once
+    assert calls == [torch.Size([1, fed]), padded.input_ids.shape]
+    for got, want in zip(shared[:3], one[:3], strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    assert shared[3].keys() == one[3].keys() and len(one[3]) > 10
+    for name, grad in one[3].items():
+        torch.testing.assert_close(shared[3][name], grad, rtol=0, atol=1e-5, msg=name)
+
+
+def test_responses_sharing_a_prompt_never_attend_to_each_other(model):
+    """A sample's log-probs packed after its group's prompt, beside its group's other responses,
+    equal its log-probs alone; and the masks say the same."""
+    samples = grouped_samples(model.config.vocab_size, seed=2)
+    with torch.no_grad():
+        together, _ = batching.response_logprobs(model, batching.pad_samples(samples, pad_id=0), 1.0, pack=True)
+        for row, sample in enumerate(samples):
+            alone, _ = batching.response_logprobs(model, batching.pad_samples([sample], pad_id=0), 1.0, pack=False)
+            width = sample.response_length
+            torch.testing.assert_close(together[row, :width], alone[0, :width], rtol=0, atol=1e-5)
+    packed = packing.pack_shared([([1, 2], [[3, 4], [], [5]])])
+    assert packed["position_ids"].tolist() == [[0, 1, 2, 3, 2]]
+    assert packed[packing.GROUP_MASKS][0][0, 0].int().tolist() == [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0],
+                                                                  [1, 1, 1, 1, 0], [1, 1, 0, 0, 1]]
+    with pytest.raises(ValueError, match="non-empty prompts"):
+        packing.pack_shared([([], [[1]])])
 
 
 def test_samples_never_attend_to_each_other(model):
@@ -116,6 +174,12 @@ def test_the_pass_with_fewest_token_positions_is_chosen():
     assert batching.choose_pass(group, group.prompt_groups(), pack=True) == "shared"
     long_answers = batch(3, [2, 40, 3, 5], shared=True)     # padded 172, packed 54, shared 3 + 156
     assert batching.choose_pass(long_answers, long_answers.prompt_groups(), pack=True) == "packed"
+    # packed-shared 3 + 46 = 49 < packed 54; with a cache's shared pass allowed too, still the fewest
+    assert batching.choose_pass(long_answers, long_answers.prompt_groups(), pack=True,
+                                pack_shared=True) == "packed-shared"
+    # a tie (8 + 8 each) goes to packed-shared: one forward call, no cache
+    assert batching.choose_pass(group, group.prompt_groups(), pack=True, pack_shared=True) == "packed-shared"
+    assert batching.choose_pass(group, group.prompt_groups(), pack=False, pack_shared=False) == "shared"
 
 
 def test_eager_attention_and_sliding_windows_are_not_packed(tmp_path):

@@ -159,29 +159,40 @@ def response_outputs(model: Any, batch: PaddedBatch, read: Callable[[Any], torch
     :returns: ``([B, T, X] outputs, [B, T] response token ids)``; entries beyond a response are
         those of some real position (mask them).
     """
-    groups = batch.prompt_groups() if share_prompts and _full_attention(model) else None
-    chosen = choose_pass(batch, groups, pack=pack and packing.packable(model))
+    pack = pack and packing.packable(model)
+    pack_shared = pack and packing.attention_of(model) == packing.VARLEN
+    groups = batch.prompt_groups() if (share_prompts or pack_shared) and _full_attention(model) else None
+    chosen = choose_pass(batch, groups, pack=pack, share_cache=share_prompts, pack_shared=pack_shared)
     forward = dict(forward or {})
     if chosen == "packed":
         return _packed_pass(model, read, batch, place, forward)
+    if chosen == "packed-shared":
+        assert groups is not None
+        return _packed_shared_pass(model, read, batch, groups, place, forward)
     if chosen == "shared":
         return _shared_prompt_passes(model, read, batch, groups, place, forward)
     return _one_pass(model, read, batch, place, forward)
 
 
-def choose_pass(batch: PaddedBatch, groups: tuple[torch.Tensor, torch.Tensor] | None, *, pack: bool) -> str:
-    """``"padded"``, ``"packed"`` or ``"shared"``: of the passes allowed (``pack``; ``groups``, the
-    batch's shared prompts, not ``None``), the one that feeds the fewest token positions: padded
-    ``B x L``; packed ``sum(length - 1)`` (a sample's last token predicts nothing); shared
-    ``U x longest distinct prompt + B x (T - 1)``. Ties go to the padded, then the packed pass."""
+def choose_pass(batch: PaddedBatch, groups: tuple[torch.Tensor, torch.Tensor] | None, *, pack: bool,
+                share_cache: bool = True, pack_shared: bool = False) -> str:
+    """``"padded"``, ``"packed"``, ``"packed-shared"`` or ``"shared"``: of the passes allowed, the
+    one that feeds the fewest token positions: padded ``B x L``; packed (``pack``)
+    ``sum(length - 1)`` (a sample's last token predicts nothing); with ``groups`` (the batch's
+    shared prompts, not ``None``), packed-shared (``pack_shared``) ``sum(distinct prompt lengths) +
+    sum(response length - 1)`` and shared on a KV cache (``share_cache``) ``U x longest distinct
+    prompt + B x (T - 1)``. Ties go to the padded, the packed, then the packed-shared pass."""
     lengths = batch.prompt_lengths + batch.response_lengths
     costs = {"padded": batch.size * int(lengths.max())}
     if pack:
         costs["packed"] = int((lengths - 1).sum())
     if groups is not None:
         first = groups[0]
-        costs["shared"] = len(first) * int(batch.prompt_lengths[first].max()) + batch.size * (
-            batch.in_response.shape[1] - 1)
+        if pack_shared:
+            costs["packed-shared"] = int(batch.prompt_lengths[first].sum() + (batch.response_lengths - 1).sum())
+        if share_cache:
+            costs["shared"] = len(first) * int(batch.prompt_lengths[first].max()) + batch.size * (
+                batch.in_response.shape[1] - 1)
     return min(costs, key=lambda name: costs[name])
 
 
@@ -216,6 +227,45 @@ def _packed_pass(model: Any, read: Callable[[Any], torch.Tensor], batch: PaddedB
     within = (batch.prompt_lengths.unsqueeze(1) - 1 + torch.arange(width)).minimum((lengths - 2).unsqueeze(1))
     picked_at, = _on(place, starts.unsqueeze(1) + within)
     targets, = _on(place, batch.input_ids.gather(1, within + 1))
+    return outputs[picked_at], targets
+
+
+def _packed_shared_pass(model: Any, read: Callable[[Any], torch.Tensor], batch: PaddedBatch,
+                        groups: tuple[torch.Tensor, torch.Tensor],
+                        place: Placement | None, forward: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_one_pass`'s result from one pass over the batch packed with each distinct prompt once
+    (:func:`plasmid_torch.packing.pack_shared`): a prompt's last output predicts its samples' first
+    response token, and each sample's response tokens but the last, packed after the prompt,
+    predict the rest."""
+    first, group = groups
+    rows = batch.input_ids.tolist()
+    prompt_lengths, response_lengths = batch.prompt_lengths.tolist(), batch.response_lengths.tolist()
+    members: list[list[int]] = [[] for _ in range(len(first))]
+    for row, distinct in enumerate(group.tolist()):
+        members[distinct].append(row)
+    packed_groups = []
+    prompt_last = [0] * len(first)      # per distinct prompt: where its last token sits in the packed row
+    response_start = [0] * batch.size   # per sample: where its response's first fed token sits
+    offset = 0
+    for distinct, row in enumerate(first.tolist()):
+        length = prompt_lengths[row]
+        prompt_last[distinct] = offset + length - 1
+        offset += length
+        continuations = []
+        for member in members[distinct]:
+            fed = rows[member][prompt_lengths[member]:prompt_lengths[member] + response_lengths[member] - 1]
+            response_start[member] = offset
+            offset += len(fed)
+            continuations.append(fed)
+        packed_groups.append((rows[row][:length], continuations))
+    packed = packing.pack_shared(packed_groups, None if place is None else place.device)
+    outputs = read(model(**packed, **forward))[0]                                           # [N, X]
+    width = batch.in_response.shape[1]
+    steps = torch.arange(width).unsqueeze(0).minimum((batch.response_lengths - 1).unsqueeze(1))   # [B, T]
+    later = torch.tensor(response_start).unsqueeze(1) + steps - 1
+    at_prompt = torch.tensor(prompt_last)[group].unsqueeze(1).expand(-1, width)
+    picked_at, = _on(place, torch.where(steps == 0, at_prompt, later))
+    targets, = _on(place, batch.input_ids.gather(1, batch.prompt_lengths.unsqueeze(1) + steps))
     return outputs[picked_at], targets
 
 
