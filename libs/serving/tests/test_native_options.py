@@ -75,6 +75,29 @@ def test_options_parse_typed_values_and_report_only_what_was_given():
     assert "C.fast (default False). Go fast." in parser.format_help()
 
 
+def test_a_native_switch_has_a_no_form_in_flags_and_files(tmp_path):
+    from plasmid.app import configfile
+
+    fields = [NativeField("fast", ("C",), "bool", None, "False", "Go fast.", "fw-")]
+    parser = OptionParser(files=configfile)
+    add_options(parser.getgroup("fw native"), fields)
+    assert parser.parse(["--no-fw-fast"]).fw_fast is False
+    assert parser.parse(["--fw-fast", "--no-fw-fast"]).fw_fast is False
+    assert parser.parse(["--no-fw-fast", "--fw-fast"]).fw_fast is True
+    assert parser.parse([]).fw_fast is None and parser.given(["--no-fw-fast"]) == {"fw_fast"}
+    with pytest.raises(UsageError, match="--no-fw-fast: takes no value"):
+        parser.parse(["--no-fw-fast", "true"])
+    with pytest.raises(UsageError, match="invalid bool value: 'maybe'"):
+        parser.parse(["--fw-fast", "maybe"])
+    path = tmp_path / "run.json"
+    for value in (False, True):   # a file's false undone by the flag, and the other way round
+        path.write_text(f'{{"fw_fast": {str(value).lower()}}}')
+        assert parser.parse(["--config", str(path)]).fw_fast is value
+        flag = "--fw-fast" if not value else "--no-fw-fast"
+        assert parser.parse(["--config", str(path), flag]).fw_fast is (not value)
+    assert "--fw-fast [BOOL], --no-fw-fast" in parser.format_help()
+
+
 def test_booleans_are_read_in_the_usual_spellings():
     assert [parse_bool(v) for v in ("1", "TRUE", "yes", "on", "0", "False", "no", "off")] == [True] * 4 + [False] * 4
     with pytest.raises(ValueError, match="expected true or false"):

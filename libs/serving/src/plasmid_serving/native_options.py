@@ -28,6 +28,7 @@ A plugin decides which classes and fields pass through and what a field's annota
 
 from __future__ import annotations
 
+import argparse
 import ast
 import importlib.util
 from collections.abc import Callable, Container, Iterable
@@ -299,21 +300,41 @@ def parse_bool(text: str) -> bool:
 parse_bool.__name__ = "bool"   # argparse names the type in its error message
 
 
+class Switch(argparse.Action):
+    """A boolean native option: ``--x-flag`` alone or ``--x-flag true`` sets true, ``--x-flag false``
+    false, and ``--no-x-flag`` (its second flag, which takes no value) false, as every plasmid
+    switch has a ``--no-`` form. Declared with ``const=None``: argparse passes ``None`` for a flag
+    given without a value."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        if option_string is not None and option_string.startswith("--no-"):
+            if values is not None:
+                parser.error(f"argument {option_string}: takes no value (got {values!r}); "
+                             f"use {self.option_strings[0]} {str(values).lower()} instead")
+            setattr(namespace, self.dest, False)
+            return
+        setattr(namespace, self.dest, True if values is None else values)
+
+
 def add_options(group: Any, fields: Iterable[NativeField]) -> None:
     """Declare one option per field in ``group`` (a plasmid ``OptionGroup``), defaulting to
     ``None`` ("not given: the framework's default"). A boolean option alone means true
-    (``--x-flag``; ``--x-flag false`` turns it off); ``text`` options keep the string given."""
+    (``--x-flag``; ``--x-flag false`` or ``--no-x-flag`` turns it off, :class:`Switch`); ``text``
+    options keep the string given."""
     for field in fields:
         kwargs: dict[str, Any] = {"dest": field.dest, "default": None, "metavar": field.kind.upper()}
+        flags = [field.flag]
         if field.kind == "bool":
-            kwargs.update(type=parse_bool, nargs="?", const=True, metavar="BOOL")
+            kwargs.update(type=parse_bool, nargs="?", const=None, metavar="BOOL", action=Switch)
+            flags.append("--no-" + field.flag[2:])
         elif field.kind in ("int", "float"):
             kwargs["type"] = int if field.kind == "int" else float
         if field.choices:
             kwargs.update(choices=list(field.choices), metavar=None)
         owners = "/".join(field.owners)
         text = f"{owners + '.' if owners else ''}{field.name} (default {field.default}). {field.doc}".rstrip()
-        group.addoption(field.flag, help=text.replace("%", "%%"), **kwargs)
+        group.addoption(*flags, help=text.replace("%", "%%"), **kwargs)
 
 
 def given_values(option: Any, fields: Iterable[NativeField]) -> dict[str, Any]:
