@@ -3,8 +3,10 @@
 
 Each row is ``{"prompt": ..., "label": "<integer>"}``: a short story with two numbers (2-20) and
 one operation (addition, subtraction with a non-negative result, multiplication of a count of
-groups), asked in plain English, ending with the format request "End with 'Answer: N'." (the
-``math`` reward takes such a sentence, else the last number). The two files share no prompt.
+groups), asked in plain English, ending with the format request "Give the final answer as a number
+after 'Answer:'." (the ``math`` reward takes such an "Answer: ..." sentence, else the last number).
+The two files share no prompt. (An earlier wording, "End with 'Answer: N'.", made SmolLM2 write the
+letter N itself.)
 
     python examples/data/make_word_problems.py            # rewrites both files (seed 0)
 """
@@ -20,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 NAMES = ("Ana", "Ben", "Chloe", "Dev", "Ella", "Finn", "Grace", "Hugo", "Iris", "Jay", "Kim", "Leo", "Maya", "Noah")
 THINGS = ("apples", "marbles", "books", "stickers", "pencils", "cookies", "shells", "coins", "cards", "stamps")
 CONTAINERS = ("bags", "boxes", "jars", "baskets", "rows", "piles")
-FORMAT = "End with 'Answer: N'."
+FORMAT = "Give the final answer as a number after 'Answer:'."
 
 
 def problem(rng: random.Random) -> tuple[str, int]:

@@ -29,8 +29,9 @@ class TorchtrainOptions(Options, group="torchtrain", description="the plain-PyTo
 
     torchtrain_packing: bool = option(
         True, "pack a micro-batch's samples into one row without padding (attention kept within each sample; "
-        "plasmid_torch.packing) when that feeds fewer token positions than padding them or sharing their prompts' "
-        "passes; models with sliding-window layers or --attn-implementation eager are never packed")
+        "plasmid_torch.packing), a prompt that several samples share packed once, when that feeds fewer token "
+        "positions than padding them or sharing their prompts' passes on a KV cache; models with sliding-window "
+        "layers or --attn-implementation eager are never packed")
     gradient_checkpointing: bool = option(False, "recompute each transformer layer's activations in the backward "
                                           "pass instead of keeping them (less memory, ~1/3 more compute)")
     lora_rank: int = option(0, "train LoRA adapters of this rank instead of every weight (0: full training; needs "
