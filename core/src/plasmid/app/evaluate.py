@@ -4,8 +4,12 @@
                  [--eval-temperature T --top-p P --top-k K --max-new-tokens N] [--output FILE] [train options]
 
 ``--checkpoint`` takes a checkpoint directory (``<run>/checkpoints/step_N``: its
-``trainer/model`` is loaded) or a run directory (its newest complete checkpoint); ``--model`` a
-model directory. The sets: each ``--eval-data NAME=PATH`` is read by the data source as its eval
+``trainer/model`` is loaded) or a run directory (its newest complete checkpoint), and reads the
+run's ``config.json`` first (:mod:`plasmid.app.runconfig`: the run's data source and eval split,
+``--max-new-tokens``, chat template and rewards, unless a later ``--config`` or the command line
+says otherwise); ``--model`` a model directory. A run's ``config.json`` is a valid ``--config``
+(the ``train`` options ``eval`` lacks are ignored). Before each set one line on stderr says what
+is evaluated (:func:`what_line`). The sets: each ``--eval-data NAME=PATH`` is read by the data source as its eval
 prompts (``--eval-prompt-data PATH``; the ``jsonl`` source unless ``--datasource`` says
 otherwise); without ``--eval-data``, the data source's own eval split, named after it.
 
@@ -33,9 +37,9 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from plasmid.app.runconfig import data_text, with_run_config
 from plasmid.atomic import write_atomic
-from plasmid.checkpoint import Checkpoints
-from plasmid.config import Config, OptionParser
+from plasmid.config import Config
 from plasmid.errors import UsageError
 from plasmid.kernel_options import RolloutOptions
 from plasmid.options import Options, option
@@ -142,30 +146,11 @@ def repeat_groups(groups: Sequence[Group], n: int) -> list[Group]:
     return repeated
 
 
-def add_eval_options(parser: OptionParser) -> None:
-    parser.add_options(EvalCommandOptions)
-
-
-def model_of(checkpoint: Path) -> Path:
-    """The model directory of ``--checkpoint`` (module docstring); one-line errors."""
-    if not checkpoint.is_dir():
-        raise UsageError(f"--checkpoint {checkpoint}: no such directory")
-    if (checkpoint / "checkpoints").is_dir():
-        latest = Checkpoints(checkpoint).latest()
-        if latest is None:
-            raise UsageError(f"--checkpoint {checkpoint}: the run directory holds no complete checkpoint")
-        checkpoint = latest
-    model = checkpoint / "trainer" / "model"
-    if not model.is_dir():
-        raise UsageError(f"--checkpoint {checkpoint}: no trainer/model directory in it (give a checkpoint "
-                         f"step_N directory, a run directory, or --model DIR)")
-    return model
-
-
 def command_line(argv: list[str]) -> list[str]:
-    """``argv`` with ``--checkpoint`` turned into ``--model``, and with ``--eval-data`` given,
-    ``--datasource jsonl`` and ``--prompt-data`` (the first set) added unless given; refuses
-    neither or both of ``--checkpoint`` and ``--model``."""
+    """``argv`` with what ``--checkpoint`` implies (:func:`plasmid.app.runconfig.with_run_config`:
+    the run's ``config.json`` read first, ``--model`` the checkpoint's model) and, with
+    ``--eval-data`` given, ``--datasource jsonl`` and ``--prompt-data`` (the first set) added
+    unless given; refuses neither or both of ``--checkpoint`` and ``--model``."""
     early = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     early.add_argument("--checkpoint", default=None)
     early.add_argument("--model", default=None)
@@ -176,13 +161,20 @@ def command_line(argv: list[str]) -> list[str]:
     if (known.checkpoint is None) == (known.model is None):
         raise UsageError("plasmid eval: give exactly one of --checkpoint DIR and --model DIR")
     extra = []
-    if known.checkpoint is not None:
-        extra += ["--model", str(model_of(Path(known.checkpoint)))]
     if known.eval_data and known.datasource is None:
         extra += ["--datasource", "jsonl"]
     if known.eval_data and known.prompt_data is None:  # the data source's start-up wants training prompts
         extra += ["--prompt-data", str(eval_set(known.eval_data[0])[1])]
-    return [*argv, *extra]
+    return [*with_run_config(argv), *extra]
+
+
+def what_line(config: Config, name: str, path: Path | None, prompts: int, n: int, max_new_tokens: int) -> str:
+    """The one line ``plasmid eval`` prints (stderr) before evaluating a set: its name, where its
+    prompts come from (``path`` for an ``--eval-data`` set, else the data source's eval split), how
+    many, the samples per prompt, the token budget and the model."""
+    source = f"file {path}" if path is not None else f"{data_text(config.option, 'eval')}, eval split"
+    return (f"plasmid eval: set {name!r}: {source}: {prompts} prompts x {n} sample(s), at most {max_new_tokens} "
+            f"new tokens, model {config.option.model}")
 
 
 def set_config(config: Config, path: Path) -> Config:
@@ -202,7 +194,7 @@ async def evaluate(argv: list[str]) -> dict[str, Any]:
     from plasmid.app.start import start
     from plasmid.session import build_inputs, build_rollout_context, instantiate
 
-    startup = start(command_line(argv), prog="plasmid eval", add_options=add_eval_options,
+    startup = start(command_line(argv), prog="plasmid eval", own_options=(EvalCommandOptions,), run_configs=True,
                     description="Evaluate a checkpoint or model on prompt sets (JSON results).")
     config, registry = startup.config, startup.registry
     command = EvalCommandOptions.of(config)
@@ -225,6 +217,8 @@ async def evaluate(argv: list[str]) -> dict[str, Any]:
             if not groups:
                 raise UsageError(f"eval set {name!r} has no prompts" + ("" if sets else
                                  " (the data source has no eval split; give --eval-data NAME=PATH)"))
+            print(what_line(config, name, dict(sets).get(name), len(groups), command.eval_n_samples,
+                            params.max_new_tokens), file=sys.stderr, flush=True)
             recording = Recording(ctx.generate)
             await driver.evaluate(replace(ctx, generate=recording), repeat_groups(groups, command.eval_n_samples),
                                   params)
@@ -246,7 +240,7 @@ def eval_command(argv: list[str]) -> int:
     if "-h" in argv or "--help" in argv:  # every option, the train options included (argparse exits 0)
         from plasmid.app.start import start
 
-        start(["--help"], prog="plasmid eval", add_options=add_eval_options,
+        start(["--help"], prog="plasmid eval", own_options=(EvalCommandOptions,), run_configs=True,
               description="Evaluate a checkpoint (--checkpoint DIR) or a model (--model DIR) on prompt sets; "
                           "JSON results (see plasmid.app.evaluate).")
         return 0

@@ -54,9 +54,12 @@ LOCAL_PREFIX = "plasmid_local_"
 KERNEL_GROUPS = frozenset({"general", "providers"})
 
 
-def short_help(parser: argparse.ArgumentParser, option_classes: Iterable[type[Options]]) -> str:
+def short_help(parser: argparse.ArgumentParser, option_classes: Iterable[type[Options]], *,
+               first: Iterable[type[Options]] = ()) -> str:
     """The text of ``--help`` for ``parser`` (an :class:`plasmid.config.OptionParser`'s), whose
-    typed options were declared by ``option_classes``."""
+    typed options were declared by ``option_classes``. The options of the classes ``first`` (a
+    command's own: ``plasmid eval``'s ``--checkpoint``) are listed before every other, each class
+    under its group's title."""
     from plasmid.options import option_fields
 
     owner_of: dict[str, str] = {}        # dest -> top-level package of its options class
@@ -84,6 +87,8 @@ def short_help(parser: argparse.ArgumentParser, option_classes: Iterable[type[Op
         formatter.end_section()
 
     section("help", [a for a in parser._actions if a.option_strings and a.default == argparse.SUPPRESS])
+    for cls in first:
+        section(cls.group or cls.__name__, [by_dest[f.name] for f in option_fields(cls) if f.name in by_dest])
     for title, dests in COMMON:
         section(f"common: {title}", [by_dest[d] for d in dests if d in by_dest])
     natives = [(title, actions) for title, actions in groups if title.endswith(NATIVE_SUFFIX) and actions]

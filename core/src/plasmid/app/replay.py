@@ -17,11 +17,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from plasmid.app.rollout_store import RolloutStore, SaveRolloutsOptions, add_save_option
+from plasmid.app.rollout_store import RolloutStore, SaveRolloutsOptions
 from plasmid.app.run import observed_train
 from plasmid.app.rundir import StartupWrites, check_run_dir, write_header
 from plasmid.app.runlog import RunLog
 from plasmid.app.start import start
+from plasmid.app.summary import add_train_options
 from plasmid.errors import UsageError
 from plasmid.kernel_options import RolloutOptions
 from plasmid.protocols import RolloutView, Trainer
@@ -56,7 +57,7 @@ async def run_replay(argv: list[str]) -> dict[str, float]:
                          "(what --save-rollouts wrote)")
     store = RolloutStore(argv[0])
     startup = start(argv[1:], prog="plasmid replay", description="Train on saved rollouts, with no engine.",
-                    add_options=add_save_option)  # so that the original run's config.json is a valid --config
+                    add_options=add_train_options)  # so that the original run's config.json is a valid --config
     config = startup.config
     if SaveRolloutsOptions.of(config).save_rollouts is not None:
         print("plasmid: note: plasmid replay saves no rollouts; --save-rollouts is ignored", file=sys.stderr)

@@ -27,32 +27,17 @@ from typing import Any, TextIO
 
 from plasmid import loop
 from plasmid.app.collector import quiet_start_up
-from plasmid.app.rollout_store import add_save_option, saving
+from plasmid.app.rollout_store import saving
 from plasmid.app.rundir import StartupWrites, check_run_dir, write_header
 from plasmid.app.runlog import RunLog
 from plasmid.app.start import start
+from plasmid.app.summary import add_train_options, describe_plugins
 from plasmid.config import Config
 from plasmid.errors import PluginError
-from plasmid.families import FAMILIES
 from plasmid.kernel_options import EvalOptions, GeneralOptions, ProfileOptions, RolloutOptions
 from plasmid.plugins import PluginManager
 from plasmid.session import Session, build_inputs, instantiate, prepare
 from plasmid.startup import Startup
-
-
-def describe_plugins(startup: Startup) -> str:
-    """The resolved plugin set and provider choices, as printed at the start of a run."""
-    option = startup.config.option
-    lines = ["plasmid plugins:"]
-    for entry in startup.config.plugin_lock:
-        lines.append(f"  {entry['name']:<14} {entry['distribution']} {entry['version']}")
-    chosen = {}
-    for family in FAMILIES:
-        value = getattr(option, family.option, None)
-        if family.name != "runtime":
-            chosen[family.flag[2:]] = (",".join(value) or "-") if isinstance(value, list) else value
-    lines.append("providers: " + "  ".join(f"{k}={v}" for k, v in chosen.items()))
-    return "\n".join(lines)
 
 
 async def start_session(startup: Startup) -> Session:
@@ -138,7 +123,7 @@ def warn_missing_trace(config: Config, stream: TextIO | None = None) -> None:
 async def run_training(argv: list[str]) -> dict[str, float]:
     # the collector seldom walks start-up's objects; the loop freezes them (plasmid.app.collector)
     with quiet_start_up():
-        startup = start(argv, add_options=add_save_option)
+        startup = start(argv, add_options=add_train_options)
         config = startup.config
         print(describe_plugins(startup), file=sys.stderr)
         session = await start_session(startup)

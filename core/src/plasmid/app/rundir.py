@@ -40,7 +40,7 @@ METRICS_FILE = "metrics.jsonl"
 #: evaluate and save, and how this invocation is run, none of which changes what was trained.
 RESUMABLE_CHANGES = frozenset({
     "resume", "resume_allow_changes", "debug", "plugins", "run_dir", "num_rollouts", "stop_at_eval_acc",
-    "eval_interval", "save_interval", "keep_checkpoints", "max_bad_steps", "max_empty_steps",
+    "eval_interval", "save_interval", "keep_checkpoints", "max_bad_steps", "max_empty_steps", "verbose",
 })
 
 

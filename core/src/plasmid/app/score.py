@@ -12,6 +12,9 @@ Rewards are built and combined exactly as in training (:class:`plasmid.rewards.R
 weights, ``--reward-key``, ``--reward-timeout``, ``--reward-errors``), from the plugins that
 ``--plugins`` selects, with every plugin option available (``--math-think-tag`` ...).
 ``--group-size N`` scores N consecutive lines as one group (for group rewards, such as judges).
+``--checkpoint DIR`` (a run directory or one of its checkpoints) reads the run's ``config.json``
+first, so its rewards, weights and reward options score (:mod:`plasmid.app.runconfig`); a run's
+``config.json`` is also a valid ``--config`` (the ``train`` options ``score`` lacks are ignored).
 
 Output: one JSON object per scored line, in input order, as soon as its group is scored::
 
@@ -19,8 +22,9 @@ Output: one JSON object per scored line, in input order, as soon as its group is
 
 plus ``"errors": ["math: ValueError: ..."]`` when a reward failed on it (it then scored 0 for
 that reward): it raised, timed out (``"math: timed out"``), or returned a value that is not a
-finite float32 or overflows float32 once weighted. When every reward failed on every line, a
-warning says so on stderr.
+finite float32 or overflows float32 once weighted. At the end one line on stderr says how many
+lines were scored with which rewards (:func:`what_line`), and the reward failures if any. When
+every reward failed on every line, a warning says so on stderr.
 A line that cannot be read stops the command with exit status 2 and a message naming the line;
 so does a failing reward under ``--reward-errors fail``. Samples carry no token ids (there is
 no tokenizer here): rewards that need ``tokens`` cannot be checked this way.
@@ -32,10 +36,12 @@ import asyncio
 import json
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, TextIO
 
+from plasmid.app.runconfig import with_run_config
 from plasmid.app.start import start
-from plasmid.config import OptionParser
+from plasmid.config import Config
 from plasmid.errors import UsageError
 from plasmid.options import Options, option
 from plasmid.rewards import RewardSet
@@ -44,12 +50,10 @@ from plasmid.types import Sample, Status
 
 
 class ScoreOptions(Options, group="score", description="plasmid score: responses on stdin, one per line"):
+    checkpoint: Path | None = option(None, "score with the rewards of this run (a run directory or one of its "
+                                     "checkpoints): its config.json is read first", metavar="DIR")
     label: str | None = option(None, "label of the lines that carry none")
     group_size: int = option(1, "score N consecutive lines as one group", min=1)
-
-
-def add_score_options(parser: OptionParser) -> None:
-    parser.add_options(ScoreOptions)
 
 
 def read_sample(line: str, number: int, default_label: Any) -> Sample:
@@ -110,8 +114,9 @@ async def score_lines(rewards: RewardSet, lines: Iterable[str], default_label: A
 
 
 def score_command(argv: list[str], stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
-    startup = start(argv, prog="plasmid score", description="Score responses from stdin with the chosen rewards.",
-                    add_options=add_score_options, rewards_only=True)
+    startup = start(with_run_config(argv, model=False), prog="plasmid score", own_options=(ScoreOptions,),
+                    description="Score responses from stdin with the chosen rewards.", rewards_only=True,
+                    run_configs=True)
     options = ScoreOptions.of(startup.config)
     if not startup.config.option.reward_weights:
         raise UsageError("no reward is loaded: choose one with --reward NAME ('plasmid plugins' lists them)")
@@ -122,7 +127,16 @@ def score_command(argv: list[str], stdin: TextIO | None = None, stdout: TextIO |
         failures = rewards.pop_metrics()
     finally:
         rewards.close()
-    if failures:
-        summary = ", ".join(f"{key.removeprefix('reward/failed/')} x{int(count)}" for key, count in failures.items())
-        print(f"plasmid score: {scored} lines scored; reward failures: {summary}", file=sys.stderr)
+    summary = ", ".join(f"{key.removeprefix('reward/failed/')} x{int(count)}" for key, count in failures.items())
+    print(what_line(startup.config, scored, options) + (f"; reward failures: {summary}" if failures else ""),
+          file=sys.stderr)
     return 0
+
+
+def what_line(config: Config, scored: int, options: ScoreOptions) -> str:
+    """The line ``plasmid score`` ends with (stderr): how many lines from stdin were scored, in
+    groups of how many, with which rewards and weights (``math:1.0``), and whose run's they are."""
+    rewards = ", ".join(f"{name}:{weight:g}" for name, weight in config.option.reward_weights)
+    where = f" (the rewards of {options.checkpoint})" if options.checkpoint is not None else ""
+    groups = f" in groups of {options.group_size}" if options.group_size > 1 else ""
+    return f"plasmid score: {scored} lines from stdin scored{groups} with {rewards}{where}"

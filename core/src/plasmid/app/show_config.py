@@ -61,9 +61,9 @@ def config_command(argv: list[str]) -> int:
 def train_options() -> Callable[[OptionParser], None] | None:
     """The options ``plasmid train`` adds to the plugins' own (its ``add_options``), so that the
     configuration shown is the one it runs with."""
-    from plasmid.app.rollout_store import add_save_option
+    from plasmid.app.summary import add_train_options
 
-    return add_save_option
+    return add_train_options
 
 
 def _add_json(extra: Callable[[OptionParser], None] | None) -> Callable[[OptionParser], None]:
