@@ -10,6 +10,7 @@ import math
 import pytest
 from plasmid_e2e import read_metrics, run_plasmid
 
+from plasmid import hookimpl
 from plasmid.app.rollout_store import FORMAT_VERSION, RolloutStore, decode_step, encode_step, step_path
 from plasmid.errors import PlasmidError, UsageError
 from plasmid.types import Group, RolloutBatch, Sample, Status
@@ -83,73 +84,116 @@ def test_replay_reproduces_the_saved_runs_losses_bit_for_bit(tmp_path):
     assert any(row["train/loss"] != 0 for row in want) or any(row["train/grad_norm"] for row in want)
 
 
-class _Impl:
-    def __init__(self, plugin_name, function, argnames):
-        self.plugin_name, self.function, self.argnames = plugin_name, function, argnames
+class _Observer:
+    """A plugin object of observer hooks for :func:`plasmid.testing.make_manager`: each hook
+    records its call in ``calls``, or raises when named in ``failing``."""
+
+    def __init__(self, calls, failing=()):
+        self.calls, self.failing = calls, failing
+
+    def _hook(self, name, value):
+        if name in self.failing:
+            raise RuntimeError(f"{type(self).__name__} cannot {name}")
+        self.calls.append((type(self).__name__, name, value))
+
+    @hookimpl
+    def plasmid_run_start(self, run_dir):
+        self._hook("run_start", run_dir)
+
+    @hookimpl
+    def plasmid_run_end(self, metrics, error):
+        self._hook("run_end", error)
 
 
-class _Manager:
-    """Just what notify_run_* read: ``pm.hook.<name>.get_hookimpls()``."""
+class Tracker(_Observer):
+    pass
 
-    def __init__(self, **impls):
-        hooks = {name: type("Caller", (), {"get_hookimpls": lambda self, i=i: i})() for name, i in impls.items()}
-        self.pm = type("PM", (), {"hook": type("Hook", (), hooks)()})()
+
+class Logger(_Observer):
+    pass
 
 
 def test_a_failing_run_end_observer_is_one_warning_and_the_others_still_run(tmp_path):
-    from plasmid.app.run import notify_run_end, notify_run_start
-    from plasmid.testing import make_config
+    from plasmid.app.run import notify_run_end
+    from plasmid.testing import make_config, make_manager
 
     calls = []
-
-    def broken(run_dir, metrics, error):
-        raise RuntimeError("tracker down")
-
-    manager = _Manager(
-        plasmid_run_end=[_Impl("good", lambda error: calls.append(error), ("error",)),
-                         _Impl("bad", broken, ("run_dir", "metrics", "error"))],
-        plasmid_run_start=[_Impl("starter", lambda run_dir: (_ for _ in ()).throw(OSError("no disk")), ("run_dir",))])
-    config = make_config(run_dir=tmp_path)
+    manager = make_manager(Tracker(calls), Logger(calls, failing=("run_end",)))
     stream = io.StringIO()
-    notify_run_end(manager, config, {}, "boom", stream=stream)
-    assert calls == ["boom"]
-    assert stream.getvalue() == "plasmid: warning: plugin 'bad' failed in plasmid_run_end: RuntimeError: tracker down\n"
-    with pytest.raises(PlasmidError, match="plugin 'starter' failed in plasmid_run_start: OSError: no disk"):
+    notify_run_end(manager, make_config(run_dir=tmp_path), {}, "boom", stream=stream)
+    assert calls == [("Tracker", "run_end", "boom")]
+    assert stream.getvalue() == "plasmid: warning: plugin 'Logger' failed in plasmid_run_end: RuntimeError: Logger " \
+                                "cannot run_end\n"
+
+
+def test_a_failing_run_start_observer_is_switched_off_or_with_fail_stops_the_start(tmp_path, capsys):
+    from plasmid.app.run import notify_run_end, notify_run_start
+    from plasmid.errors import PluginError
+    from plasmid.testing import make_config, make_manager
+
+    calls = []
+    config = make_config(run_dir=tmp_path)
+    manager = make_manager(Tracker(calls, failing=("run_start",)), Logger(calls))
+    notify_run_start(manager, config)
+    assert "plugin 'Tracker' (distribution (test) ) failed in plasmid_run_start: RuntimeError: Tracker cannot " \
+           "run_start; its observer hooks are off for the rest of the run" in capsys.readouterr().err
+    notify_run_end(manager, config, {}, None)
+    assert calls == [("Logger", "run_start", str(tmp_path)), ("Logger", "run_end", None)]  # Tracker is off
+
+    calls.clear()
+    manager = make_manager(Tracker(calls, failing=("run_start",)), Logger(calls))
+    manager.observer_errors = "fail"
+    with pytest.raises(PluginError, match="plugin 'Tracker' .* failed in plasmid_run_start: RuntimeError: Tracker "
+                                          "cannot run_start; what the start-up wrote is removed"):
         notify_run_start(manager, config)
+    assert calls == [("Logger", "run_start", str(tmp_path))]  # every other run-start observer was called
 
 
-def test_observed_train_calls_run_end_with_the_error_of_a_failing_run_start(tmp_path, monkeypatch):
+def test_announce_with_a_failing_run_start_tells_the_run_end_observers_and_shuts_the_session_down(tmp_path):
+    import asyncio
+    from types import SimpleNamespace
+
+    from plasmid.app.run import announce
+    from plasmid.errors import PluginError
+    from plasmid.testing import make_config, make_manager
+
+    calls, shut = [], []
+    manager = make_manager(Tracker(calls, failing=("run_start",)), Logger(calls))
+    manager.observer_errors = "fail"
+
+    async def shutdown():
+        shut.append(True)
+
+    session = SimpleNamespace(startup=SimpleNamespace(manager=manager), config=make_config(run_dir=tmp_path),
+                              shutdown=shutdown)
+    with pytest.raises(PluginError, match="failed in plasmid_run_start"):
+        asyncio.run(announce(session))
+    assert shut == [True]
+    [(_, _, error)] = [call for call in calls if call[1] == "run_end"]
+    assert error.startswith("plugin 'Tracker' (distribution (test) ) failed in plasmid_run_start")
+
+
+def test_observed_train_calls_run_end_with_the_metrics_or_the_error_that_ended_the_run(tmp_path, monkeypatch):
     import asyncio
     from types import SimpleNamespace
 
     from plasmid.app import run as run_module
     from plasmid.app.runlog import RunLog
-    from plasmid.testing import make_config
+    from plasmid.testing import make_config, make_manager
 
-    ended, trained = [], []
+    calls = []
 
     async def train(session, log):
-        trained.append(True)
         return {"train/loss": 1.0}
 
+    async def failing_train(session, log):
+        raise RuntimeError("the trainer died\nwith a second line")
+
+    session = SimpleNamespace(startup=SimpleNamespace(manager=make_manager(Tracker(calls))),
+                              config=make_config(run_dir=tmp_path))
     monkeypatch.setattr(run_module.loop, "train", train)
-
-    def failing_start(run_dir):
-        raise RuntimeError("cannot open the tracker")
-
-    manager = _Manager(plasmid_run_start=[_Impl("tracker", failing_start, ("run_dir",))],
-                       plasmid_run_end=[_Impl("tracker", lambda metrics, error: ended.append((metrics, error)),
-                                              ("metrics", "error"))])
-    config = make_config(run_dir=tmp_path)
-    session = SimpleNamespace(startup=SimpleNamespace(manager=manager), config=config)
-    with pytest.raises(PlasmidError, match="plugin 'tracker' failed in plasmid_run_start"):
-        asyncio.run(run_module.observed_train(session, RunLog(tmp_path, 1, stream=io.StringIO())))
-    assert not trained and ended == [({}, "plugin 'tracker' failed in plasmid_run_start: RuntimeError: cannot open "
-                                          "the tracker")]
-
-    manager = _Manager(plasmid_run_start=[], plasmid_run_end=[_Impl("t", lambda metrics, error:
-                                                                    ended.append((metrics, error)),
-                                                                    ("metrics", "error"))])
-    session = SimpleNamespace(startup=SimpleNamespace(manager=manager), config=config)
     assert asyncio.run(run_module.observed_train(session, RunLog(tmp_path, 1))) == {"train/loss": 1.0}
-    assert ended[-1] == ({"train/loss": 1.0}, None)
+    monkeypatch.setattr(run_module.loop, "train", failing_train)
+    with pytest.raises(RuntimeError, match="the trainer died"):
+        asyncio.run(run_module.observed_train(session, RunLog(tmp_path, 1)))
+    assert calls == [("Tracker", "run_end", None), ("Tracker", "run_end", "the trainer died")]

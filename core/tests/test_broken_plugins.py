@@ -72,11 +72,21 @@ def test_an_autoloaded_broken_plugin_is_skipped_with_one_warning_line(name, frag
     assert info.status == "skipped" and fragment in info.reason
     [line] = warning_lines(capsys)
     assert f"skipping plugin '{name}' {PACKAGE}" in line and fragment in line
-    assert "pip install --force-reinstall rl-plugin-faulty" in line and f"--plugins no:{name}" in line
+    # reinstalling can mend a broken install (a missing module), never a plugin's own code
+    assert ("pip install --force-reinstall rl-plugin-faulty" in line) == (name == "faultyimport"), line
+    assert f"--plugins no:{name}" in line
     assert not manager.pm.has_plugin(name)
     assert name not in {entry["name"] for entry in manager.lock()}
     assert not any(provider.plugin is info for family in registry.providers.values() for provider in family.values())
     assert registry.get("reward", "f1").plugin.name == "match"
+
+
+def test_a_hook_with_an_argument_its_hookspec_lacks_is_shown_with_the_expected_signature(capsys):
+    start(only("faultysig"))
+    [line] = warning_lines(capsys)
+    assert ("has an invalid hook implementation: plasmid_rewards(register, bogus) takes 'bogus', which the hook "
+            "does not pass; the hook is plasmid_rewards(register: Register)") in line, line
+    assert "report it to the authors of rl-plugin-faulty" in line
 
 
 def test_a_registration_hook_that_raises_drops_what_the_plugin_registered_before():

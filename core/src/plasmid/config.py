@@ -150,6 +150,19 @@ class OptionParser:
             group.addoption(field_.flag, **field_.argparse_kwargs())
         self.option_classes.append(cls)
 
+    def snapshot(self) -> Callable[[], None]:
+        """A function that removes every option declared after this call (their groups stay)."""
+        parser, flags, classes = self._parser, set(self._flags), list(self.option_classes)
+        count = len(parser._actions)
+
+        def undo() -> None:
+            for action in parser._actions[count:]:
+                action.container._remove_action(action)  # type: ignore[attr-defined]
+                for flag in action.option_strings:
+                    del parser._option_string_actions[flag]
+            self._flags, self.option_classes = flags, classes
+        return undo
+
     def getgroup(self, name: str, description: str = "") -> OptionGroup:
         """The group called ``name``, created on first use."""
         if name not in self._groups:
@@ -359,6 +372,11 @@ class Config:
             return False
         setattr(self.option, name, value)
         return True
+
+    def snapshot(self) -> Callable[[], None]:
+        """A function that puts every option's value back as it is now."""
+        saved = dict(vars(self.option))
+        return lambda: setattr(self, "option", argparse.Namespace(**saved))
 
     def getoption(self, name: str, default: Any = None) -> Any:
         """The value of option ``name`` (``"eps_clip"`` or ``"--eps-clip"``), or ``default``."""

@@ -255,6 +255,7 @@ def plasmid_runtimes(register: Register) -> None:
 
 # -------------------------------------------------------------------------------------------------
 # Observer hooks: every implementation is called; return values are ignored. Keep them cheap.
+# One that raises switches its plugin's observers off (--observer-errors; PluginManager.observe).
 # -------------------------------------------------------------------------------------------------
 
 
@@ -266,8 +267,9 @@ def plasmid_run_start(config: Config, run_dir: str) -> None:
     run directory's header is written (``config.json``, ``plugins.lock.json``) and every
     provider is built, before the first step; not called when start-up fails. Every
     :func:`plasmid_run_start` is followed by one :func:`plasmid_run_end`. An implementation that
-    raises stops the run before its first step (one line naming the plugin); the run-end hooks
-    are still called, with that error.
+    raises is a warning, and its plugin's observer hooks (its run-end too) are off for the run;
+    with ``--observer-errors fail`` it stops the start-up instead (one line naming the plugin;
+    what the start-up wrote is removed), the other plugins' run-end hooks called with that error.
 
     :param config: the run's final configuration (``config.option``, ``config.to_dict()``).
     :param run_dir: the run directory (as a string); a tracker may write under it.

@@ -120,6 +120,9 @@ class FaultOptions(Options, group="faults", description="when the loop stops a r
                                 "(non-finite loss or gradient, ...)", min=1)
     max_empty_steps: int = option(5, "stop (with a checkpoint) after N steps in a row in which the filters "
                                   "(or --max-staleness) dropped every group", min=1)
+    observer_errors: Literal["warn", "fail"] = option(
+        "warn", "an observer hook (plasmid_metrics, plasmid_step_end, ...) that raises: warn once and switch that "
+        "plugin's observers off for the rest of the run, or stop the run (with a checkpoint of the step)")
 
 
 class ProfileOptions(Options, group="profiling", description="where each step's time goes"):

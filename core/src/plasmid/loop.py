@@ -37,7 +37,7 @@ from typing import Any
 
 from plasmid.checkpoint import Checkpoints
 from plasmid.config import Config
-from plasmid.errors import DataExhausted, PlasmidError, RunStopped
+from plasmid.errors import DataExhausted, PlasmidError, PluginError, RunStopped
 from plasmid.kernel_options import (
     CheckpointOptions,
     EvalOptions,
@@ -221,7 +221,9 @@ class Loop:
 
     async def end_step(self, rollout_id: int, metrics: dict[str, float], *, trained: bool, last: bool) -> bool:
         """Hand the step's metrics to the observers and the log, checkpoint when due (or before
-        stopping), and tell whether the run goes on; raises :class:`RunStopped` when it stalled."""
+        stopping), and tell whether the run goes on; raises :class:`RunStopped` when it stalled,
+        and a :class:`PluginError` when an observer failed with ``--observer-errors fail`` (this
+        step's or its sync's; the step is logged and checkpointed first)."""
         manager, config = self.session.startup.manager, self.config
         target = EvalOptions.of(config).stop_at_eval_acc
         done = target is not None and metrics.get("eval/accuracy", -1.0) >= target
@@ -229,12 +231,15 @@ class Loop:
         entry = self.log.write(rollout_id, metrics)
         stalled = self.stalls.observe(rollout_id, metrics, trained=trained)
         stopping = self.stop.requested if self.stop is not None else None
-        if done or stalled or stopping or every(CheckpointOptions.of(config).save_interval, rollout_id, last):
+        due = every(CheckpointOptions.of(config).save_interval, rollout_id, last)
+        if done or stalled or stopping or manager.observer_failure or due:
             save = self.save(rollout_id)
             path = await save if self.clock is None else await self.clock.saving(save)
         manager.step_end(rollout_id, str(config.run_dir), entry)
-        if stalled:
-            raise RunStopped(f"{stalled}; checkpoint {path} written (continue with --resume)")
+        if stalled or manager.observer_failure:
+            path = path if self.saved == rollout_id else await self.save(rollout_id)
+            error = RunStopped if stalled else PluginError
+            raise error(f"{stalled or manager.observer_failure}; checkpoint {path} written (continue with --resume)")
         if stopping and not last:
             print(f"plasmid: stopped by {stopping} after step {rollout_id}; checkpoint {path} "
                   f"written; continue with --resume", file=sys.stderr)

@@ -14,8 +14,10 @@ Filtering happens before import.
 One policy covers every broken plugin: one that fails to import, whose declared ``plasmid``
 requirement excludes this kernel, whose hook implementation takes an argument its hookspec
 does not declare, that implements a hook plasmid does not define (a misspelled name), whose
-registration hook raises, that registers a lazy ``"module:attr"`` target whose module does not
-exist, or that registers a provider name another plugin of the family registered first.
+registration or bootstrap hook raises (what a failing addoption, defaults or configure hook declared
+or set is undone; a :class:`PlasmidError` of the last two is the user's error, not the plugin's),
+that registers a lazy ``"module:attr"`` target whose module does not exist, or that registers a
+provider name another plugin of the family registered first.
 
 - An *auto-loaded* plugin (not named in ``--plugins``) is skipped with a one-line warning on
   stderr, ``plasmid: warning: skipping plugin 'NAME' (distribution DIST VERSION): PROBLEM; FIX``,
@@ -38,9 +40,12 @@ displaces plasmid-match's.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.metadata as metadata
 import importlib.util
+import inspect
+import re
 import sys
 import time
 from collections.abc import Iterable
@@ -52,7 +57,7 @@ import pluggy
 
 import plasmid
 from plasmid import hookspecs
-from plasmid.errors import PluginError
+from plasmid.errors import PlasmidError, PluginError
 from plasmid.errors import did_you_mean as did_you_mean  # re-exported: plugins import it from here
 
 if TYPE_CHECKING:
@@ -62,7 +67,6 @@ ENTRY_POINT_GROUP = "plasmid"
 ENV_VAR = "PLASMID_PLUGINS"
 LOCAL_DISTRIBUTION = "(local)"
 KERNEL_PLUGINS = ("plasmid.kernel_options", "plasmid.builtin")
-
 
 @dataclass
 class PluginInfo:
@@ -107,6 +111,12 @@ class PluginInfo:
             return (f"reinstall it (pip install --force-reinstall {self.distribution}) or deselect it "
                     f"(--plugins no:{self.name})")
         return "fix the plugin"
+
+    @property
+    def code_fix(self) -> str:
+        """:attr:`fix` for a fault of the plugin's own code, which reinstalling cannot mend."""
+        return self.fix if self.distribution == LOCAL_DISTRIBUTION or not self.origin else (
+            f"report it to the authors of {self.distribution}, or deselect it (--plugins no:{self.name})")
 
     @property
     def tolerated(self) -> bool:
@@ -210,6 +220,12 @@ def _dist_version(ep: metadata.EntryPoint) -> str:
     return ep.dist.version if ep.dist is not None else ""
 
 
+def hook_signature(name: str) -> str:
+    """``plasmid_metrics(step: int, metrics: dict[str, float])``: hook ``name`` as its hookspec declares it."""
+    parameters = inspect.signature(getattr(hookspecs, name)).parameters.values()
+    return f"{name}({', '.join(f'{p.name}: {p.annotation}' for p in parameters)})"
+
+
 def kernel_incompatibility(dist: metadata.Distribution | None) -> str:
     """Why ``dist``'s declared ``plasmid`` requirement excludes this kernel, or ``""``.
 
@@ -251,6 +267,8 @@ class PluginManager:
         self.tolerant = False
         #: the warnings given so far, each once (see :meth:`warn`)
         self.warnings: list[str] = []
+        #: ``--observer-errors``, the plugins whose observers are off, the first failure (:meth:`observe`)
+        self.observer_errors, self.switched_off, self.observer_failure = "warn", set[str](), ""
 
     # ---------------------------------------------------------------------------- the policy
     def warn(self, message: str) -> None:
@@ -377,7 +395,10 @@ class PluginManager:
         except (pluggy.PluginValidationError, ValueError) as exc:
             if info.status == "kernel":
                 raise
-            self.reject(info, f"has an invalid hook implementation: {exc}", error=exc)
+            found = re.search(r"for hook '(\w+)'\nhookimpl definition: (.*)\nArgument\(s\) \{(.*)\}", str(exc))
+            problem = (f"{found[2]} takes {found[3]}, which the hook does not pass; the hook is "
+                       f"{hook_signature(found[1])}") if found else str(exc)
+            self.reject(info, f"has an invalid hook implementation: {problem}", fix=info.code_fix, error=exc)
             return
         info.status = info.status if info.status == "kernel" else "loaded"
         info.hooks = sorted(impl_name for impl_name in dir(obj) if impl_name.startswith("plasmid_"))
@@ -392,11 +413,13 @@ class PluginManager:
                 return
             except pluggy.PluginValidationError as exc:
                 plugin = self._owner(exc.plugin)
-                problem = (f"implements a hook that plasmid does not define: {exc}. Check the spelling against "
-                           f"plasmid.hookspecs (hooks start with 'plasmid_')")
+                name = (re.findall(r"unknown hook '(\w+)'", str(exc)) or ["?"])[0]
+                meant = difflib.get_close_matches(name, [h for h in dir(hookspecs) if h.startswith("plasmid_")], 1)
+                problem = f"implements {name}, a hook plasmid does not define" + "".join(
+                    f"; did you mean {hook}? It is {hook_signature(hook)}" for hook in meant)
                 if plugin is None:
                     raise PluginError(f"plugin {exc.plugin!r} {problem}") from exc
-                self.reject(plugin, problem, error=exc)
+                self.reject(plugin, problem, fix=plugin.code_fix, error=exc)
 
     def _owner(self, obj: Any) -> PluginInfo | None:
         name = self.pm.get_name(obj)
@@ -442,22 +465,59 @@ class PluginManager:
 
     # ---------------------------------------------------------------------------- hook facade
     def addoption(self, parser: OptionParser) -> None:
-        self.pm.hook.plasmid_addoption.call_historic(kwargs={"parser": parser})
+        self._bootstrap("plasmid_addoption", parser=parser)
 
     def defaults(self, config: Config) -> None:
-        self.pm.hook.plasmid_defaults.call_historic(kwargs={"config": config})
+        self._bootstrap("plasmid_defaults", config=config)
 
     def configure(self, config: Config) -> None:
-        self.pm.hook.plasmid_configure.call_historic(kwargs={"config": config})
+        self._bootstrap("plasmid_configure", config=config)
+
+    def _bootstrap(self, hook: str, **kwargs: Any) -> None:
+        """Call each implementation of bootstrap hook ``hook`` on its own, in pluggy's order; one
+        that raises has what it did undone (its argument's ``snapshot()`` gives the undo) and its
+        plugin follows the policy of the module docstring. Historic still: a plugin registered
+        later is called at once (by pluggy, not isolated)."""
+        caller, [value] = getattr(self.pm.hook, hook), kwargs.values()
+        for impl in reversed(caller.get_hookimpls()):
+            info, undo, user_errors = self.infos.get(impl.plugin_name), value.snapshot(), hook != "plasmid_addoption"
+            try:
+                impl.function(**{name: kwargs[name] for name in impl.argnames})
+            except Exception as exc:
+                if info is None or info.status == "kernel" or (user_errors and isinstance(exc, PlasmidError)):
+                    raise
+                undo()
+                self.reject(info, f"failed in {hook}: {type(exc).__name__}: {exc}", fix=info.code_fix, error=exc)
+        caller._call_history.append((kwargs, None))
+
+    def observe(self, hook: str, **kwargs: Any) -> None:
+        """Call every implementation of observer hook ``hook`` but those of plugins switched off; one
+        that raises switches its plugin's observers off for the rest of the run and is a warning line
+        (``observer_errors`` ``warn``) or, the first, kept in :attr:`observer_failure` (``fail``)."""
+        for impl in reversed(getattr(self.pm.hook, hook).get_hookimpls()):
+            if impl.plugin_name in self.switched_off:
+                continue
+            try:
+                impl.function(**{name: kwargs[name] for name in impl.argnames})
+            except Exception as exc:  # noqa: BLE001 - an observer never stops the run by itself
+                self.switched_off.add(impl.plugin_name)
+                info = self.infos.get(impl.plugin_name)
+                failure = " ".join(f"plugin {info.label if info else repr(impl.plugin_name)} failed in {hook}: "
+                                   f"{type(exc).__name__}: {exc}".split())
+                if self.observer_errors == "fail":
+                    self.observer_failure = self.observer_failure or failure
+                else:
+                    self.warn(f"{failure}; its observer hooks are off for the rest of the run (--observer-errors "
+                              f"fail stops the run instead)")
 
     def metrics(self, step: int, metrics: dict[str, float]) -> None:
-        self.pm.hook.plasmid_metrics(step=step, metrics=metrics)
+        self.observe("plasmid_metrics", step=step, metrics=metrics)
 
     def step_end(self, step: int, run_dir: str, metrics: dict[str, Any]) -> None:
-        self.pm.hook.plasmid_step_end(step=step, run_dir=run_dir, metrics=metrics)
+        self.observe("plasmid_step_end", step=step, run_dir=run_dir, metrics=metrics)
 
     def weights_synced(self, step: int, report: Any) -> None:
-        self.pm.hook.plasmid_weights_synced(step=step, report=report)
+        self.observe("plasmid_weights_synced", step=step, report=report)
 
     def registration_impls(self, hook_name: str) -> list[tuple[PluginInfo, Any]]:
         """``(plugin, hookimpl)`` pairs of one registration hook, in registration order."""

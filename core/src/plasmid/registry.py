@@ -161,10 +161,10 @@ class Registry:
                 if isinstance(exc, PluginError):
                     raise
                 raise PluginError(f"plugin {info.label} failed in {family.hook}: {type(exc).__name__}: "
-                                  f"{exc}; {info.fix}") from exc
+                                  f"{exc}; {info.code_fix}") from exc
             self.drop(info)
             problem = str(exc) if isinstance(exc, PluginError) else f"{type(exc).__name__}: {exc}"
-            manager.reject(info, f"failed in {family.hook}: {problem}", error=exc)
+            manager.reject(info, f"failed in {family.hook}: {problem}", fix=info.code_fix, error=exc)
 
     def drop(self, info: PluginInfo) -> None:
         """Remove every provider that ``info`` registered."""
@@ -172,6 +172,15 @@ class Registry:
             for name in [name for name, provider in providers.items() if provider.plugin is info]:
                 del providers[name]
         info.providers.clear()
+
+    def prune(self) -> bool:
+        """Drop the providers of plugins skipped after they registered (a bootstrap hook failed),
+        remembering why for :meth:`get`; whether any was dropped."""
+        pruned = [p for family in self.providers.values() for p in family.values() if p.plugin.status == "skipped"]
+        for p in pruned:
+            del self.providers[p.family][p.name]
+            self.skipped[p.family][p.name] = f"plugin {p.plugin.label} {p.plugin.reason}"
+        return bool(pruned)
 
     def _register_function(self, family: Family, info: PluginInfo) -> Any:
         """The ``register(name, factory, *, default=False)`` handed to ``info``'s ``family.hook``."""

@@ -24,7 +24,7 @@ from typing import Any
 from plasmid.config import ArgumentParser, Config, ConfigFiles, HelpText, OptionParser
 from plasmid.errors import PluginError, UsageError
 from plasmid.families import single_families
-from plasmid.kernel_options import GeneralOptions, RolloutOptions, default_run_dir, reward_weights
+from plasmid.kernel_options import FaultOptions, GeneralOptions, RolloutOptions, default_run_dir, reward_weights
 from plasmid.options import Options
 from plasmid.plugins import PluginManager, Selection, installed_entry_points
 from plasmid.prompt_limits import PromptLimit
@@ -91,6 +91,7 @@ def start(argv: list[str], prog: str = "plasmid train", *,
     registry = Registry.collect(manager)
     parser = OptionParser(prog=prog, description=description, files=files, help_text=help_text)
     manager.addoption(parser)
+    registry.prune()  # the providers of a plugin skipped in plasmid_addoption
     if add_options is not None:
         add_options(parser)
     option = parser.parse(argv)
@@ -101,6 +102,9 @@ def start(argv: list[str], prog: str = "plasmid train", *,
     else:
         resolve_choices(config, registry)
     finish_configuration(config, manager, parser.option_classes)
+    if registry.prune():  # a plugin skipped in a defaults or configure hook: a choice of it is an error
+        (resolve_rewards if rewards_only else resolve_choices)(config, registry)
+    config.plugin_lock, manager.observer_errors = manager.lock(), FaultOptions.of(config).observer_errors
     if not rewards_only:
         check_run(config, registry)
     return Startup(config, manager, registry)

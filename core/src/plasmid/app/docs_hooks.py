@@ -44,7 +44,8 @@ CALLERS: dict[str, str] = {
                         ":func:`plasmid.testing.make_config`), in the driver process.",
     "plasmid_configure": "by :func:`plasmid.startup.finish_configuration` right after the defaults hooks "
                          "and the options checks, in the driver process.",
-    "plasmid_run_start": "by `plasmid train` and `plasmid replay` (:func:`plasmid.app.run.observed_train`).",
+    "plasmid_run_start": "by `plasmid train` and `plasmid replay` as the last step of start-up "
+                         "(:func:`plasmid.app.run.announce`).",
     "plasmid_run_end": "by `plasmid train` and `plasmid replay` (:func:`plasmid.app.run.observed_train`).",
     "plasmid_metrics": "by :meth:`plasmid.loop.Loop.end_step` and by `plasmid rollout` once per batch.",
     "plasmid_step_end": "by :meth:`plasmid.loop.Loop.end_step`.",
@@ -364,11 +365,16 @@ def render() -> str:
         lines.append(f"| [`{name}`](#{name}) | {hook_group(name)} | {params} |")
     lines.append("")
     titles = {"bootstrap": "Bootstrap hooks", "registration": "Registration hooks", "observer": "Observer hooks"}
-    intro = {"bootstrap": "Called once per process, before any provider is built; historic.",
+    intro = {"bootstrap": "Called once per process, before any provider is built; historic. Each implementation is "
+                          "called on its own: one that raises has what it declared or set undone, and its plugin is "
+                          "skipped with a warning (auto-loaded) or stops the start-up (named in `--plugins`); a "
+                          "`PlasmidError` of a defaults or configure hook is the user's error and stops it.",
              "registration": "One per provider family; each receives `register(name, factory, *, default=False)` "
                              "([`Register`](#register)). " + markdown(REGISTRATION),
              "observer": "Start-up is over and the run is going: every implementation is called, in the driver "
-                         "process; return values are ignored. Keep them cheap."}
+                         "process; return values are ignored. Keep them cheap. One that raises is a warning naming "
+                         "its plugin, whose observer hooks are then off for the rest of the run; "
+                         "`--observer-errors fail` stops the run instead, with a checkpoint of the last step."}
     for group in ("bootstrap", "registration", "observer"):
         lines += [f"## {titles[group]}", "", intro[group], ""]
         for name in names:

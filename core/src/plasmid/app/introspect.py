@@ -1,6 +1,8 @@
 """``plasmid plugins``: what is installed, what each plugin provides, and whether it imports.
 
-Works when an installed plugin is broken: listing loads tolerantly and shows the reason.
+Works when an installed plugin is broken: listing loads tolerantly (and declares every plugin's
+options on a throwaway parser, so one whose ``plasmid_addoption`` raises is listed as skipped)
+and shows the reason.
 
 ``plasmid plugins show NAME`` also imports the plugin's providers to describe each one: the
 first line of its factory's docstring, and the options it reads when the factory lists them: as
@@ -18,8 +20,8 @@ import sys
 import warnings
 from typing import Any, TypedDict
 
-from plasmid.config import ArgumentParser, OptionParser, help_of
-from plasmid.errors import PluginError
+from plasmid.config import ArgumentParser, Config, OptionParser, help_of
+from plasmid.errors import PlasmidError, PluginError
 from plasmid.kernel_options import KERNEL_OPTIONS
 from plasmid.options import walk_fields
 from plasmid.plugins import (
@@ -32,6 +34,7 @@ from plasmid.plugins import (
     kernel_incompatibility,
 )
 from plasmid.registry import Registry
+from plasmid.startup import finish_configuration, resolve_choices
 
 
 def plugins_command(argv: list[str]) -> int:
@@ -58,7 +61,10 @@ def load_tolerantly(plugins_flag: str | None) -> tuple[PluginManager, Registry]:
         warnings.simplefilter("ignore")
         manager.load(Selection.from_env_or_flag(plugins_flag, installed_entry_points(), dict(os.environ)),
                      tolerant=True)
-    return manager, Registry.collect(manager, tolerant=True)
+        registry = Registry.collect(manager, tolerant=True)
+        manager.addoption(OptionParser())  # tolerant: a plugin that fails in it is marked skipped
+    registry.prune()
+    return manager, registry
 
 
 def _row(info: PluginInfo) -> str:
@@ -199,7 +205,8 @@ class PluginCheck(TypedDict):
 def check_in_this_process(name: str) -> dict[str, Any]:
     """Check installed plugin ``name`` in this (fresh) process, as ``plasmid plugins check`` does:
     import it, register it (hook arguments against the hookspecs), look for hooks plasmid does
-    not define, call its registration hooks and import every lazy target it registers.
+    not define, call its registration hooks, import every lazy target it registers, then call
+    its bootstrap hooks (:func:`bootstrap_on_defaults`).
 
     :returns: ``{"import_seconds": float | None, "problems": [str], "providers": [[family, name]]}``.
     """
@@ -235,9 +242,31 @@ def check_in_this_process(name: str) -> dict[str, Any]:
                     provider.load()
                 except PluginError as exc:
                     result["problems"].append(str(exc))
+        bootstrap_on_defaults(manager, registry)
     if info.status == "skipped":
         result["problems"].append(info.reason)
     return result
+
+
+def bootstrap_on_defaults(manager: PluginManager, registry: Registry) -> None:
+    """Call the bootstrap hooks of ``manager``'s plugins as a run would, on a throwaway parser and
+    a configuration of every option's default (provider choices resolved where the loaded plugins
+    decide them; the run directory a temporary one that is never written to), so that a plugin
+    whose ``plasmid_addoption``, ``plasmid_defaults`` or ``plasmid_configure`` raises is marked
+    skipped (``manager`` is tolerant). A :class:`PlasmidError` from a defaults or configure hook
+    is the plugin refusing these defaults (a usage error a user would fix), not a fault: ignored."""
+    import tempfile
+    from pathlib import Path
+
+    parser = OptionParser()
+    manager.addoption(parser)
+    with tempfile.TemporaryDirectory(prefix="plasmid-plugins-check-") as scratch:
+        config = Config(option=parser.defaults(), plugin_lock=manager.lock(), run_dir=Path(scratch) / "run")
+        try:
+            resolve_choices(config, registry, strict=False)
+            finish_configuration(config, manager, parser.option_classes)
+        except PlasmidError:
+            pass
 
 
 def check_plugins(as_json: bool, plugins_flag: str | None = None) -> int:
@@ -247,7 +276,8 @@ def check_plugins(as_json: bool, plugins_flag: str | None = None) -> int:
     Checked: the declared ``plasmid`` requirement (from metadata, before import); then, each in
     a fresh interpreter: that it imports (and how long that takes), that every hook it implements
     exists (a misspelled name) and takes only arguments its hookspec declares, that its
-    registration hooks run, and that every lazy ``"module:attr"`` target it registers imports;
+    registration hooks run, that every lazy ``"module:attr"`` target it registers imports, and
+    that its bootstrap hooks run on a throwaway parser and configuration (:func:`bootstrap_on_defaults`);
     then, across the checked plugins, provider names registered twice in a family (reported on
     the plugin that loses the name, in the registration order of :mod:`plasmid.plugins`). Local
     modules (``--plugins ./file.py``) are not checked.

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from plasmid.app.rollout_store import RolloutStore, SaveRolloutsOptions
-from plasmid.app.run import observed_train
+from plasmid.app.run import announce, observed_train
 from plasmid.app.rundir import StartupWrites, check_run_dir, write_header
 from plasmid.app.runlog import RunLog
 from plasmid.app.start import start
@@ -79,6 +79,7 @@ async def run_replay(argv: list[str]) -> dict[str, float]:
             weight_sync=NoEngineSync(),
         )
         write_header(config)
+        await announce(session)
     log = RunLog(config.run_dir, steps, plot_every=10)
     try:
         return await observed_train(session, log)

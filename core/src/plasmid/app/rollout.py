@@ -23,6 +23,7 @@ from plasmid.app.rundir import StartupWrites, check_run_dir, write_header
 from plasmid.app.runlog import RunLog
 from plasmid.app.start import start
 from plasmid.config import Config
+from plasmid.errors import PluginError
 from plasmid.kernel_options import EvalOptions, RolloutOptions
 from plasmid.options import Options, option
 from plasmid.protocols import RolloutEngine
@@ -61,6 +62,8 @@ async def run_rollout(argv: list[str]) -> list[dict[str, Any]]:
             entry = log.write(rollout_id, batch.metrics)
             startup.manager.metrics(rollout_id, batch.metrics)
             entries.append(entry)
+            if startup.manager.observer_failure:  # --observer-errors fail
+                raise PluginError(startup.manager.observer_failure)
     finally:
         log.close()
         for engine in engines:

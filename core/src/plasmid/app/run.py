@@ -10,10 +10,11 @@ The order is what makes a failed start-up leave nothing behind:
    which checks the model directory and every row of the data.
 4. Under :class:`plasmid.app.rundir.StartupWrites` (a failure removes what was written):
    :func:`plasmid.session.prepare` (the recipe's tiny model; the inputs that needed it are built
-   right after), the runtime's session (engines, trainer), then the header
-   (``config.json``, ``plugins.lock.json``).
-5. The observers' :func:`~plasmid.hookspecs.plasmid_run_start`, the loop, then (whatever the
-   loop did) :func:`~plasmid.hookspecs.plasmid_run_end` and the session's shutdown.
+   right after), the runtime's session (engines, trainer), the header (``config.json``,
+   ``plugins.lock.json``), then the observers' :func:`~plasmid.hookspecs.plasmid_run_start`
+   (:func:`announce`).
+5. The loop, then (whatever the loop did) :func:`~plasmid.hookspecs.plasmid_run_end` and the
+   session's shutdown.
 
 ``--save-rollouts DIR`` saves every step's batch (:mod:`plasmid.app.rollout_store`).
 """
@@ -59,7 +60,21 @@ async def start_session(startup: Startup) -> Session:
         except BaseException:
             await session.shutdown()
             raise
+        await announce(session)
     return session
+
+
+async def announce(session: Session) -> None:
+    """The last step of a start-up, inside its :class:`~plasmid.app.rundir.StartupWrites`:
+    :func:`notify_run_start`; when that fails (``--observer-errors fail``) the run-end observers
+    hear of it, the session is shut down and the error goes on (the guard then removes the
+    header and whatever else the start-up wrote)."""
+    try:
+        notify_run_start(session.startup.manager, session.config)
+    except BaseException as exc:
+        notify_run_end(session.startup.manager, session.config, {}, (str(exc).splitlines() or [""])[0])
+        await session.shutdown()
+        raise
 
 
 def _observers(manager: PluginManager, hook: str) -> list[tuple[str, Any]]:
@@ -67,22 +82,24 @@ def _observers(manager: PluginManager, hook: str) -> list[tuple[str, Any]]:
 
 
 def notify_run_start(manager: PluginManager, config: Config) -> None:
-    """Call every :func:`~plasmid.hookspecs.plasmid_run_start`; the first that raises is a
-    :class:`PluginError` naming its plugin (the run then stops before its first step)."""
-    for plugin, impl in reversed(_observers(manager, "plasmid_run_start")):
-        values = {"config": config, "run_dir": str(config.run_dir)}
-        try:
-            impl.function(**{name: values[name] for name in impl.argnames})
-        except Exception as exc:
-            raise PluginError(f"plugin '{plugin}' failed in plasmid_run_start: {type(exc).__name__}: {exc}") from exc
+    """Call every :func:`~plasmid.hookspecs.plasmid_run_start` (:meth:`PluginManager.observe`):
+    one that raises is a warning and its plugin's observers are off for the run, or, with
+    ``--observer-errors fail``, a :class:`PluginError` naming it once every other was called."""
+    manager.observe("plasmid_run_start", config=config, run_dir=str(config.run_dir))
+    if manager.observer_failure:
+        raise PluginError(f"{manager.observer_failure}; what the start-up wrote is removed (--observer-errors warn "
+                          f"goes on without the plugin's observers)")
 
 
 def notify_run_end(manager: PluginManager, config: Config, metrics: dict[str, float], error: str | None,
                    stream: TextIO | None = None) -> None:
-    """Call every :func:`~plasmid.hookspecs.plasmid_run_end`, each even when another raised; a
-    failure is one warning line naming the plugin, never an error of the run."""
+    """Call every :func:`~plasmid.hookspecs.plasmid_run_end` but those of plugins whose observers
+    were switched off, each even when another raised; a failure is one warning line naming the
+    plugin, never an error of the run (whatever ``--observer-errors`` says)."""
     values = {"run_dir": str(config.run_dir), "metrics": metrics, "error": error}
     for plugin, impl in reversed(_observers(manager, "plasmid_run_end")):
+        if plugin in manager.switched_off:
+            continue
         try:
             impl.function(**{name: values[name] for name in impl.argnames})
         except Exception as exc:  # noqa: BLE001 - an observer never hides the run's own outcome
@@ -91,14 +108,12 @@ def notify_run_end(manager: PluginManager, config: Config, metrics: dict[str, fl
 
 
 async def observed_train(session: Session, log: RunLog) -> dict[str, float]:
-    """:func:`plasmid.loop.train` between the run-start and run-end observer hooks: a failing
-    run-start observer stops the run before its first step; run-end is called in every case,
-    with the error that ended the run, if any."""
+    """:func:`plasmid.loop.train`, then the run-end observer hooks, called in every case with the
+    error that ended the run, if any (the run-start ones were called by :func:`announce`)."""
     manager, config = session.startup.manager, session.config
     metrics: dict[str, float] = {}
     error: str | None = None
     try:
-        notify_run_start(manager, config)
         metrics = await loop.train(session, log)
     except BaseException as exc:
         error = (str(exc).splitlines() or [""])[0] or type(exc).__name__
