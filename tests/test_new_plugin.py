@@ -21,7 +21,7 @@ def scaffold(tmp_path_factory):
     where = tmp_path_factory.mktemp("scaffold")
     proc = run_plasmid("new-plugin", "reward", NAME, "--dir", str(where))
     assert proc.returncode == 0, proc.stderr
-    root = where / f"plasmid-{NAME}"
+    root = where / f"rl-plugin-{NAME}"
     target = where / "installed"
     pip("install", "--no-deps", "--target", str(target), str(root))
     return root, target
@@ -43,7 +43,7 @@ def test_plasmid_lists_it_and_scores_with_it(scaffold):
     env = {"PYTHONPATH": str(target)}
     listed = run_plasmid("plugins", "--json", env=env)
     plugin = {p["name"]: p for p in json.loads(listed.stdout)}[NAME]
-    assert plugin["distribution"] == f"plasmid-{NAME}" and plugin["providers"] == {"reward": [NAME]}
+    assert plugin["distribution"] == f"rl-plugin-{NAME}" and plugin["providers"] == {"reward": [NAME]}
     scored = subprocess.run([sys.executable, "-m", "plasmid.app.cli", "score", "--plugins", NAME, "--reward", NAME,
                              "--label", "42"], input="The answer is 42\nno idea\n", capture_output=True, text=True,
                             env={**os.environ, **env}, timeout=120)
@@ -59,5 +59,6 @@ def test_a_run_trains_with_it_through_plugins_and_reward(scaffold, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert all(f"rollout/reward/{NAME}" in step for step in read_metrics(run_dir))
     lock = json.loads((run_dir / "plugins.lock.json").read_text())
-    assert {"name": NAME, "distribution": f"plasmid-{NAME}", "version": "0.1.0",
-            "target": "plasmid_contains_label.plugin"} in lock
+    entry = next(entry for entry in lock if entry["name"] == NAME)
+    assert (entry["distribution"], entry["version"], entry["target"]) == (
+        f"rl-plugin-{NAME}", "0.1.0", "plasmid_contains_label.plugin")

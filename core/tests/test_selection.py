@@ -72,13 +72,13 @@ def entry_point(name, value, distribution):
 def test_two_distributions_claiming_one_plugin_name_keep_the_first_party_one_and_say_so(monkeypatch):
     from plasmid import plugins
 
-    third, first = entry_point("same", "json", "rl-plugin-same"), entry_point("same", "csv", "plasmid-same")
+    third, first = entry_point("same", "json", "rl-plugin-same"), entry_point("same", "csv", "plasmid-match")
     for order in ([third, first], [first, third]):
         monkeypatch.setattr(plugins.metadata, "entry_points", lambda group, order=order: order)
         shadowed: list[str] = []
         assert plugins.installed_entry_points(shadowed)["same"].value == "csv"
         assert len(shadowed) == 1 and "of distribution rl-plugin-same 1.0 (json)" in shadowed[0]
-        assert "plasmid-same 1.0 already provides" in shadowed[0]
+        assert "plasmid-match 1.0 already provides" in shadowed[0]
 
 
 def test_between_two_third_parties_the_first_found_keeps_the_name(monkeypatch):

@@ -33,8 +33,8 @@ provider name another plugin of the family registered first.
 Provider names: in a collision the provider registered first keeps the name. Registration runs
 in a fixed order: the kernel's own plugins, then *first-party* plugins, then every other plugin,
 each group in entry-point name order (local modules last). A first-party plugin is one whose
-distribution is named ``plasmid`` or ``plasmid-*`` (the distributions of this repository; a
-third-party package must not use that prefix), so a third-party reward named ``exact`` never
+distribution is in :data:`FIRST_PARTY`, the kernel's own list of this repository's distributions
+(a ``plasmid-`` prefix alone grants nothing), so a third-party reward named ``exact`` never
 displaces plasmid-match's.
 """
 
@@ -67,6 +67,12 @@ ENTRY_POINT_GROUP = "plasmid"
 ENV_VAR = "PLASMID_PLUGINS"
 LOCAL_DISTRIBUTION = "(local)"
 KERNEL_PLUGINS = ("plasmid.kernel_options", "plasmid.builtin")
+#: This repository's distributions (core, plugins/*/*, libs/*; a test keeps it in step with their pyprojects).
+FIRST_PARTY = frozenset(("plasmid " + " ".join(f"plasmid-{name}" for name in (
+    "agent code dynamic gguf grpo gym hf hf-datasets jsonl match math megatron multiturn opd ppo ray reasoning-gym "
+    "reinforce-pp remote rollout scaffold serving sft sglang sync tasks tensorboard tools torch torchgen torchtrain "
+    "verifiers vllm wandb").split())).split())
+
 
 @dataclass
 class PluginInfo:
@@ -206,10 +212,9 @@ def installed_entry_points(shadowed: list[str] | None = None) -> dict[str, metad
 
 
 def is_first_party(distribution: str) -> bool:
-    """Whether ``distribution`` is one of this repository's: ``plasmid`` or ``plasmid-*``
-    (compared normalized, so ``plasmid_grpo`` counts)."""
-    normalized = distribution.lower().replace("_", "-").replace(".", "-")
-    return normalized == "plasmid" or normalized.startswith("plasmid-")
+    """Whether ``distribution`` is in :data:`FIRST_PARTY` (compared normalized, so ``plasmid_grpo``
+    counts); a third party's ``plasmid-mine`` does not."""
+    return distribution.lower().replace("_", "-").replace(".", "-") in FIRST_PARTY
 
 
 def _dist_name(ep: metadata.EntryPoint) -> str:

@@ -2,14 +2,15 @@
 
 Families (:data:`SPECS`): ``reward``, ``filter``, ``tool``, ``datasource``, ``loss``,
 ``generate``, ``engine``, ``trainer`` (no critic: its test skips the suite's two critic checks),
-``weight-sync`` and ``observer`` (hooks, no provider). The package (``<dir>/plasmid-NAME/``)
-installs with pip, registers provider ``NAME`` of its family under the entry-point group
-``plasmid``, and passes its own tests, which subclass the family's contract suite
+``weight-sync`` and ``observer`` (hooks, no provider). The package (``<dir>/rl-plugin-NAME/``, the
+distribution ``rl-plugin-NAME`` unless ``--distribution`` names another) installs with pip,
+registers provider ``NAME`` of its family under the entry-point group ``plasmid``, and passes
+its own tests, which subclass the family's contract suite
 (:mod:`plasmid.testing`; the loss, engine, trainer and weight-sync suites live in the
 plasmid-torch library, the generate and observer suites in
 :mod:`plasmid.testing.contracts.generate` and :mod:`plasmid.testing.contracts.observer`)::
 
-    plasmid-NAME/
+    rl-plugin-NAME/
         pyproject.toml                      name, kernel minor-version range, entry point, [test] extra (pytest)
         README.md                           install, test, use
         src/plasmid_NAME/__init__.py
@@ -24,7 +25,9 @@ Every file comes from one set of templates (:data:`PYPROJECT` ... :data:`OPTIONS
 family's :class:`Spec`: its hook, class, options, implementation, test and usage lines.
 
 ``NAME`` is lower case letters, digits and dashes (``my-verifier``); the module is ``NAME`` with
-underscores (``plasmid_my_verifier``).
+underscores (``plasmid_my_verifier``). The distribution is never named like one of plasmid's own
+(:data:`plasmid.plugins.FIRST_PARTY`, or ``plasmid-*``): those are this repository's, and a name
+collision between plugins is won by a first-party one.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from plasmid.config import ArgumentParser
 from plasmid.errors import UsageError
 
 NAME = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
+#: A distribution name as packaging accepts it (PEP 508).
+DISTRIBUTION = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
 
 # ------------------------------------------------------------------------------------------ shared
 PYPROJECT = '''\
@@ -46,7 +51,7 @@ requires = ["setuptools>=68"]
 build-backend = "setuptools.build_meta"
 
 [project]
-name = "plasmid-{name}"
+name = "{distribution}"
 version = "0.1.0"
 description = "A plasmid {family} plugin: {name}."
 requires-python = ">=3.11"
@@ -63,7 +68,7 @@ where = ["src"]
 '''
 
 README = '''\
-# plasmid-{name}
+# {distribution}
 
 A plasmid {family} plugin. It provides the {family} `{name}`: {summary}
 Replace `src/{module}/{impl}.py` with your own.
@@ -75,11 +80,11 @@ Replace `src/{module}/{impl}.py` with your own.
 '''
 
 INIT = '''\
-"""plasmid-{name}: a plasmid {family} plugin providing the {family} ``{name}``."""
+"""{distribution}: a plasmid {family} plugin providing the {family} ``{name}``."""
 '''
 
 PLUGIN = '''\
-"""Hook implementations of plasmid-{name}."""
+"""Hook implementations of {distribution}."""
 
 from __future__ import annotations
 
@@ -721,7 +726,7 @@ def test_tokens_past_the_limit_are_not_trained():
 
 # ------------------------------------------------------------------------------------------ observer
 OBSERVER_PLUGIN = '''\
-"""Hook implementations of plasmid-{name}: an observer (no provider to choose; its hooks run in
+"""Hook implementations of {distribution}: an observer (no provider to choose; its hooks run in
 every run that loads the plugin, so each does nothing unless ``--{flag}`` is on)."""
 
 from __future__ import annotations
@@ -1176,7 +1181,7 @@ def test_one_after_another_sends_each_bucket_to_each_engine_in_turn_then_flushes
 
 # ------------------------------------------------------------------------------------------ trainer
 TRAINER_PLUGIN = '''\
-"""Hook implementations of plasmid-{name}."""
+"""Hook implementations of {distribution}."""
 
 from __future__ import annotations
 
@@ -1452,9 +1457,10 @@ def values(family: str, name: str) -> dict[str, str]:
             "family": family, "hook": spec.hook, "impl": family.replace("-", "_")}
 
 
-def package_files(name: str, family: str = "reward") -> dict[str, str]:
-    """Relative path -> text of every file of package ``plasmid-<name>`` providing ``family`` ``name``."""
-    spec, keys = SPECS[family], values(family, name)
+def package_files(name: str, family: str = "reward", distribution: str = "") -> dict[str, str]:
+    """Relative path -> text of every file of distribution ``distribution`` (default
+    :func:`distribution_name` of ``name``) providing ``family`` ``name``."""
+    spec, keys = SPECS[family], {**values(family, name), "distribution": distribution or distribution_name(name)}
     requirements = [f"plasmid{kernel_range()}", *spec.dependencies]
     filled = {
         **keys,
@@ -1476,26 +1482,49 @@ def package_files(name: str, family: str = "reward") -> dict[str, str]:
     }
 
 
-def write_package(family: str, name: str, directory: Path) -> Path:
-    """Write the package for ``family`` provider ``name`` under ``directory``; its root.
+def distribution_name(name: str) -> str:
+    """The distribution a scaffold of provider ``name`` proposes: ``rl-plugin-NAME``."""
+    return f"rl-plugin-{name}"
 
-    Everything is checked (family, name, no installed plugin of that name, no existing
-    directory) before anything is written; each fault is a :class:`UsageError`."""
+
+def check_distribution(distribution: str) -> None:
+    """:class:`UsageError` unless ``distribution`` is a valid distribution name that is not plasmid's
+    own: in :data:`plasmid.plugins.FIRST_PARTY`, or ``plasmid``/``plasmid-*``, which would pass a
+    third-party package off as one of this repository's."""
+    from plasmid.plugins import is_first_party
+
+    if not DISTRIBUTION.fullmatch(distribution):
+        raise UsageError(f"plasmid new-plugin --distribution {distribution!r}: not a valid distribution name "
+                         f"(letters, digits, '.', '_' and '-', e.g. rl-plugin-my-judge)")
+    normalized = re.sub(r"[-_.]+", "-", distribution).lower()
+    if is_first_party(normalized) or normalized.startswith("plasmid-"):
+        raise UsageError(f"plasmid new-plugin --distribution {distribution}: plasmid and plasmid-* names are "
+                         f"reserved for plasmid's own packages; choose another (e.g. rl-plugin-NAME)")
+
+
+def write_package(family: str, name: str, directory: Path, distribution: str = "") -> Path:
+    """Write the package for ``family`` provider ``name`` under ``directory``; its root, named after
+    its distribution (``distribution``, by default :func:`distribution_name` of ``name``).
+
+    Everything is checked (family, name, distribution, no installed plugin of that name, no
+    existing directory) before anything is written; each fault is a :class:`UsageError`."""
     if family not in SPECS:
         raise UsageError(f"plasmid new-plugin {family}: only {', '.join(FAMILIES)} packages can be scaffolded")
     if not NAME.fullmatch(name):
         raise UsageError(f"plasmid new-plugin {family} {name!r}: a name is lower-case letters, digits and dashes, "
                          f"starting with a letter (e.g. my-verifier)")
+    distribution = distribution or distribution_name(name)
+    check_distribution(distribution)
     from plasmid.plugins import installed_entry_points
 
     installed = installed_entry_points()
     if name in installed:
         raise UsageError(f"a plasmid plugin named '{name}' is already installed ({installed[name].value}); "
                          f"choose another name, or the two would clash")
-    root = directory / f"plasmid-{name}"
+    root = directory / distribution
     if root.exists():
         raise UsageError(f"{root} already exists; choose another --dir or name")
-    for relative, text in package_files(name, family).items():
+    for relative, text in package_files(name, family, distribution).items():
         path = root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
@@ -1506,9 +1535,11 @@ def new_plugin_command(argv: list[str]) -> int:
     parser = ArgumentParser(prog="plasmid new-plugin", description="Write a plugin package to start from.")
     parser.add_argument("family", choices=FAMILIES, help="what the plugin provides")
     parser.add_argument("name", help="the provider's name (lower case, dashes): --FAMILY NAME selects it")
-    parser.add_argument("--dir", default=".", help="where to create plasmid-NAME/ (default: here)")
+    parser.add_argument("--dir", default=".", help="where to create the package's directory (default: here)")
+    parser.add_argument("--distribution", default="", metavar="DIST",
+                        help="the package's distribution name, and its directory's (default: rl-plugin-NAME)")
     args = parser.parse_args(argv)
-    root = write_package(args.family, args.name, Path(args.dir))
+    root = write_package(args.family, args.name, Path(args.dir), args.distribution)
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         print(path)
     print(f"\nnext: pip install -e '{root}[test]' && python -m pytest {root / 'tests'}")
