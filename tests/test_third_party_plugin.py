@@ -56,7 +56,8 @@ def test_its_reward_is_the_one_used(tmp_path):
     metrics = read_metrics(run_dir)
     assert all("rollout/reward/xyz" in m for m in metrics)
     assert not any("rollout/reward/exact" in m for m in metrics)
-    lock = json.loads((run_dir / "plugins.lock.json").read_text())
-    assert {"name": "xyz", "distribution": "rl-plugin-xyz", "version": "0.1.0",
-            "target": "rl_plugin_xyz.plugin"} in lock
-    assert "match" not in {entry["name"] for entry in lock}
+    lock = {entry["name"]: entry for entry in json.loads((run_dir / "plugins.lock.json").read_text())}
+    assert {key: lock["xyz"][key] for key in ("distribution", "version", "target", "providers")} == {
+        "distribution": "rl-plugin-xyz", "version": "0.1.0", "target": "rl_plugin_xyz.plugin",
+        "providers": {"reward": ["xyz"]}}
+    assert "match" not in lock

@@ -4,8 +4,9 @@ is written: a new run never lands on an old one, and ``--resume`` continues the 
 - Without ``--resume``, a directory that already holds a run (metrics, checkpoints or a
   header) is refused: training into it would truncate ``metrics.jsonl`` and mix two runs'
   checkpoints.
-- With ``--resume``, the options and plugin set must be the run's own (the differences are
-  listed) unless ``--resume-allow-changes``; the header of a run with a checkpoint is never
+- With ``--resume``, the options and the plugins the run used must be the run's own (the
+  differences are listed; :func:`plasmid.app.runlock.lock_differences`: a plugin the run never
+  used may come or go) unless ``--resume-allow-changes``; the header of a run with a checkpoint is never
   rewritten, so a failing resume leaves the run as it was. A directory without a complete
   checkpoint (a run killed before its first one, or no run at all) starts from step 0, saying so
   in one line: a scheduler that always restarts with ``--resume`` is never stuck.
@@ -26,6 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from plasmid.app.runlock import lock_differences, records_use, used_options
 from plasmid.atomic import write_atomic
 from plasmid.checkpoint import Checkpoints
 from plasmid.config import Config
@@ -150,24 +152,29 @@ class StartupWrites:
 
 
 def differences(run_dir: Path, config: Config) -> list[str]:
-    """``name: saved -> now`` for every option (outside :data:`RESUMABLE_CHANGES`) and plugin
-    that differs between ``run_dir``'s header and ``config``."""
+    """``name: saved -> now`` for every option (outside :data:`RESUMABLE_CHANGES`) that differs
+    between ``run_dir``'s header and ``config``, then every difference in the plugins the run used
+    (:func:`plasmid.app.runlock.lock_differences`).
+
+    An option no loaded plugin declares now is compared only when the run set it (its lock records
+    that) or, for a lock that does not record what the run used, always; an option newer than the
+    run is compared only when given."""
     changes = []
     saved = _read_json(run_dir / CONFIG_FILE)
+    lock = _read_json(run_dir / LOCK_FILE)
+    recorded = isinstance(lock, list) and records_use(lock)
+    set_by_run = used_options(lock) if recorded else {}
     if saved is not None:
         before, now = saved.get("option", {}), _normalised(config.to_dict()["option"])
         for name in sorted(set(before) | set(now)):
             if name not in before and not config.is_given(name):
                 continue  # an option newer than the run, left at its default: the run's behaviour holds
+            if name not in now and recorded and name not in set_by_run:
+                continue  # an option of a plugin gone since, left at its default by the run
             if name not in RESUMABLE_CHANGES and before.get(name) != now.get(name):
                 changes.append(f"--{name.replace('_', '-')} {_show(before.get(name))} -> {_show(now.get(name))}")
-    lock = _read_json(run_dir / LOCK_FILE)
     if lock is not None:
-        before_lock = {entry["name"]: _plugin_version(entry) for entry in lock}
-        now_lock = {entry["name"]: _plugin_version(entry) for entry in config.plugin_lock}
-        for name in sorted(set(before_lock) | set(now_lock)):
-            if before_lock.get(name) != now_lock.get(name):
-                changes.append(f"plugin {name} {before_lock.get(name, 'absent')} -> {now_lock.get(name, 'absent')}")
+        changes += lock_differences(lock, config.plugin_lock)
     return changes
 
 
@@ -181,11 +188,6 @@ def write_header(config: Config) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(run_dir / CONFIG_FILE, json.dumps(config.to_dict(), indent=1))
     write_atomic(run_dir / LOCK_FILE, json.dumps(config.plugin_lock, indent=1))
-
-
-def _plugin_version(entry: dict[str, str]) -> str:
-    """A lock entry's version, or where a versionless local module came from."""
-    return entry.get("version") or f"({entry.get('target', 'local module')})"
 
 
 def _read_json(path: Path) -> Any:

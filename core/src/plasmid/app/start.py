@@ -11,6 +11,7 @@ from plasmid.app import configfile
 from plasmid.app.helptext import short_help
 from plasmid.app.native_hint import install_hint
 from plasmid.app.runconfig import RunConfigFiles
+from plasmid.app.runlock import used_lock
 from plasmid.config import ConfigFiles, OptionParser
 from plasmid.errors import UsageError
 from plasmid.options import Options
@@ -34,18 +35,20 @@ def start(argv: list[str], prog: str = "plasmid train", *,
         for cls in own_options:
             parser.add_options(cls)
 
-    files: ConfigFiles = configfile
+    files: ConfigFiles = configfile.reader(argv)
     if run_configs:
         files = RunConfigFiles(files)
     try:
-        return startup.start(argv, prog, description=description, add_options=add_all,
-                             rewards_only=rewards_only, files=files,
-                             help_text=functools.partial(short_help, first=own_options))
+        started = startup.start(argv, prog, description=description, add_options=add_all,
+                                rewards_only=rewards_only, files=files,
+                                help_text=functools.partial(short_help, first=own_options))
     except UsageError as exc:   # an unknown --sglang-* option: name what to install (plasmid.app.native_hint)
         hint = install_hint(str(exc))
         if hint is None:
             raise
         raise UsageError(hint) from None
+    started.config.plugin_lock = used_lock(started)   # what the run uses, for its lock and --resume
+    return started
 
 
 def option_parser(prog: str = "plasmid train", description: str = "") -> OptionParser:
