@@ -54,7 +54,7 @@ def test_hooks_are_called_with_resolved_choices_and_each_step(tmp_path):
     proc = run_plasmid("train", "--plugins", str(plugin), "--observer-log", str(log), *SHORT_RUN,
                        "--run-dir", str(tmp_path / "run"))
     assert proc.returncode == 0, proc.stderr
-    assert "plasmid plugins:" in proc.stderr and "observer" in proc.stderr, "the resolved plugin set was not printed"
+    assert "plasmid plugins (" in proc.stderr and "observer" in proc.stderr, "the resolved plugin set was not printed"
     events = [json.loads(line) for line in log.read_text().splitlines()]
     assert events[0] == {"hook": "configure", "loss": "grpo", "datasource": "tasks"}
     assert [e["hook"] for e in events[1:]] == ["weights_synced", "metrics", "step_end"] * 2

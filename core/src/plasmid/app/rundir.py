@@ -43,6 +43,7 @@ METRICS_FILE = "metrics.jsonl"
 RESUMABLE_CHANGES = frozenset({
     "resume", "resume_allow_changes", "debug", "plugins", "run_dir", "num_rollouts", "stop_at_eval_acc",
     "eval_interval", "save_interval", "keep_checkpoints", "max_bad_steps", "max_empty_steps", "verbose",
+    "observer_errors",
 })
 
 
