@@ -189,6 +189,43 @@ def test_one_update_per_global_batch_with_the_chunks_totals():
     assert metrics["train/seconds"] >= 0
 
 
+def test_num_iterations_repeats_the_steps_updates_in_order_against_old_logprobs_taken_once():
+    recorder = Recorder(critic=True)
+    clip = iter([0.0, 0.0, 0.25, 0.75])                  # the second pass clips, the first does not
+
+    def policy_update(batch: LossBatch, inputs: Any, chunk: list[int]) -> dict[str, float]:
+        recorder.calls.append(("policy_update", tuple(chunk)))
+        assert batch.old_logprobs is not None and torch.all(batch.old_logprobs == -1.0)
+        return {"loss": 1.0, "lr": 0.1, "skipped_updates": 0.0, "clip_frac": next(clip)}
+
+    recorder.policy_update = policy_update
+    step = recipe(recorder, global_batch_size=2, num_iterations=2)
+    metrics = step.run(recorder.bind(batch_of([[1.0, 0.0, 1.0]])))
+    updates = [call[:2] for call in recorder.calls if call[0].endswith("update")]
+    assert updates == [("policy_update", (0, 1)), ("critic_update", (0, 1)), ("policy_update", (2,)),
+                       ("critic_update", (2,))] * 2
+    assert len(recorder.named("logprobs")) == 1 and len(recorder.named("values")) == 1, "taken once, before"
+    assert metrics["train/updates"] == 4.0 and (step.steps, step.updates) == (1, 4)
+    assert metrics["train/clip_frac"] == pytest.approx(0.5), "the last pass's mean, not all four's"
+
+
+def test_several_passes_take_a_snapshot_even_with_one_update_a_pass():
+    recorder, snapshots = Recorder(), Snapshots()
+    step = guarded(recorder, snapshots, max_update_ratio=0, num_iterations=3)
+    metrics = step.run(recorder.bind(batch_of([[1.0, 0.0]])))
+    assert snapshots.taken == 1 and len(recorder.named("policy_update")) == 3 and metrics["train/updates"] == 3.0
+
+
+def test_a_refusal_in_a_later_pass_refuses_the_whole_step():
+    recorder, snapshots = Recorder(), Snapshots()
+    answers = iter([{"loss": 1.0, "lr": 0.1, "skipped_updates": 0.0}, {"lr": 0.1, "bad_step/nonfinite_loss": 1.0}])
+    recorder.policy_update = lambda batch, inputs, chunk: next(answers)
+    step = guarded(recorder, snapshots, max_update_ratio=0, num_iterations=2)
+    metrics = step.run(recorder.bind(batch_of([[1.0, 0.0]])))
+    assert metrics["train/bad_step/nonfinite_loss"] == 1.0 and metrics["train/updates"] == 0.0
+    assert snapshots.restored == 1 and (step.steps, step.updates) == (0, 0)
+
+
 def test_a_critic_reports_its_values_against_the_returns():
     recorder = Recorder(critic=True)
     metrics = recipe(recorder).run(recorder.bind(batch_of([[1.0, 0.0]])))

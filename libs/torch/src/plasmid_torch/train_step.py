@@ -27,18 +27,27 @@ update) around one shared recipe. One call of :meth:`TrainStep.run` on a
    ``--critic-warmup-steps`` steps were trained (a loss without a critic ignores the option);
 7. one optimizer update per ``--global-batch-size`` samples (one for the whole batch when unset):
    ``parts.policy_update`` (when the policy is trained), then ``parts.critic.update``, each
-   given the batch with ``total_tokens`` / ``total_samples`` of that chunk;
+   given the batch with ``total_tokens`` / ``total_samples`` of that chunk; with
+   ``--num-iterations N`` the chunks' updates are made ``N`` times (passes), each pass over the
+   same chunks in the same order (not shuffled), all against the LossBatch of steps 4-5: its old
+   log-probs, advantages, returns and values are taken once, before the first pass, so from the
+   second pass the policy's ratio to the old log-probs moves away from 1 and the loss's clip acts
+   as in PPO's epochs;
 8. metrics: the updates' (:func:`plasmid_torch.training.update_metrics`), with a critic
    :func:`~plasmid_torch.training.critic_batch_metrics` and ``train/policy_updated``, the batch's
    (:func:`~plasmid_torch.training.batch_metrics`), the train/rollout mismatch
    (:meth:`TrainStep.mismatch_metrics`: ``train/mismatch_kl``, ``train/logprob_abs_diff_mean``,
    ``train/token_prob_ratio_max``, ... and the first update's ``train/ppo_kl``), ``train/updates``
-   (policy updates made) and ``train/seconds``; the step and policy-update counters (:attr:`TrainStep.steps`,
-   :attr:`TrainStep.updates`) advance, and a checkpoint saves them.
+   (policy updates made, of every pass) and ``train/seconds``; with ``--num-iterations`` > 1 the
+   clip fractions (metrics named ``*clip_frac``) are the mean over the last pass's updates only
+   (the first pass's ratio is 1 on-policy, so the mean over every pass would dilute them); the
+   step and policy-update counters (:attr:`TrainStep.steps`, :attr:`TrainStep.updates`) advance,
+   and a checkpoint saves them.
 
 A bad step is refused whole (:mod:`plasmid_torch.step_guard`): before the first update the recipe
-takes ``parts.snapshot()`` when the step makes more than one optimizer update or the weight check
-is on (``--max-update-ratio`` > 0); an update that refuses (a non-finite loss or gradient norm, its
+takes ``parts.snapshot()`` when the step makes more than one optimizer update (over all its
+passes) or the weight check is on (``--max-update-ratio`` > 0), and the weight check compares
+with that copy after every update of every pass; an update that refuses (a non-finite loss or gradient norm, its
 ``bad_step/<reason>`` metric) or weights that are then non-finite or moved too far stop the step:
 the snapshot is restored (weights, optimizer state, schedules), no later update is made, the
 counters stay, and the metrics are ``train/bad_step/<reason>`` = 1.0 with ``train/samples``,
@@ -180,20 +189,21 @@ class TrainStep:
         check_rewards(samples)
         inputs = parts.prepare(samples)
         chunks = index_chunks(len(samples), self.options.global_batch_size)
-        from_update = self.reuses_update_forward(len(chunks))
+        passes = self.options.num_iterations
+        from_update = self.reuses_update_forward(len(chunks) * passes)
         loss_batch, trainer_old = self.loss_batch(samples, inputs, defer_old=from_update)
         loss_batch.advantages, loss_batch.returns = parts.loss.advantages(loss_batch)
 
         train_policy = self.trains_policy
         max_ratio = self.options.max_update_ratio
-        optimizer_updates = len(chunks) * (int(train_policy) + int(parts.critic is not None))
+        optimizer_updates = len(chunks) * passes * (int(train_policy) + int(parts.critic is not None))
         snapshot = None
         if parts.snapshot is not None and (optimizer_updates > 1 or max_ratio > 0):
             snapshot = parts.snapshot()
         updates_before = self.updates
         per_update: list[dict[str, float]] = []
         reasons: list[str] = []
-        for chunk in chunks:
+        for chunk in chunks * passes:
             chunk_batch = replace(loss_batch, total_tokens=int(loss_batch.response_mask[chunk].sum()),
                                   total_samples=len(chunk))
             update: dict[str, float] = {}
@@ -219,6 +229,9 @@ class TrainStep:
         self.steps += 1
 
         metrics = update_metrics(per_update)
+        if passes > 1:
+            last_pass = update_metrics(per_update[-len(chunks):])
+            metrics.update({name: value for name, value in last_pass.items() if name.endswith("clip_frac")})
         if parts.critic is not None:
             metrics.update(critic_batch_metrics(loss_batch))
             metrics["train/policy_updated"] = float(train_policy)
@@ -250,7 +263,8 @@ class TrainStep:
         trainer says it computes them bit for bit: :attr:`TrainerParts.fills_old_logprobs`); what
         it saves is one forward pass over the batch. It is done only when nothing needs them
         before the update: the step makes ``updates == 1`` optimizer update (``--global-batch-size``
-        unset or the whole batch; with more, later updates start from moved weights), there is
+        unset or the whole batch, and ``--num-iterations 1``; with more, later updates, and every
+        pass after the first, start from moved weights and need the old log-probs as they were), there is
         no critic (whose warm-up and advantages come first), and the loss says its
         ``advantages()`` does not read ``old_logprobs`` (``advantages_read_old_logprobs`` false;
         a loss without the attribute is taken to read them). The ratio of the policy loss is then

@@ -23,7 +23,8 @@ from plasmid.options import Options, option
 
 class TrainerOptions(Options, group="training", description="shared by every trainer"):
     """The optimizer, its learning-rate schedule, batching into updates and micro-batches (by samples,
-    and by tokens with ``--max-tokens-per-micro-batch``), the
+    and by tokens with ``--max-tokens-per-micro-batch``), passes over each rollout
+    (``--num-iterations``), the
     critic's learning rate and warm-up, and the bound on how far one step may move the weights
     (``--max-update-ratio``, :mod:`plasmid_torch.step_guard`).
 
@@ -40,6 +41,10 @@ class TrainerOptions(Options, group="training", description="shared by every tra
     clip_grad: float = option(1.0, "max global grad norm (0: off)", min=0)
     global_batch_size: int | None = option(None, "samples per optimizer step", min=1,
                                            default_text="the whole rollout, one update per step")
+    num_iterations: int = option(
+        1, "passes over each rollout's samples (TRL's num_iterations, PPO epochs): every pass makes the step's "
+        "--global-batch-size updates again, in the same order, against the old log-probs taken once before the "
+        "first pass, so from the second pass the ratio and its clip act as in PPO", min=1)
     micro_batch_size: int = option(256, "samples per forward/backward", min=1)
     max_tokens_per_micro_batch: int | None = option(
         None, "cut micro-batches by a budget of tokens as well as --micro-batch-size samples: torchtrain counts "

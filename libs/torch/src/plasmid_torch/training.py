@@ -111,10 +111,11 @@ def synchronize(device: torch.device) -> None:
 
 def updates_per_rollout(trainer: TrainerOptions, rollout: RolloutOptions) -> int:
     """Optimizer updates per RL step: one per ``--global-batch-size`` samples of the step's
-    ``--prompts-per-step`` x ``--n-samples-per-prompt`` (one when the global batch size is unset)."""
+    ``--prompts-per-step`` x ``--n-samples-per-prompt`` (one when the global batch size is unset),
+    in each of its ``--num-iterations`` passes."""
     if trainer.global_batch_size is None:
-        return 1
-    return max(1, math.ceil(rollout.samples_per_step / trainer.global_batch_size))
+        return trainer.num_iterations
+    return max(1, math.ceil(rollout.samples_per_step / trainer.global_batch_size)) * trainer.num_iterations
 
 
 def scheduled_updates(trainer: TrainerOptions, rollout: RolloutOptions) -> int:
