@@ -16,7 +16,8 @@ the first one stops the run: one line naming its file and row, its length and th
 chat template (an instruct model) given prompts encoded as plain text.
 
 How a data source takes part: build a :class:`PromptScreen` with :meth:`PromptLimit.of`, call
-:meth:`PromptScreen.keep` on each encoded row, and expose the result as ``prompt_report`` (a
+:meth:`PromptScreen.keep` on each encoded row (:meth:`PromptScreen.kept` on a whole split), and
+expose the result as ``prompt_report`` (a
 :class:`~plasmid.types.PromptReport`; :class:`~plasmid.protocols.SupportsPromptReport`).
 :class:`plasmid.records.RecordStream` does all of it for the sources over prompt files.
 """
@@ -24,9 +25,10 @@ How a data source takes part: build a :class:`PromptScreen` with :meth:`PromptLi
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from plasmid.errors import UsageError
 from plasmid.kernel_options import GeneralOptions, PromptOptions, RolloutOptions
@@ -34,6 +36,8 @@ from plasmid.model_limits import ModelLimits, read_model_limits
 from plasmid.options import HoldsOptions
 from plasmid.protocols import SupportsPromptReport
 from plasmid.types import PromptReport
+
+T = TypeVar("T")
 
 #: The metric of the prompts dropped at start-up, logged with the run's first step.
 DROPPED_METRIC = "data/dropped_overlong"
@@ -113,6 +117,14 @@ class PromptScreen:
         self.dropped += 1
         self.first_dropped = self.first_dropped or f"{location}, {length} tokens"
         return False
+
+    def kept(self, items: Sequence[T], measure: Callable[[T], tuple[str, int]], data: str) -> list[T]:
+        """The ``items`` whose prompt fits, in order (:meth:`keep` on each; ``measure(item)`` gives
+        its location and prompt length); :meth:`nothing_left` when there were some and none fit."""
+        kept = [item for item in items if self.keep(*measure(item))]
+        if items and not kept:
+            raise self.nothing_left(data, len(items))
+        return kept
 
     def report(self, data: str, chat_template_flag: str = "") -> PromptReport:
         """What the screen saw, as the data source reports it (``prompt_report``)."""

@@ -156,17 +156,15 @@ class RecordStream(GroupStream):
 
     def _checked(self, records: list[Record], data: str) -> list[Record]:
         """``records`` each encoded (a failure names its row) and, with a screen, those that fit."""
-        kept = []
-        for record in records:
+        def measure(record: Record) -> tuple[str, int]:
             try:
-                length = len(self.encode(record.prompt))
+                return record.location, len(self.encode(record.prompt))
             except UsageError as exc:
                 raise UsageError(f"{record.location}: {exc}") from None
-            if self.screen is None or self.screen.keep(record.location, length):
-                kept.append(record)
-        if records and not kept and self.screen is not None:
-            raise self.screen.nothing_left(data, len(records))
-        return kept
+
+        if self.screen is None:
+            return [record for record in records if measure(record)]
+        return self.screen.kept(records, measure, data)
 
     @property
     def prompt_report(self) -> PromptReport:

@@ -8,9 +8,10 @@ from typing import Any, ClassVar
 from plasmid.config import Config
 from plasmid.errors import UsageError
 from plasmid.groups import GroupStream, make_group
-from plasmid.kernel_options import GeneralOptions, RolloutOptions
+from plasmid.kernel_options import GeneralOptions, PromptOptions, RolloutOptions
 from plasmid.options import Options
-from plasmid.types import Group
+from plasmid.prompt_limits import PromptLimit, PromptScreen
+from plasmid.types import Group, PromptReport
 from plasmid_gym import envs
 from plasmid_gym.generate import render
 from plasmid_gym.options import GymOptions
@@ -25,9 +26,16 @@ class GymSource(GroupStream):
     ``prompt`` (the first observation as one user message), ``tokens`` (its chat-template
     rendering), ``label = {"env", "seed"}`` (what ``--generate gym`` replays) and ``metadata =
     {"seed"}``. The state is the stream's position (exact resume).
+
+    At construction every episode, training and eval, is reset and its first observation
+    rendered and measured against ``--max-prompt-length``
+    (:class:`plasmid.prompt_limits.PromptScreen`): an episode whose prompt is too long is left
+    out and counted (:attr:`prompt_report`), or with ``--overlong-prompts error`` stops the run
+    naming its seed; a split left empty is an error.
     """
 
-    option_classes: ClassVar[tuple[type[Options], ...]] = (GymOptions, GeneralOptions, RolloutOptions)
+    option_classes: ClassVar[tuple[type[Options], ...]] = (GymOptions, GeneralOptions, RolloutOptions,
+                                                           PromptOptions)
 
     @staticmethod
     def prepare(config: Config) -> None:
@@ -53,7 +61,19 @@ class GymSource(GroupStream):
         from plasmid_torch.hf import load_tokenizer
 
         self.tokenizer = load_tokenizer(str(general.model))
+        self.screen = PromptScreen(PromptLimit.of(config))
+        self.train, self.eval = (self.screen.kept(seeds, self._measure, f"--gym-env {self.spec}'s {split} episodes")
+                                 for seeds, split in ((self.train, "training"), (self.eval, "eval")))
         self._order: tuple[int, list[int]] | None = None
+
+    @property
+    def prompt_report(self) -> PromptReport:
+        """What the start-up screen found (:class:`~plasmid.protocols.SupportsPromptReport`)."""
+        return self.screen.report(f"--gym-env {self.spec}")
+
+    def _measure(self, seed: int) -> tuple[str, int]:
+        """The episode of ``seed``: its location and prompt length in tokens."""
+        return f"--gym-env {self.spec} episode seed {seed}", len(self._item(seed)[1])
 
     def _item(self, seed: int) -> tuple[Any, list[int], dict[str, Any], dict[str, Any]]:
         env = envs.make(self.spec)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import random
 from typing import Any, ClassVar
 
 from plasmid.config import Config
 from plasmid.errors import UsageError
 from plasmid.groups import GroupStream, make_group
-from plasmid.kernel_options import GeneralOptions, RolloutOptions
+from plasmid.kernel_options import GeneralOptions, PromptOptions, RolloutOptions
 from plasmid.options import Options
-from plasmid.types import SUBSET_KEY, Group
+from plasmid.prompt_limits import PromptLimit, PromptScreen
+from plasmid.types import SUBSET_KEY, Group, PromptReport
 from plasmid_reasoning_gym import gym
 from plasmid_reasoning_gym.mixture import Split
 from plasmid_reasoning_gym.options import ReasoningGymOptions
@@ -29,9 +31,15 @@ class ReasoningGymSource(GroupStream):
     epoch ``e`` in the order of a shuffle keyed by the split and ``e``; the eval split is the
     ``eval`` split's ``--rg-eval-size`` entries in order. The state is the stream's position, so
     a resumed source serves exactly the next prompts.
+
+    At construction every entry of both splits is generated, encoded and measured against
+    ``--max-prompt-length`` (:class:`plasmid.prompt_limits.PromptScreen`): an entry whose prompt
+    is too long is left out of its split and counted (:attr:`prompt_report`), or with
+    ``--overlong-prompts error`` stops the run naming it; a split left empty is an error.
     """
 
-    option_classes: ClassVar[tuple[type[Options], ...]] = (ReasoningGymOptions, GeneralOptions, RolloutOptions)
+    option_classes: ClassVar[tuple[type[Options], ...]] = (ReasoningGymOptions, GeneralOptions, RolloutOptions,
+                                                           PromptOptions)
 
     @staticmethod
     def prepare(config: Config) -> None:
@@ -49,29 +57,46 @@ class ReasoningGymSource(GroupStream):
         super().__init__(RolloutOptions.of(config).n_samples_per_prompt)
         self.train, self.eval = splits(config)
         self.encoder = PromptEncoder(general.model, system_prompt(ReasoningGymOptions.of(config).rg_system_prompt))
+        self.screen = PromptScreen(PromptLimit.of(config))
+        #: the entries of each split whose prompt fits, in entry order
+        self.train_entries, self.eval_entries = (
+            self.screen.kept(range(split.size), functools.partial(self._measure, split),
+                             f"the reasoning-gym {split.split} split") for split in (self.train, self.eval))
         self._order: tuple[int, list[int]] | None = None
 
+    @property
+    def prompt_report(self) -> PromptReport:
+        """What the start-up screen found (:class:`~plasmid.protocols.SupportsPromptReport`)."""
+        return self.screen.report("--datasource reasoning-gym")
+
     # ------------------------------------------------------------------------------- items
+    def _where(self, split: Split, k: int) -> str:
+        return f"reasoning-gym {split.split} entry {k} ({split.locate(k)[0]})"
+
+    def _measure(self, split: Split, k: int) -> tuple[str, int]:
+        """Entry ``k``'s location and prompt length in tokens."""
+        return self._where(split, k), len(self._item(split, k)[1])
+
     def _item(self, split: Split, k: int) -> tuple[Any, list[int], dict[str, Any], dict[str, Any]]:
         entry = split.entry(k)
         prompt = self.encoder.prompt(str(entry["question"]))
-        tokens = self.encoder.encode(prompt, f"reasoning-gym {split.split} entry {k} ({split.locate(k)[0]})")
+        tokens = self.encoder.encode(prompt, self._where(split, k))
         label = split.label(k)
         answer = entry.get("answer")
         return prompt, tokens, label, {"dataset": label["dataset"], SUBSET_KEY: label["dataset"],
                                        "answer": answer if isinstance(answer, str) else None}
 
     def epoch_order(self, epoch: int) -> list[int]:
-        """The training split's entries in the order epoch ``epoch`` visits them."""
+        """The training split's entries (those that fit) in the order epoch ``epoch`` visits them."""
         if self._order is None or self._order[0] != epoch:
-            order = list(range(self.train.size))
+            order = list(self.train_entries)
             random.Random(f"rg-epoch:{self.train.key}:{epoch}").shuffle(order)
             self._order = (epoch, order)
         return self._order[1]
 
     # ------------------------------------------------------------------------------- training
     def next_prompt(self) -> tuple[Any, list[int], Any, dict[str, Any]]:
-        if self.position == self.train.size:
+        if self.position == len(self.train_entries):
             self.epoch, self.position = self.epoch + 1, 0
         k = self.epoch_order(self.epoch)[self.position]
         self.position += 1
@@ -79,9 +104,9 @@ class ReasoningGymSource(GroupStream):
 
     # ------------------------------------------------------------------------------- eval
     def eval_groups(self) -> list[Group]:
-        """The eval split, one sample per group, numbered from 0."""
-        return [make_group(*self._item(self.eval, k), copies=1, first_sample_index=k, group_index=k)
-                for k in range(self.eval.size)]
+        """The eval split's entries that fit, one sample per group, numbered from 0."""
+        return [make_group(*self._item(self.eval, k), copies=1, first_sample_index=position, group_index=position)
+                for position, k in enumerate(self.eval_entries)]
 
     # ------------------------------------------------------------------------------- resume
     def state_dict(self) -> dict[str, Any]:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from plasmid.config import Config
 from plasmid.errors import UsageError
 from plasmid.groups import GroupStream, make_group
-from plasmid.kernel_options import GeneralOptions, RolloutOptions
+from plasmid.kernel_options import GeneralOptions, PromptOptions, RolloutOptions
 from plasmid.options import Options
-from plasmid.types import Group
+from plasmid.prompt_limits import PromptLimit, PromptScreen
+from plasmid.types import Group, PromptReport
 from plasmid_verifiers import vf
 from plasmid_verifiers.options import VerifiersOptions
 from plasmid_verifiers.recipe import prepare_tiny_model
@@ -27,9 +29,15 @@ class VerifiersSource(GroupStream):
     eval split is the environment's eval dataset, in order (verifiers' own fallback: the training
     dataset when it has none). The state is
     the stream's position, so a resumed source serves exactly the next prompts.
+
+    At construction every row of both datasets is rendered and measured against
+    ``--max-prompt-length`` (:class:`plasmid.prompt_limits.PromptScreen`): a row whose prompt is
+    too long is left out and counted (:attr:`prompt_report`), or with ``--overlong-prompts error``
+    stops the run naming it; a dataset left empty is an error.
     """
 
-    option_classes: ClassVar[tuple[type[Options], ...]] = (VerifiersOptions, GeneralOptions, RolloutOptions)
+    option_classes: ClassVar[tuple[type[Options], ...]] = (VerifiersOptions, GeneralOptions, RolloutOptions,
+                                                           PromptOptions)
 
     @staticmethod
     def prepare(config: Config) -> None:
@@ -58,7 +66,26 @@ class VerifiersSource(GroupStream):
         self.model = str(general.model)
         self.tokenizer = load_tokenizer(self.model)
         self.tools = vf.tool_schemas(self.env)
+        self.screen = PromptScreen(PromptLimit.of(config))
+        #: the rows of each dataset whose prompt fits, by position in the dataset
+        self.train_rows = self.screen.kept(range(len(self.train)), self._measure("row", self.train),
+                                           f"--vf-env {self.name}'s training dataset")
+        self.eval_rows = self.screen.kept(range(len(self.eval)), self._measure("eval row", self.eval),
+                                          f"--vf-env {self.name}'s eval dataset")
         self._order: tuple[int, list[int]] | None = None
+
+    @property
+    def prompt_report(self) -> PromptReport:
+        """What the start-up screen found (:class:`~plasmid.protocols.SupportsPromptReport`)."""
+        return self.screen.report(f"--vf-env {self.name}")
+
+    def _measure(self, kind: str, rows: list[dict[str, Any]]) -> Callable[[int], tuple[str, int]]:
+        """``k -> (location, prompt length in tokens)`` of ``rows[k]``."""
+        def measure(k: int) -> tuple[str, int]:
+            where = f"verifiers {self.name} {kind} {k}"
+            return where, len(self._item(rows[k], where)[1])
+
+        return measure
 
     def _item(self, row: dict[str, Any], where: str) -> tuple[Any, list[int], dict[str, Any], dict[str, Any]]:
         prompt = row["prompt"]
@@ -73,21 +100,22 @@ class VerifiersSource(GroupStream):
 
     def epoch_order(self, epoch: int) -> list[int]:
         if self._order is None or self._order[0] != epoch:
-            order = list(range(len(self.train)))
+            order = list(self.train_rows)
             random.Random(f"vf-epoch:{self.key}:{epoch}").shuffle(order)
             self._order = (epoch, order)
         return self._order[1]
 
     def next_prompt(self) -> tuple[Any, list[int], Any, dict[str, Any]]:
-        if self.position == len(self.train):
+        if self.position == len(self.train_rows):
             self.epoch, self.position = self.epoch + 1, 0
         k = self.epoch_order(self.epoch)[self.position]
         self.position += 1
         return self._item(self.train[k], f"verifiers {self.name} row {k}")
 
     def eval_groups(self) -> list[Group]:
-        return [make_group(*self._item(row, f"verifiers {self.name} eval row {k}"), copies=1, first_sample_index=k,
-                           group_index=k) for k, row in enumerate(self.eval)]
+        return [make_group(*self._item(self.eval[k], f"verifiers {self.name} eval row {k}"), copies=1,
+                           first_sample_index=position, group_index=position)
+                for position, k in enumerate(self.eval_rows)]
 
     def state_dict(self) -> dict[str, Any]:
         return {"stream": self.key, **self.stream_state()}
