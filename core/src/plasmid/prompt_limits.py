@@ -126,6 +126,17 @@ class PromptScreen:
             raise self.nothing_left(data, len(items))
         return kept
 
+    def first_fitting(self, draw: Callable[[], T], measure: Callable[[T], tuple[str, int]], data: str,
+                      size: int) -> T:
+        """The next of ``draw()``'s items whose prompt fits (:meth:`keep` on each), for a source
+        that makes its training items on demand and screens them as they are drawn (generating a
+        whole split up front can take a minute); :meth:`nothing_left` after ``size`` in a row."""
+        for _ in range(size):
+            item = draw()
+            if self.keep(*measure(item)):
+                return item
+        raise self.nothing_left(data, size)
+
     def report(self, data: str, chat_template_flag: str = "") -> PromptReport:
         """What the screen saw, as the data source reports it (``prompt_report``)."""
         return PromptReport(data=data, rows=self.rows, dropped_overlong=self.dropped, limit=self.limit.describe(),

@@ -27,11 +27,12 @@ class GymSource(GroupStream):
     rendering), ``label = {"env", "seed"}`` (what ``--generate gym`` replays) and ``metadata =
     {"seed"}``. The state is the stream's position (exact resume).
 
-    At construction every episode, training and eval, is reset and its first observation
-    rendered and measured against ``--max-prompt-length``
-    (:class:`plasmid.prompt_limits.PromptScreen`): an episode whose prompt is too long is left
-    out and counted (:attr:`prompt_report`), or with ``--overlong-prompts error`` stops the run
-    naming its seed; a split left empty is an error.
+    First observations are measured against ``--max-prompt-length``
+    (:class:`plasmid.prompt_limits.PromptScreen`): the eval episodes' at construction, training
+    episodes' as they are drawn (resetting 10,000 episodes up front took about 50 s). An episode
+    whose prompt is too long is skipped and counted (:attr:`prompt_report`: the eval episodes and
+    the training ones drawn so far), or with ``--overlong-prompts error`` stops the run naming its
+    seed; a split with nothing that fits is an error.
     """
 
     option_classes: ClassVar[tuple[type[Options], ...]] = (GymOptions, GeneralOptions, RolloutOptions,
@@ -62,8 +63,7 @@ class GymSource(GroupStream):
 
         self.tokenizer = load_tokenizer(str(general.model))
         self.screen = PromptScreen(PromptLimit.of(config))
-        self.train, self.eval = (self.screen.kept(seeds, self._measure, f"--gym-env {self.spec}'s {split} episodes")
-                                 for seeds, split in ((self.train, "training"), (self.eval, "eval")))
+        self.eval = self.screen.kept(self.eval, self._measure, f"--gym-env {self.spec}'s eval episodes")
         self._order: tuple[int, list[int]] | None = None
 
     @property
@@ -73,7 +73,10 @@ class GymSource(GroupStream):
 
     def _measure(self, seed: int) -> tuple[str, int]:
         """The episode of ``seed``: its location and prompt length in tokens."""
-        return f"--gym-env {self.spec} episode seed {seed}", len(self._item(seed)[1])
+        return self._where(seed), len(self._item(seed)[1])
+
+    def _where(self, seed: int) -> str:
+        return f"--gym-env {self.spec} episode seed {seed}"
 
     def _item(self, seed: int) -> tuple[Any, list[int], dict[str, Any], dict[str, Any]]:
         env = envs.make(self.spec)
@@ -91,6 +94,12 @@ class GymSource(GroupStream):
         return self._order[1]
 
     def next_prompt(self) -> tuple[Any, list[int], Any, dict[str, Any]]:
+        """The next training episode whose prompt fits (overlong ones skipped and counted)."""
+        return self.screen.first_fitting(self._draw, lambda item: (self._where(item[2]["seed"]), len(item[1])),
+                                         f"--gym-env {self.spec}'s training episodes", len(self.train))
+
+    def _draw(self) -> tuple[Any, list[int], dict[str, Any], dict[str, Any]]:
+        """The next training episode in epoch order, fitting or not."""
         if self.position == len(self.train):
             self.epoch, self.position = self.epoch + 1, 0
         k = self.epoch_order(self.epoch)[self.position]
