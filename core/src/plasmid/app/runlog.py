@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from plasmid.app.curve import render_svg
+from plasmid.app.curve import render_entries
 from plasmid.atomic import append_line, fsync_file, write_atomic
 from plasmid.errors import PlasmidError
 
@@ -127,15 +127,14 @@ class RunLog:
             self.stream.write("\n")
 
     def plot(self) -> Path | None:
-        """Redraw ``reward_curve.svg`` (training reward and eval accuracy per step, see
-        :mod:`plasmid.app.curve`), atomically; a file that cannot be written is a one-line warning
-        (the curve is redrawn from the metrics; losing it never stops a run)."""
+        """Redraw ``reward_curve.svg`` (reward and eval accuracy, loss, KL, response length and
+        tokens/s per step, those logged, see :mod:`plasmid.app.curve`), atomically; a file that
+        cannot be written is a one-line warning (the curve is redrawn from the metrics; losing it
+        never stops a run)."""
         self.plotted_at = time.perf_counter()
-        rewards = [(e["step"], e["rollout/reward_mean"]) for e in self.history if "rollout/reward_mean" in e]
-        evals = [(e["step"], e["eval/accuracy"]) for e in self.history if "eval/accuracy" in e]
         target = self.run_dir / CURVE_FILE
         try:
-            write_atomic(target, render_svg(self.run_dir.name, rewards, evals))
+            write_atomic(target, render_entries(self.run_dir.name, self.history))
         except OSError as exc:
             self.stream.write(f"plasmid: warning: the reward curve was not drawn: {exc}\n")
             return None
