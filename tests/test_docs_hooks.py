@@ -55,7 +55,7 @@ def test_the_data_types_commands_and_testing_kit_are_there(generated):
     assert "    seed: int | None = None  # a request's seed" in generated
     assert 'my-command = "my_package.cli:main"' in generated and "def main(argv: list[str]) -> int: ..." in generated
     assert "### `plasmid.testing.toolcalls.run_tool_call`" in generated
-    assert "### `plasmid_torch.tiny.build_tiny_model`\n\n```python\ndef build_tiny_model(directory: " in generated
+    assert "### `plasmid.testing.build_tiny_model`\n\n```python\ndef build_tiny_model(directory: " in generated
     assert "Call self as a function" not in generated and ":param " not in generated
 
 

@@ -69,11 +69,12 @@ def first_party(module: str) -> str | None:
 
 
 def reexport_table() -> set[str]:
-    """The contract modules the family table names (``plasmid.families.FAMILIES``' ``contract``
-    column, ``"module:Class"``), which ``plasmid.testing`` re-exports lazily."""
-    from plasmid.families import FAMILIES
+    """The library modules the family table names for ``plasmid.testing`` to re-export lazily: the
+    ``contract`` column of ``plasmid.families.FAMILIES`` and ``TESTING_EXTRAS`` (``"module:attr"``)."""
+    from plasmid.families import FAMILIES, TESTING_EXTRAS
 
     modules = {family.contract.partition(":")[0] for family in FAMILIES if family.contract}
+    modules |= {target.partition(":")[0] for target in TESTING_EXTRAS.values()}
     return modules | {module.rpartition(".")[0] for module in modules}   # and the package they are in
 
 

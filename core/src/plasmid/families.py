@@ -96,6 +96,11 @@ def family(name: str) -> Family:
         raise KeyError(f"no provider family {name!r}; families: {', '.join(BY_NAME)}") from None
 
 
+#: What :mod:`plasmid.testing` re-exports lazily besides the contract suites: name -> ``"module:attr"``.
+TESTING_EXTRAS = {"build_tiny_model": "plasmid_torch.tiny:build_tiny_model",
+                  "tiny_config": "plasmid_torch.tiny:tiny_config"}
+
+
 def contract_index() -> dict[str, str]:
     """Contract suite class name -> ``"module:Class"``, for every family that has one."""
     return {f.contract_name: f.contract for f in FAMILIES if f.contract}

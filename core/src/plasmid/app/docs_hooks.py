@@ -6,7 +6,7 @@ signature, who calls it and when, its result rule (from the hookspec's ``firstre
 (:data:`plasmid.families.FAMILIES`) and the optional capabilities of :mod:`plasmid.protocols`,
 with their methods' signatures; the data types of :mod:`plasmid.types`; the ``plasmid.commands``
 contract; and the testing kit (:mod:`plasmid.testing`, :mod:`plasmid.testing.toolcalls`,
-``plasmid_torch.tiny.build_tiny_model``). ``tests/test_docs_hooks.py`` regenerates it and fails on
+``plasmid.testing.build_tiny_model``). ``tests/test_docs_hooks.py`` regenerates it and fails on
 any difference.
 
 What the hookspec docstrings leave to the caller (who calls a hook, in which process and phase)
@@ -101,7 +101,8 @@ FIELD_NOTES: dict[str, dict[str, str]] = {
     },
 }
 
-#: The testing kit's entries: ``(module, name)``; ``plasmid_torch`` ones need the plasmid-torch library.
+#: The testing kit's entries: ``(module, name)``; ``build_tiny_model`` and ``tiny_config`` need the
+#: plasmid-torch library (:data:`plasmid.families.TESTING_EXTRAS`).
 KIT = (("plasmid.testing", "make_config"), ("plasmid.testing", "build"), ("plasmid.testing", "make_registry"),
        ("plasmid.testing", "make_manager"), ("plasmid.testing", "run"),
        ("plasmid.testing.toolcalls", "run_tool_call"), ("plasmid.testing.toolcalls", "ToolCallRollout"),
@@ -111,7 +112,7 @@ KIT = (("plasmid.testing", "make_config"), ("plasmid.testing", "build"), ("plasm
        ("plasmid.testing.scripted", "ScriptedEngine"), ("plasmid.testing.scripted", "Reply"),
        ("plasmid.testing.conversation", "RecordingEngine"),
        ("plasmid.testing.conversation", "check_token_in_token_out"),
-       ("plasmid_torch.tiny", "build_tiny_model"), ("plasmid_torch.tiny", "tiny_config"))
+       ("plasmid.testing", "build_tiny_model"), ("plasmid.testing", "tiny_config"))
 
 
 FIELD = re.compile(r"^:(param|ivar|raises|returns?)\s*([^:]*):\s*", re.MULTILINE)

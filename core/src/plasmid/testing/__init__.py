@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from plasmid.config import Config, OptionParser
-from plasmid.families import contract_index
+from plasmid.families import TESTING_EXTRAS, contract_index
 from plasmid.plugins import PluginInfo, PluginManager
 from plasmid.providers import adopt_legacy_score
 from plasmid.registry import Registry
@@ -33,7 +33,7 @@ from plasmid.startup import finish_configuration, resolve_choices
 
 #: Contract suite name -> ``"module:Class"``, from the family table (the suites of families
 #: that need torch live in the plasmid-torch library), and the other lazy re-exports.
-_CONTRACTS = {**contract_index(), "build_tiny_model": "plasmid_torch.tiny:build_tiny_model"}
+_CONTRACTS = {**contract_index(), **TESTING_EXTRAS}
 
 T = TypeVar("T")
 

@@ -33,10 +33,10 @@ torch, transformers or a model directory. Imports no torch.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Any
 
 from plasmid.config import Config
@@ -215,14 +215,13 @@ def masked_outputs(sample: Sample, tokenizer: Tokenizer) -> list[str]:
 
 
 def multiturn_plugin() -> Any:
-    """The hook module of plasmid-multiturn (``--generate multiturn``)."""
-    try:
-        return importlib.import_module("plasmid_multiturn.plugin")
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and exc.name.split(".")[0] == "plasmid_multiturn":
-            raise ImportError("run_tool_call drives --generate multiturn: pip install plasmid-multiturn",
-                              name="plasmid_multiturn") from exc
-        raise
+    """The hook module of the installed plugin named ``multiturn`` (plasmid-multiturn, ``--generate
+    multiturn``), found through its ``plasmid`` entry point as a run finds it (the kernel and its
+    testing kit name no plugin module)."""
+    found = metadata.entry_points(group="plasmid", name="multiturn")
+    if not found:
+        raise ImportError("run_tool_call drives --generate multiturn: pip install plasmid-multiturn")
+    return next(iter(found)).load()
 
 
 def run_tool_call(plugin: Any, tool: str, arguments: Mapping[str, Any], *, tool_call_format: str = "tagged",
