@@ -236,3 +236,25 @@ def test_the_trainer_cuts_micro_batches_by_tokens(model_dir, tmp_path):
     assert len(sizes) >= len(batch.samples) // 2 and max(sizes) <= budget
     assert got["train/loss"] == pytest.approx(want["train/loss"], rel=1e-5, abs=1e-7)
     assert got["train/grad_norm"] == pytest.approx(want["train/grad_norm"], rel=1e-4)
+
+
+def test_where_a_kv_cache_may_share_prompts_it_does_and_the_prompt_is_not_packed_once(model):
+    """With ``share_prompts`` (no gradient checkpointing) the two cache passes run: on small models
+    they beat one packed pass that calls SDPA per group; ``pack_shared`` stands in only without it."""
+    samples = [sample for sample in grouped_samples(model.config.vocab_size) if sample.group_index != 1]
+    for sample in samples:          # two-token answers: the cache's pass is among the cheapest
+        prompt = sample.tokens[:len(sample.tokens) - sample.response_length]
+        sample.tokens, sample.response_length, sample.loss_mask = [*prompt, 5, 6 + sample.index], 2, [1, 1]
+    padded = batching.pad_samples(samples, pad_id=0)
+    calls = []
+    hook = model.register_forward_pre_hook(lambda module, args, kwargs: calls.append(packing.GROUP_MASKS in kwargs),
+                                           with_kwargs=True)
+    try:
+        with torch.no_grad():
+            cached, _ = batching.response_logprobs(model, padded, 1.0, pack=True, share_prompts=True)
+            assert calls == [False, False]
+            packed, _ = batching.response_logprobs(model, padded, 1.0, pack=True, share_prompts=False)
+            assert calls[2:] == [True]
+    finally:
+        hook.remove()
+    torch.testing.assert_close(cached, packed, rtol=0, atol=1e-5)
