@@ -20,8 +20,8 @@ The ``register`` callables all have the form ``register(name, factory, *, defaul
 - ``name`` is how users select the provider (``--reward NAME``); unique within its family
   across all loaded plugins. When two plugins register one name, the first registered keeps
   it (the kernel's plugins register first, then first-party distributions, those listed in
-  ``plasmid.plugins.FIRST_PARTY``, then the rest) and the newcomer's provider alone is skipped with a warning (an error when that
-  plugin was selected with ``--plugins``).
+  ``plasmid.plugins.FIRST_PARTY``, then the rest) and the newcomer's provider alone is skipped
+  with a warning (an error when that plugin was selected with ``--plugins``).
 - ``factory`` is the provider factory (see :mod:`plasmid.protocols`) or a ``"module:attr"``
   string naming it, imported only when the provider is chosen, so heavy dependencies are
   paid for only when used.
