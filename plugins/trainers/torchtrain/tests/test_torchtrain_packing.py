@@ -76,10 +76,9 @@ def loss_and_grads(model, samples, padded, pack: bool):
     return value.detach(), logprobs.detach(), entropy.detach(), grads
 
 
-def test_packed_pass_equals_the_padded_pass_in_values_loss_and_gradients(model):
-    samples = ragged_samples(model.config.vocab_size)
-    padded = batching.pad_samples(samples, pad_id=0)
-    assert batching.choose_pass(padded, None, pack=True) == "packed"
+def assert_one_packed_call_equals_the_padded_pass(model, samples, padded, fed: int) -> None:
+    """``response_logprobs(pack=True)`` makes one forward call of ``fed`` positions, and its loss,
+    log-probs, entropy and every gradient equal the padded pass's within 1e-5."""
     calls = []
     hook = model.register_forward_pre_hook(lambda module, args, kwargs: calls.append(kwargs["input_ids"].shape),
                                            with_kwargs=True)
@@ -88,14 +87,19 @@ def test_packed_pass_equals_the_padded_pass_in_values_loss_and_gradients(model):
         one = loss_and_grads(model, samples, padded, pack=False)
     finally:
         hook.remove()
-    fed = sum(len(s.tokens) - 1 for s in samples)
     assert calls == [torch.Size([1, fed]), padded.input_ids.shape]
-    torch.testing.assert_close(packed[0], one[0], rtol=0, atol=1e-5)
-    torch.testing.assert_close(packed[1], one[1], rtol=0, atol=1e-5)
-    torch.testing.assert_close(packed[2], one[2], rtol=0, atol=1e-5)
+    for got, want in zip(packed[:3], one[:3], strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
     assert packed[3].keys() == one[3].keys() and len(one[3]) > 10
     for name, grad in one[3].items():
         torch.testing.assert_close(packed[3][name], grad, rtol=0, atol=1e-5, msg=name)
+
+
+def test_packed_pass_equals_the_padded_pass_in_values_loss_and_gradients(model):
+    samples = ragged_samples(model.config.vocab_size)
+    padded = batching.pad_samples(samples, pad_id=0)
+    assert batching.choose_pass(padded, None, pack=True) == "packed"
+    assert_one_packed_call_equals_the_padded_pass(model, samples, padded, sum(len(s.tokens) - 1 for s in samples))
 
 
 def test_groups_packed_with_their_prompt_once_equal_the_padded_pass(model):
@@ -103,21 +107,8 @@ def test_groups_packed_with_their_prompt_once_equal_the_padded_pass(model):
     padded = batching.pad_samples(samples, pad_id=0)
     groups = padded.prompt_groups()
     assert batching.choose_pass(padded, groups, pack=True, share_cache=False, pack_shared=True) == "packed-shared"
-    calls = []
-    hook = model.register_forward_pre_hook(lambda module, args, kwargs: calls.append(kwargs["input_ids"].shape),
-                                           with_kwargs=True)
-    try:
-        shared = loss_and_grads(model, samples, padded, pack=True)
-        one = loss_and_grads(model, samples, padded, pack=False)
-    finally:
-        hook.remove()
     fed = (2 + 9 + 5) + sum(s.response_length - 1 for s in samples)      # each prompt once
-    assert calls == [torch.Size([1, fed]), padded.input_ids.shape]
-    for got, want in zip(shared[:3], one[:3], strict=True):
-        torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
-    assert shared[3].keys() == one[3].keys() and len(one[3]) > 10
-    for name, grad in one[3].items():
-        torch.testing.assert_close(shared[3][name], grad, rtol=0, atol=1e-5, msg=name)
+    assert_one_packed_call_equals_the_padded_pass(model, samples, padded, fed)
 
 
 def test_responses_sharing_a_prompt_never_attend_to_each_other(model):
