@@ -49,15 +49,14 @@ def weights_digest(trainer):
 
 
 def count_forward_rows(trainer):
-    """From now on, count the sample rows the policy model forwards in this process, in one pass
-    per micro-batch (otherwise each rank shares a group's prompt pass, ``plasmid_torchtrain.batching``,
-    and forwards the distinct prompts as rows of their own)."""
+    """From now on, count the sample rows the policy model forwards in this process, in one padded
+    pass per micro-batch (the config turns packing off; sharing a group's prompt,
+    ``plasmid_torchtrain.batching``, would forward the distinct prompts as rows of their own)."""
     trainer.rows_forwarded = 0
     trainer.share_prompts = False
 
-    def count(module, args, kwargs):     # samples: packed into one row (plasmid_torch.packing) or padded
-        packed = kwargs.get("cu_seq_lens_q")
-        trainer.rows_forwarded += len(packed) - 1 if packed is not None else int(kwargs["input_ids"].shape[0])
+    def count(module, args, kwargs):
+        trainer.rows_forwarded += int(kwargs["input_ids"].shape[0])
 
     trainer.model.register_forward_pre_hook(count, with_kwargs=True)
 
@@ -79,7 +78,8 @@ def config(tmp_path_factory, installed_lock):
     # two workers 5 + 1 of its 6; advantages whitened over the whole batch
     made = testing.make_config(plasmid_grpo.plugin, plasmid_torchtrain.plugin, plasmid_torchgen.plugin,
                                model=str(model), run_dir=tmp / "run", lr=1e-2, micro_batch_size=5,
-                               advantage_whiten=True, torchtrain_sharding="replicate")
+                               advantage_whiten=True, torchtrain_sharding="replicate",
+                               torchtrain_packing=False)
     made.plugin_lock = installed_lock
     return made
 
