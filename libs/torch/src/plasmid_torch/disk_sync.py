@@ -35,6 +35,7 @@ from plasmid.options import Options, option
 from plasmid.protocols import RolloutEngine, SupportsDiskWeights, Trainer
 from plasmid.remote import run_on
 from plasmid.types import SyncReport
+from plasmid_torch.directories import replace_dir
 from plasmid_torch.tensors import as_torch, bucketed, tensor_bytes
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -132,11 +133,7 @@ def write_version(trainer: Any, root: str, weight_version: int, bucket_bytes: in
             shutil.copy2(Path(model_dir) / name, staging / name)
     (staging / "plasmid_weights.json").write_text(json.dumps({"weight_version": weight_version, "bytes": written,
                                                               "shards": len(shards)}))
-    if final.exists():
-        retired = final.with_name(f"{final.name}.old-{uuid.uuid4().hex[:8]}")
-        os.replace(final, retired)
-        shutil.rmtree(retired, ignore_errors=True)
-    os.replace(staging, final)
+    replace_dir(staging, final)
     return written, len(shards)
 
 

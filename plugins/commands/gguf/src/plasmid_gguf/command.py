@@ -17,8 +17,6 @@ The contract:
 
 from __future__ import annotations
 
-import os
-import secrets
 import shutil
 import sys
 import time
@@ -29,6 +27,7 @@ from plasmid.errors import UsageError
 from plasmid_gguf.convert import DTYPES, Converted, check_architecture, check_dependencies, write_model_dir
 from plasmid_gguf.record import RECORD_NAME, is_conversion_of, read_record, write_record
 from plasmid_gguf.source import GGUFSource, resolve_source
+from plasmid_torch.directories import replace_dir, sibling
 
 #: Files of which a directory that ``--force`` may replace has at least one.
 MODEL_DIR_MARKERS = (RECORD_NAME, "config.json")
@@ -98,34 +97,13 @@ def convert_into(source: GGUFSource, out_dir: Path, dtype: str) -> Converted:
     error the staging directory is removed and ``out_dir`` is as it was."""
     out_dir = out_dir.absolute()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = _sibling(out_dir, "partial")
+    staging = sibling(out_dir, "partial")
     staging.mkdir()
     try:
         converted = write_model_dir(source.path, staging, dtype)
         write_record(staging, source, dtype, converted.architecture)
-        _replace(staging, out_dir)
+        replace_dir(staging, out_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return converted
-
-
-def _replace(new: Path, target: Path) -> None:
-    """Put directory ``new`` at ``target``; an existing ``target`` is moved aside first and deleted
-    after (moved back if the rename fails)."""
-    if not target.exists():
-        os.replace(new, target)
-        return
-    old = _sibling(target, "old")
-    os.replace(target, old)
-    try:
-        os.replace(new, target)
-    except BaseException:
-        os.replace(old, target)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _sibling(path: Path, kind: str) -> Path:
-    """A hidden, unused name beside ``path``: ``.NAME.KIND-PID-RANDOM``."""
-    return path.with_name(f".{path.name}.{kind}-{os.getpid()}-{secrets.token_hex(4)}")

@@ -41,8 +41,6 @@ The contract:
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -50,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from plasmid.errors import UsageError
+from plasmid_torch.directories import replace_dir, sibling
 
 #: What ``meta.json`` of a complete checkpoint is called (:mod:`plasmid.checkpoint`).
 META_FILE = "meta.json"
@@ -244,11 +243,11 @@ def export(source: Checkpoint, out: Path, *, adapters_only: bool = False) -> Pat
     On any error the staging directory is removed and ``out`` is as it was."""
     out = out.absolute()
     out.parent.mkdir(parents=True, exist_ok=True)
-    staging = _sibling(out, "partial")
+    staging = sibling(out, "partial")
     staging.mkdir()
     try:
         write_into(source, staging, adapters_only=adapters_only, name=out.name)
-        _replace(staging, out)
+        replace_dir(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -459,24 +458,3 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
         return None
-
-
-def _replace(new: Path, target: Path) -> None:
-    """Put directory ``new`` at ``target``; an existing ``target`` is moved aside first and deleted
-    after (moved back when the rename fails)."""
-    if not target.exists():
-        os.replace(new, target)
-        return
-    old = _sibling(target, "old")
-    os.replace(target, old)
-    try:
-        os.replace(new, target)
-    except BaseException:
-        os.replace(old, target)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _sibling(path: Path, kind: str) -> Path:
-    """A hidden, unused name beside ``path``: ``.NAME.KIND-PID-RANDOM``."""
-    return path.with_name(f".{path.name}.{kind}-{os.getpid()}-{secrets.token_hex(4)}")
