@@ -1,5 +1,5 @@
 """The RL math that loss plugins share (imports torch): advantages (group-relative,
-leave-one-out, discounted returns, GAE, whitening, reward shaping), policy losses (PPO-clip,
+leave-one-out, turn-level, discounted returns, GAE, whitening, reward shaping), policy losses (PPO-clip,
 GSPO's sequence ratio, CISPO), rollout/train mismatch correction (TIS, IcePop/MIS, at token or
 sequence level), the critic's value loss, KL estimators, and loss aggregation.
 
@@ -15,6 +15,7 @@ non-finite: log-ratios are clamped before ``exp``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -96,6 +97,55 @@ def leave_one_out_advantages(rewards: torch.Tensor, group_index: torch.Tensor) -
     count = torch.zeros(int(member_of.max()) + 1 if member_of.numel() else 0).index_add_(
         0, member_of, torch.ones_like(centered))[member_of]
     return torch.where(count > 1, centered * count / (count - 1).clamp(min=1), torch.zeros_like(centered))
+
+
+def turn_returns(turn_rewards: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Each turn's return, ``G_k = r_k + gamma * G_{k+1}``: its own reward and the discounted
+    rewards of the sample's later turns.
+
+    :param turn_rewards: ``[B, K]`` float, ``nan`` past a sample's last turn (they stay ``nan``).
+    :param gamma: discount per turn, in [0, 1].
+    :returns: ``[B, K]`` float32.
+    """
+    turn_rewards = turn_rewards.float()
+    returns = torch.full_like(turn_rewards, float("nan"))
+    running = torch.zeros(turn_rewards.shape[0], dtype=torch.float32, device=turn_rewards.device)
+    for k in reversed(range(turn_rewards.shape[-1])):
+        present = ~torch.isnan(turn_rewards[:, k])
+        running = torch.where(present, turn_rewards[:, k] + gamma * running, torch.zeros_like(running))
+        returns[:, k] = torch.where(present, running, returns[:, k])
+    return returns
+
+
+def turn_group_advantages(returns: torch.Tensor, group_index: torch.Tensor,
+                          relative: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], *,
+                          by_turn: bool) -> torch.Tensor:
+    """Turn-level advantages: each turn's return relative to others of its group.
+
+    ``relative(values [N], keys [N]) -> [N]`` is the group comparison of a sequence-level loss
+    (:func:`group_normalized_rewards`, :func:`leave_one_out_advantages`), applied to the turns'
+    returns with one key per comparison set: with ``by_turn`` the turns of the same index in the
+    samples of one group (turn 0 with turn 0, ...; a turn index that only one sample reached has
+    nothing to compare with and gets what ``relative`` gives a set of one, 0 for those two);
+    without it all turns of all samples of the group.
+
+    :param returns: ``[B, K]`` (:func:`turn_returns`), ``nan`` past a sample's last turn.
+    :param group_index: ``[B]`` int, samples of one prompt share a value.
+    :returns: ``[B, K]`` float32, 0 past a sample's last turn.
+    """
+    present = ~torch.isnan(returns)
+    rows, turns = present.nonzero(as_tuple=True)
+    _, member_of = torch.unique(group_index, return_inverse=True)
+    keys = member_of[rows] * returns.shape[-1] + turns if by_turn else member_of[rows]
+    advantages = torch.zeros_like(returns, dtype=torch.float32)
+    advantages[rows, turns] = relative(returns[rows, turns].float(), keys).float()
+    return advantages
+
+
+def turns_to_tokens(per_turn: torch.Tensor, turn_index: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``[B, K]`` per-turn values on each response token of the turn (``turn_index [B, T]``),
+    zeroed where ``mask`` is 0: ``[B, T]`` float32."""
+    return torch.gather(per_turn.float(), 1, turn_index.long()) * mask
 
 
 def whiten(values: torch.Tensor, mask: torch.Tensor, *, eps: float = WHITEN_EPS) -> torch.Tensor:
@@ -554,5 +604,8 @@ __all__ = [
     "sequence_level_logprobs",
     "sequence_sum",
     "token_level_rewards",
+    "turn_group_advantages",
+    "turn_returns",
+    "turns_to_tokens",
     "whiten",
 ]

@@ -77,6 +77,7 @@ from plasmid.protocols import (
     SupportsTrainingSamples,
 )
 from plasmid.types import LossBatch, RolloutBatch, Sample
+from plasmid_torch import turns
 from plasmid_torch.mismatch import step_mismatch_metrics
 from plasmid_torch.step_guard import StepSnapshot, refused
 from plasmid_torch.trainer_options import TrainerOptions
@@ -282,7 +283,9 @@ class TrainStep:
 
         With ``defer_old`` (:meth:`reuses_update_forward`), when the policy's old log-probs are
         needed they are not computed: the returned tensor is zeros for the policy update to fill
-        in, and the batch's ``old_logprobs`` is ``None`` until then."""
+        in, and the batch's ``old_logprobs`` is ``None`` until then. A loss whose
+        ``reads_turn_rewards`` is true gets a :class:`plasmid_torch.turns.TurnLossBatch` (the
+        samples' per-turn rewards)."""
         parts = self.parts
         width = max(sample.response_length for sample in samples)
         mask = response_mask(samples, width)
@@ -312,6 +315,8 @@ class TrainStep:
             total_tokens=int(mask.sum()),
             total_samples=len(samples),
         )
+        if getattr(parts.loss, "reads_turn_rewards", False):
+            batch = turns.with_turns(batch, samples, width)
         return batch, trainer_old
 
     @staticmethod

@@ -11,6 +11,15 @@ one overridable method (:meth:`GRPOLoss.sequence_rewards`, :meth:`GRPOLoss.group
 ``token_policy_loss``, ``aggregate``), and the class attributes
 :attr:`GRPOLoss.scale_rewards_by_std`, :attr:`GRPOLoss.group_std_eps` and
 ``default_loss_agg`` set the normalisation.
+
+Turn credit (``--turn-credit by-turn | pooled``, ``--turn-discount``): for samples that carry
+per-turn rewards (:mod:`plasmid_torch.turns`), each turn's return ``G_k = r_k + gamma * G_{k+1}``
+is compared, by the same :meth:`GRPOLoss.group_advantages` (so each variant's baseline), with the
+returns of the same turn index in the group's other samples (``by-turn``) or with all the group's
+turns (``pooled``), and every token of the turn gets that advantage. The turn rewards plus the
+remainder ``shaped reward - sum(turn rewards)`` (other rewards, weights, overlong and KL shaping),
+credited to the last turn, add up to the sequence reward; so a sample without per-turn rewards is
+one turn, and with ``by-turn`` and ``--turn-discount 1`` turn 0 gets exactly the scalar advantage.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from plasmid.types import LossBatch
 from plasmid_grpo.options import GRPOOptions
 from plasmid_torch import algorithms
 from plasmid_torch.policy_gradient import PolicyGradientLoss
+from plasmid_torch.turns import TurnLossBatch
 
 
 class GRPOLoss(PolicyGradientLoss):
@@ -53,13 +63,44 @@ class GRPOLoss(PolicyGradientLoss):
 
     def __init__(self, config: Config) -> None:
         super().__init__(config)
-        self.scale_rewards_by_std = self.scale_rewards_by_std and not GRPOOptions.of(config).disable_std_normalization
+        options = GRPOOptions.of(config)
+        self.scale_rewards_by_std = self.scale_rewards_by_std and not options.disable_std_normalization
+        #: ``--turn-credit``: ``none``, ``by-turn`` or ``pooled``; ``--turn-discount``.
+        self.turn_credit: str = options.turn_credit
+        self.turn_discount: float = options.turn_discount
+
+    @property
+    def reads_turn_rewards(self) -> bool:
+        """Whether the trainer must give :meth:`estimate_advantages` the samples' turns (a
+        :class:`plasmid_torch.turns.TurnLossBatch`, :func:`plasmid_torch.turns.with_turns`)."""
+        return self.turn_credit != "none"
 
     def estimate_advantages(self, batch: LossBatch) -> tuple[torch.Tensor, None]:
-        """``(advantages [B, T], None)``: group-relative sequence advantages on every trained token."""
+        """``(advantages [B, T], None)``: group-relative sequence advantages on every trained token,
+        or with turn credit each turn's advantage on its tokens (see the module docstring)."""
         rewards = self.sequence_rewards(batch)
+        if self.turn_credit != "none":
+            return self.turn_advantages(batch, rewards), None
         per_sample = self.group_advantages(rewards, batch.group_index)
         return algorithms.broadcast_to_tokens(per_sample, batch.response_mask), None
+
+    def turn_advantages(self, batch: LossBatch, rewards: torch.Tensor) -> torch.Tensor:
+        """``[B, T]`` turn-level advantages from the ``[B]`` sequence rewards and the batch's turns
+        (a plain :class:`LossBatch` is one turn a sample)."""
+        if isinstance(batch, TurnLossBatch) and batch.turn_rewards is not None:
+            turn_rewards, turn_index = batch.turn_rewards.float().clone(), batch.turn_index
+        else:
+            turn_rewards = torch.zeros_like(rewards).unsqueeze(-1)
+            turn_index = torch.zeros(batch.response_mask.shape, dtype=torch.long, device=rewards.device)
+        present = ~torch.isnan(turn_rewards)
+        last = present.sum(-1).clamp(min=1) - 1
+        remainder = rewards.float() - torch.nan_to_num(turn_rewards).sum(-1)
+        rows = torch.arange(turn_rewards.shape[0], device=turn_rewards.device)
+        turn_rewards[rows, last] = torch.nan_to_num(turn_rewards[rows, last]) + remainder
+        returns = algorithms.turn_returns(turn_rewards, self.turn_discount)
+        per_turn = algorithms.turn_group_advantages(returns, batch.group_index, self.group_advantages,
+                                                    by_turn=self.turn_credit == "by-turn")
+        return algorithms.turns_to_tokens(per_turn, turn_index, batch.response_mask)
 
     def sequence_rewards(self, batch: LossBatch) -> torch.Tensor:
         """``[B]`` shaped rewards, less ``kl_coef`` times each sample's summed KL (old policy vs reference)."""
