@@ -13,6 +13,7 @@ from plasmid_gym import plugin
 
 from plasmid.testing import build, make_config, run
 from plasmid.types import GenerationOutput, SamplingParams, Status
+from plasmid_torch.turns import TURN_REWARDS_KEY, checked_turn_rewards
 
 ENV = "GuessTheNumber-v0-train"
 
@@ -69,6 +70,10 @@ def test_one_guess_the_number_episode_token_by_token(tmp_path, tiny_model, gamma
     assert out.status == Status.COMPLETED and out.weight_version == 2
     assert out.metadata["gym"]["rewards"] == [0.0, 1.0]
     assert run(build("reward", "gym", plugin, config=config)(out)) == gamma * rewards[0]
+    # each model turn's discounted reward where its tokens start, for a loss with turn credit
+    second_turn = len(replies[0]) + len(user_turn)
+    assert out.metadata[TURN_REWARDS_KEY] == [[0, 0.0], [second_turn, gamma * 1.0]]
+    assert checked_turn_rewards(out.metadata[TURN_REWARDS_KEY], out.response_length, "episode")
 
 
 @pytest.mark.timeout(120)

@@ -16,7 +16,10 @@ rewrite the history (``COMPLETED``, the reason in ``metadata["gym"]["mismatch"]`
 gymnasium-shaped environment that truncates the episode ends it ``TRUNCATED``. Each player's step
 gets the reward ``env.step`` gave it (0 in TextArena's shape), the rewards of ``env.close()`` are
 added to its last step, and its return is ``sum gamma^t r_t`` (``--gym-gamma``), kept in
-``metadata["gym_return"]`` for the ``gym`` reward.
+``metadata["gym_return"]`` for the ``gym`` reward. Each step's term ``gamma^t r_t`` is also kept as
+that model turn's reward, at the response offset where the turn's tokens start, in
+``metadata["turn_rewards"]`` (:data:`plasmid_torch.turns.TURN_REWARDS_KEY`; they add up to the
+return), for a loss with turn credit (plasmid-grpo's ``--turn-credit``).
 With several players (``--gym-players``), each player that acted is a sample of its own, all in
 the prompt's group (``metadata["gym"]["player"]``), its ``prompt`` its own first observation (one user
 message), not player 0's.
@@ -33,6 +36,7 @@ from plasmid.protocols import RolloutView
 from plasmid.types import Sample, SamplingParams, Status
 from plasmid_gym import envs
 from plasmid_gym.options import GymOptions
+from plasmid_torch.turns import TURN_REWARDS_KEY
 
 RETURN_KEY, STATE_KEY = "gym_return", "gym"
 
@@ -53,6 +57,24 @@ class Player:
     logprobs: list[float] = field(default_factory=list)
     observation: str = ""
     rewards: list[float] = field(default_factory=list)
+    #: where each model turn's tokens start in ``response``
+    turn_starts: list[int] = field(default_factory=list)
+
+
+def turn_rewards(player: Player, gamma: float) -> list[list[float]]:
+    """``[[offset, gamma^t r_t], ...]``: each model turn's share of the player's return, at the
+    response offset where its tokens start. A turn that starts where the one before it does, or
+    at the end of the response (it produced no token), is merged into the one before it, so the
+    offsets strictly increase and the shares still add up to the return."""
+    merged: list[list[float]] = []
+    for step, (start, reward) in enumerate(zip(player.turn_starts, player.rewards, strict=True)):
+        term = gamma**step * reward
+        start = max(min(start, len(player.response) - 1), 0)
+        if merged and merged[-1][0] >= start:
+            merged[-1][1] += term
+        else:
+            merged.append([start, term])
+    return merged
 
 
 class GymGenerate:
@@ -102,6 +124,7 @@ class GymGenerate:
             output = await ctx.engine_for(sample).generate(player.prompt + player.response, params)
             weight_version = output.weight_version
             ids = list(output.token_ids)
+            player.turn_starts.append(len(player.response))
             player.response += ids
             player.mask += [1] * len(ids)
             player.logprobs += list(output.logprobs)
@@ -134,6 +157,7 @@ class GymGenerate:
                 response=tokenizer.decode(player.response, skip_special_tokens=True), loss_mask=player.mask,
                 rollout_logprobs=player.logprobs, status=status, weight_version=weight_version,
                 metadata={**sample.metadata, RETURN_KEY: envs.discounted(player.rewards, options.gym_gamma),
+                          TURN_REWARDS_KEY: turn_rewards(player, options.gym_gamma),
                           STATE_KEY: {"player": pid, "turns": len(player.rewards), "rewards": player.rewards,
                                       "mismatch": mismatch}}))
         if not samples:
