@@ -9,6 +9,10 @@ a temporary name and renamed, so an engine never sees half a version. Each engin
 shard by shard and loads it (``engine.update_weights``). The newest ``--sync-keep-versions``
 directories are kept.
 
+Each tensor's CRC32 goes into ``plasmid_weights.json``; an engine checks what it read against it
+before loading (``--sync-checksums``). Writing is the ``send`` phase, each engine's reading and
+loading its ``load`` phase, both under ``--sync-timeout`` (:mod:`plasmid_torch.sync_guard`).
+
 Works in any runtime: locally the trainer and the engines read and write the same directory; on
 a Ray cluster of several nodes ``--sync-dir`` must be a shared file system.
 
@@ -36,12 +40,15 @@ from plasmid.protocols import RolloutEngine, SupportsDiskWeights, Trainer
 from plasmid.remote import run_on
 from plasmid.types import SyncReport
 from plasmid_torch.directories import replace_dir
+from plasmid_torch.sync_guard import SyncGuard, SyncGuardOptions, bucket_checksums, check_received, who
 from plasmid_torch.tensors import as_torch, bucketed, tensor_bytes
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 #: Copied from ``--model`` so that the directory is a loadable model.
 MODEL_FILES = ("config.json", "generation_config.json")
+#: What the disk sync writes beside the shards: version, bytes, shards, per-tensor CRC32.
+VERSION_FILE = "plasmid_weights.json"
 
 
 class DiskSyncOptions(Options, group="sync on disk",
@@ -74,7 +81,8 @@ class DiskSync:
     (a restarted engine catching up) reloads the existing directory.
     """
 
-    option_classes: ClassVar[tuple[type[Options], ...]] = (DiskSyncOptions, ScheduleOptions, GeneralOptions)
+    option_classes: ClassVar[tuple[type[Options], ...]] = (DiskSyncOptions, ScheduleOptions, GeneralOptions,
+                                                           SyncGuardOptions)
 
     def __init__(self, config: Config) -> None:
         self.options = DiskSyncOptions.of(config)
@@ -84,20 +92,25 @@ class DiskSync:
         self.model_dir = str(model) if model else ""
         self.keep = self.options.sync_keep_versions
         self.written: dict[int, tuple[int, int]] = {}
+        self.guard = SyncGuard(config, "disk")
 
     async def sync(self, trainer: Trainer, engines: Sequence[RolloutEngine], weight_version: int) -> SyncReport:
         started = time.perf_counter()
         directory = version_dir(self.root, weight_version)
         if weight_version not in self.written:
-            self.written[weight_version] = await run_on(trainer, write_version, str(self.root), weight_version,
-                                                        self.bucket_bytes, self.model_dir)
-        await asyncio.gather(*(run_on(engine, load_version, str(directory), weight_version, self.bucket_bytes)
-                               for engine in engines))
-        await asyncio.gather(*(engine.flush_cache() for engine in engines))
-        prune_versions(self.root, self.keep)
+            self.written[weight_version] = await self.guard.phase(
+                run_on(trainer, write_version, str(self.root), weight_version, self.bucket_bytes, self.model_dir),
+                "send", trainer)
         moved, buckets = self.written[weight_version]
+        self.guard.moved(moved)
+        await self.guard.each_engine("load", engines, lambda engine, index: run_on(
+            engine, load_version, str(directory), weight_version, self.bucket_bytes,
+            "disk" if self.guard.checksums else "", who(engine, index)))
+        await self.guard.resume(engines)
+        prune_versions(self.root, self.keep)
+        metrics = await self.guard.verify(trainer, engines, self.bucket_bytes)
         return SyncReport(bytes=moved, seconds=time.perf_counter() - started, weight_version=weight_version,
-                          buckets=buckets)
+                          buckets=buckets, metrics=metrics)
 
 
 def prune_versions(root: Path, keep: int) -> list[Path]:
@@ -120,9 +133,10 @@ def write_version(trainer: Any, root: str, weight_version: int, bucket_bytes: in
     final = version_dir(root, weight_version)
     staging = final.with_name(f"{final.name}.tmp-{uuid.uuid4().hex[:8]}")
     staging.mkdir(parents=True)
-    written, shards = 0, []
+    written, shards, checksums = 0, [], {}
     for number, bucket in enumerate(trainer.export_weights(bucket_bytes), start=1):
         tensors = {name: as_torch(tensor).contiguous() for name, tensor in bucket}
+        checksums.update(zip(tensors, bucket_checksums(list(tensors.items())), strict=True))
         shard = f"shard-{number:05d}.safetensors"
         save_file(tensors, str(staging / shard), metadata={"format": "pt"})
         shards.append((shard, list(tensors)))
@@ -131,8 +145,8 @@ def write_version(trainer: Any, root: str, weight_version: int, bucket_bytes: in
     for name in MODEL_FILES:
         if model_dir and (Path(model_dir) / name).is_file():
             shutil.copy2(Path(model_dir) / name, staging / name)
-    (staging / "plasmid_weights.json").write_text(json.dumps({"weight_version": weight_version, "bytes": written,
-                                                              "shards": len(shards)}))
+    (staging / VERSION_FILE).write_text(json.dumps({"weight_version": weight_version, "bytes": written,
+                                                    "shards": len(shards), "checksums": checksums}))
     replace_dir(staging, final)
     return written, len(shards)
 
@@ -186,18 +200,27 @@ def read_buckets(directory: str | Path, bucket_bytes: int) -> Iterator[list[tupl
     yield from bucketed(tensors(), bucket_bytes)
 
 
-async def load_version(engine: RolloutEngine, directory: str, weight_version: int, bucket_bytes: int) -> int:
+async def load_version(engine: RolloutEngine, directory: str, weight_version: int, bucket_bytes: int,
+                       check: str = "", receiver: str = "the engine") -> int:
     """Load version directory ``directory`` into ``engine``; bytes loaded.
 
     An engine that loads checkpoint directories natively (:class:`plasmid.protocols.SupportsDiskWeights`,
     e.g. SGLang's ``/update_weights_from_disk``) is handed the directory; any other engine gets
-    it bucket by bucket through ``update_weights``."""
+    it bucket by bucket through ``update_weights``, each bucket first checked against the CRC32s
+    the trainer wrote when ``check`` names the transport (``""``: unchecked; ``receiver`` names the
+    engine in the error).
+
+    :raises plasmid_torch.sync_guard.SyncMismatch: a tensor read differs from the one written."""
     if isinstance(engine, SupportsDiskWeights):
         await engine.load_weights_from_disk(directory, weight_version)
         return sum(path.stat().st_size for path in Path(directory).glob("*.safetensors"))
+    version_file = Path(directory) / VERSION_FILE
+    written = json.loads(version_file.read_text()).get("checksums") if check and version_file.is_file() else None
     loaded = 0
     buckets = iter(read_buckets(directory, bucket_bytes))
     while (bucket := await asyncio.to_thread(next, buckets, None)) is not None:
+        if written is not None:
+            check_received(bucket, [written.get(name, -1) for name, _ in bucket], check, receiver)
         await engine.update_weights(bucket, weight_version)
         loaded += sum(tensor_bytes(tensor) for _, tensor in bucket)
     return loaded

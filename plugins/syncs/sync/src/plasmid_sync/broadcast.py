@@ -10,11 +10,16 @@ engines are not in the trainers' one). Rank 0 is the trainer, engine ``i`` is ra
 Per bucket of ``--update-weight-buffer-size`` bytes, rank 0 broadcasts three messages:
 
 1. a header: int64 ``[2]`` = (bytes of the description, bytes of the data); ``(0, 0)`` ends;
-2. the description: JSON ``[[name, dtype, shape], ...]`` as uint8;
+2. the description: JSON ``[[name, dtype, shape, crc32 or null], ...]`` as uint8;
 3. the data: every tensor's bytes, concatenated, as one uint8 buffer,
 
 and each engine cuts the buffer back into tensors and loads them. The group is made at the first
 sync and remade when its members change (an engine actor was restarted).
+
+Checks (:mod:`plasmid_torch.sync_guard`): forming the group is the ``connect`` phase, the
+trainer's broadcasting ``send``, each engine's receiving and loading ``receive``, then ``resume``,
+each under ``--sync-timeout``; with ``--sync-checksums on`` the description carries each tensor's
+CRC32, which the engine checks before loading the bucket; ``--verify-sync-every`` reads weights back.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from plasmid.protocols import RolloutEngine, Trainer
 from plasmid.remote import run_on
 from plasmid.types import SyncReport
 from plasmid_sync.options import SyncOptions
+from plasmid_torch.sync_guard import SyncGuard, SyncGuardOptions, check_received, checksum, who
 from plasmid_torch.tensors import (
     PROCESS_STATE,
     GroupCycle,
@@ -49,7 +55,7 @@ from plasmid_torch.tensors import (
 class BroadcastSync:
     """The ``broadcast`` weight sync; built as ``BroadcastSync(config)``."""
 
-    option_classes: ClassVar[tuple[type[Options], ...]] = (SyncOptions, ScheduleOptions)
+    option_classes: ClassVar[tuple[type[Options], ...]] = (SyncOptions, ScheduleOptions, SyncGuardOptions)
 
     def __init__(self, config: Config) -> None:
         options = SyncOptions.of(config)
@@ -58,20 +64,29 @@ class BroadcastSync:
         self.timeout = options.broadcast_timeout
         self.key = f"broadcast-{uuid.uuid4().hex}"
         self.group = GroupCycle(self.key)
+        self.guard = SyncGuard(config, "broadcast")
 
     async def sync(self, trainer: Trainer, engines: Sequence[RolloutEngine], weight_version: int) -> SyncReport:
         require_separate_processes("broadcast", trainer, engines)
         started = time.perf_counter()
-        members = list(await asyncio.gather(run_on(trainer, process_token), *(run_on(e, process_token)
-                                                                               for e in engines)))
-        name = await self.group.ensure(members, lambda new: self._make_group(new, trainer, engines))
-        sent, *_ = await asyncio.gather(
-            run_on(trainer, send_weights, name, self.bucket_bytes),
-            *(run_on(engine, receive_weights, name, weight_version) for engine in engines))
-        await asyncio.gather(*(engine.flush_cache() for engine in engines))
-        moved, buckets = sent
+        guard = self.guard
+        members = [await guard.phase(run_on(trainer, process_token), "connect", trainer, None, 0),
+                   *await guard.each_engine("connect", engines, lambda e, _i: run_on(e, process_token), 0)]
+        name = await guard.phase(self.group.ensure(members, lambda new: self._make_group(new, trainer, engines)),
+                                 "connect", trainer, None, 0)
+        sending = asyncio.ensure_future(guard.phase(
+            run_on(trainer, send_weights, name, self.bucket_bytes, guard.checksums), "send", trainer))
+        try:
+            await guard.each_engine("receive", engines, lambda engine, index: run_on(
+                engine, receive_weights, name, weight_version, who(engine, index)))
+            moved, buckets = await sending
+        finally:
+            sending.cancel()
+        await guard.resume(engines)
+        guard.moved(moved)
+        metrics = await guard.verify(trainer, engines, self.bucket_bytes)
         return SyncReport(bytes=moved, seconds=time.perf_counter() - started, weight_version=weight_version,
-                          buckets=buckets)
+                          buckets=buckets, metrics=metrics)
 
     async def _make_group(self, name: str, trainer: Trainer, engines: Sequence[RolloutEngine]) -> None:
         world = 1 + len(engines)
@@ -119,18 +134,20 @@ def open_store(trainer: Any, name: str, world: int, backend: str, timeout: float
     return host, int(store.port), group_backend(backend)
 
 
-async def send_weights(trainer: Any, name: str, bucket_bytes: int) -> tuple[int, int]:
-    """Broadcast every bucket of the trainer's weights, then the end mark; ``(bytes, buckets)``."""
+async def send_weights(trainer: Any, name: str, bucket_bytes: int, checksums: bool = True) -> tuple[int, int]:
+    """Broadcast every bucket of the trainer's weights (with each tensor's CRC32 when ``checksums``),
+    then the end mark; ``(bytes, buckets)``."""
     member: Member = PROCESS_STATE[name]
-    return await asyncio.to_thread(_send_all, member, trainer.export_weights(bucket_bytes))
+    return await asyncio.to_thread(_send_all, member, trainer.export_weights(bucket_bytes), checksums)
 
 
-def _send_all(member: Member, buckets: Iterable[list[tuple[str, Any]]]) -> tuple[int, int]:
+def _send_all(member: Member, buckets: Iterable[list[tuple[str, Any]]], checksums: bool) -> tuple[int, int]:
     import torch
 
     moved, count = 0, 0
     for bucket in buckets:
-        description = [[name, str(tensor.dtype).removeprefix("torch."), list(tensor.shape)] for name, tensor in bucket]
+        description = [[name, str(tensor.dtype).removeprefix("torch."), list(tensor.shape),
+                        checksum(tensor) if checksums else None] for name, tensor in bucket]
         encoded = torch.frombuffer(bytearray(json.dumps(description).encode()), dtype=torch.uint8)
         data = torch.cat([tensor.detach().contiguous().reshape(-1).view(torch.uint8) for _, tensor in bucket])
         _broadcast(member, torch.tensor([encoded.numel(), data.numel()], dtype=torch.int64))
@@ -175,17 +192,22 @@ def _join(name: str, sync_key: str, host: str, port: int, rank: int, world: int,
 
 
 # ------------------------------------------------------------------------------ in each engine's process
-async def receive_weights(engine: Any, name: str, weight_version: int) -> int:
-    """Receive buckets until the end mark, loading each into ``engine``; returns bytes received."""
+async def receive_weights(engine: Any, name: str, weight_version: int, receiver: str = "the engine") -> int:
+    """Receive buckets until the end mark, checking each against the trainer's CRC32s (where sent;
+    ``receiver`` names the engine in the error) and loading it into ``engine``; bytes received."""
     member: Member = PROCESS_STATE[name]
     received = 0
-    while (bucket := await asyncio.to_thread(_receive_bucket, member)) is not None:
+    while (received_bucket := await asyncio.to_thread(_receive_bucket, member)) is not None:
+        bucket, checksums = received_bucket
+        check_received(bucket, None if None in checksums else checksums, "broadcast", receiver)
         await engine.update_weights(bucket, weight_version)
         received += sum(tensor_bytes(tensor) for _, tensor in bucket)
     return received
 
 
-def _receive_bucket(member: Member) -> list[tuple[str, Any]] | None:
+def _receive_bucket(member: Member) -> tuple[list[tuple[str, Any]], list[int | None]] | None:
+    """The next bucket and the CRC32 the trainer sent for each tensor (``None``: none sent);
+    ``None`` at the end mark."""
     import torch
 
     header = _broadcast(member, torch.zeros(2, dtype=torch.int64))
@@ -196,12 +218,12 @@ def _receive_bucket(member: Member) -> list[tuple[str, Any]] | None:
     data = _broadcast(member, torch.empty(data_bytes, dtype=torch.uint8))
     description = json.loads(bytes(encoded.cpu().numpy()).decode())
     bucket, offset = [], 0
-    for tensor_name, dtype_name, shape in description:
+    for tensor_name, dtype_name, shape, _crc in description:
         dtype = getattr(torch, dtype_name)
         count = int(torch.Size(shape).numel()) * torch.empty((), dtype=dtype).element_size()
         bucket.append((tensor_name, data[offset: offset + count].view(dtype).reshape(shape)))
         offset += count
-    return bucket
+    return bucket, [crc for *_, crc in description]
 
 
 def _broadcast(member: Member, tensor: Any) -> Any:

@@ -27,11 +27,15 @@ engine that lacks the base (a restarted one), get a full snapshot. The report's 
 the bytes written; its metrics add ``sync/raw_bytes`` (the tensors' size), ``sync/bytes_saved``
 (raw size minus the delta's, or the full snapshot's when no delta was written) and
 ``sync/compression_ratio``.
+
+Deadlines (:mod:`plasmid_torch.sync_guard`, ``--sync-timeout``): asking the engines which update
+they hold is the ``connect`` phase, writing an update the trainer's ``send``, applying it each
+engine's ``load``, then ``resume``; ``--verify-sync-every`` reads weights back. The BLAKE2b
+checksums above are this sync's transport checksums (always on: a delta needs them).
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import os
@@ -51,6 +55,7 @@ from plasmid.remote import run_on
 from plasmid.types import SyncReport
 from plasmid_sync.options import SyncOptions
 from plasmid_torch.disk_sync import DiskSyncOptions
+from plasmid_torch.sync_guard import SyncGuard, SyncGuardOptions
 from plasmid_torch.tensors import PROCESS_STATE, from_raw, raw_array, raw_array_of_dtype, raw_dtype
 
 MANIFEST = "manifest.json"
@@ -63,7 +68,8 @@ FORMAT = "plasmid-delta/1"
 class DeltaSync:
     """The ``delta`` weight sync; built as ``DeltaSync(config)``."""
 
-    option_classes: ClassVar[tuple[type[Options], ...]] = (SyncOptions, DiskSyncOptions, ScheduleOptions)
+    option_classes: ClassVar[tuple[type[Options], ...]] = (SyncOptions, DiskSyncOptions, ScheduleOptions,
+                                                           SyncGuardOptions)
 
     def __init__(self, config: Config) -> None:
         on_disk = DiskSyncOptions.of(config)
@@ -74,14 +80,16 @@ class DeltaSync:
         self.writer = uuid.uuid4().hex[:16]
         self.sequence = 0
         self.weight_version: int | None = None
+        self.guard = SyncGuard(config, "delta")
 
     async def sync(self, trainer: Trainer, engines: Sequence[RolloutEngine], weight_version: int) -> SyncReport:
         started = time.perf_counter()
-        applied = await asyncio.gather(*(run_on(engine, applied_update, self.writer) for engine in engines))
+        applied = await self.guard.each_engine("connect", engines,
+                                               lambda engine, _index: run_on(engine, applied_update, self.writer), 0)
         written, raw, delta_bytes, full_bytes, buckets = 0, 0, None, None, 0
         if self.sequence == 0 or weight_version != self.weight_version:  # new weights (else: catching up)
-            stats = await run_on(trainer, write_delta, self.writer, str(self.root), self.sequence + 1, weight_version,
-                                 self.bucket_bytes, self.level)
+            stats = await self.guard.phase(run_on(trainer, write_delta, self.writer, str(self.root), self.sequence + 1,
+                                                  weight_version, self.bucket_bytes, self.level), "send", trainer)
             self.sequence, self.weight_version = self.sequence + 1, weight_version
             raw, buckets, delta_bytes = stats["raw_bytes"], stats["buckets"], stats.get("delta_bytes")
             written += delta_bytes or 0
@@ -93,20 +101,27 @@ class DeltaSync:
                 continue  # already serves these weights
             plan.append((engine, delta_dir if at == self.sequence - 1 and delta_dir.is_dir() else full_dir))
         if any(directory == full_dir for _, directory in plan) and not full_dir.is_dir():
-            stats = await run_on(trainer, write_full, self.writer, str(self.root), self.sequence,
-                                 self.bucket_bytes, self.level)
+            stats = await self.guard.phase(run_on(trainer, write_full, self.writer, str(self.root), self.sequence,
+                                                  self.bucket_bytes, self.level), "send", trainer)
             full_bytes, raw, buckets = stats["full_bytes"], stats["raw_bytes"], stats["buckets"]
             written += full_bytes
-        await asyncio.gather(*(run_on(engine, apply_update, str(directory)) for engine, directory in plan))
-        await asyncio.gather(*(engine.flush_cache() for engine in engines))
+        self.guard.moved(raw)
+        directories = {id(engine): directory for engine, directory in plan}  # not planned: serves it already
+        await self.guard.each_engine("load", engines, lambda engine, _index: run_on(
+            engine, apply_update, str(directories[id(engine)])) if id(engine) in directories else _nothing())
+        await self.guard.resume(engines)
         prune_updates(self.root, self.keep)
         primary = delta_bytes if delta_bytes is not None else full_bytes
-        metrics = {"sync/raw_bytes": float(raw)}
+        metrics = {"sync/raw_bytes": float(raw), **await self.guard.verify(trainer, engines, self.bucket_bytes)}
         if primary is not None:
             metrics["sync/bytes_saved"] = float(raw - primary)
             metrics["sync/compression_ratio"] = raw / max(primary, 1)
         return SyncReport(bytes=written, seconds=time.perf_counter() - started, weight_version=weight_version,
                           buckets=buckets, metrics=metrics)
+
+
+async def _nothing() -> None:
+    """An engine's ``load`` phase when it already holds the update."""
 
 
 def prune_updates(root: Path, keep: int) -> None:

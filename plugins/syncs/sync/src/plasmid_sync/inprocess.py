@@ -5,7 +5,6 @@ in memory once and a sync copies nothing (``--inprocess-share-weights``)."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Sequence
 from typing import ClassVar
@@ -16,6 +15,7 @@ from plasmid.options import Options
 from plasmid.protocols import RolloutEngine, SupportsSharedWeights, SupportsWeightSharing, Trainer
 from plasmid.types import SyncReport
 from plasmid_sync.options import SyncOptions
+from plasmid_torch.sync_guard import SyncGuard, SyncGuardOptions
 from plasmid_torch.tensors import tensor_bytes
 
 
@@ -38,7 +38,7 @@ class InProcessSync:
     process), the buckets are copied as above.
     """
 
-    option_classes: ClassVar[tuple[type[Options], ...]] = (ScheduleOptions, SyncOptions)
+    option_classes: ClassVar[tuple[type[Options], ...]] = (ScheduleOptions, SyncOptions, SyncGuardOptions)
 
     def __init__(self, config: Config) -> None:
         schedule = ScheduleOptions.of(config)
@@ -49,6 +49,7 @@ class InProcessSync:
                           and schedule.update_weights_interval == 1)
         #: bytes of weights the engines serve from the trainer's tensors (0: none shared)
         self.shared_bytes = 0
+        self.guard = SyncGuard(config, "inprocess")
 
     async def start(self, trainer: Trainer, engines: Sequence[RolloutEngine]) -> None:
         """Share the trainer's weights with the engines before the first rollout (their copies, loaded
@@ -66,22 +67,27 @@ class InProcessSync:
         named = trainer.shared_weights()
         if named is None:
             return False
-        shared = await asyncio.gather(*(engine.share_weights(named, version)
-                                        for engine, version in zip(sharers, versions, strict=True)))
+        shared = await self.guard.each_engine("load", sharers,
+                                              lambda engine, index: engine.share_weights(named, versions[index]))
         self.shared_bytes = min(shared)
         return True
 
     async def sync(self, trainer: Trainer, engines: Sequence[RolloutEngine], weight_version: int) -> SyncReport:
         started = time.perf_counter()
         if await self._share(trainer, engines, [weight_version] * len(engines)):
-            await asyncio.gather(*(engine.flush_cache() for engine in engines))
+            await self.guard.resume(engines)
+            metrics = await self.guard.verify(trainer, engines, self.bucket_bytes)
             return SyncReport(bytes=0, seconds=time.perf_counter() - started, weight_version=weight_version,
-                              metrics={"sync/shared_bytes": float(self.shared_bytes)})
+                              metrics={"sync/shared_bytes": float(self.shared_bytes), **metrics})
         moved, buckets = 0, 0
         for bucket in trainer.export_weights(self.bucket_bytes):
-            await asyncio.gather(*(engine.update_weights(bucket, weight_version) for engine in engines))
-            moved += sum(tensor_bytes(tensor) for _, tensor in bucket)
+            size = sum(tensor_bytes(tensor) for _, tensor in bucket)
+            await self.guard.each_engine(
+                "load", engines, lambda engine, _i, bucket=bucket: engine.update_weights(bucket, weight_version), size)
+            moved += size
             buckets += 1
-        await asyncio.gather(*(engine.flush_cache() for engine in engines))
+        await self.guard.resume(engines)
+        self.guard.moved(moved)
+        metrics = await self.guard.verify(trainer, engines, self.bucket_bytes)
         return SyncReport(bytes=moved, seconds=time.perf_counter() - started, weight_version=weight_version,
-                          buckets=buckets)
+                          buckets=buckets, metrics=metrics)

@@ -6,12 +6,14 @@ from plasmid import hookimpl
 from plasmid.config import OptionParser
 from plasmid_sync.options import SyncOptions
 from plasmid_torch.disk_sync import DiskSyncOptions
+from plasmid_torch.sync_guard import SyncGuardOptions
 
 
 @hookimpl
 def plasmid_addoption(parser: OptionParser) -> None:
     parser.add_options(SyncOptions)
     parser.add_options(DiskSyncOptions)
+    parser.add_options(SyncGuardOptions)
 
 
 @hookimpl

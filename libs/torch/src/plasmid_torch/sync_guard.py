@@ -1,0 +1,252 @@
+"""Deadlines and load checks that the weight syncs share, so a sync can neither hang nor lie.
+
+- **Deadlines.** Every phase of a sync is awaited under a deadline: ``gather`` (the trainer
+  exports its weights), ``connect`` (a transport's group forms), ``send`` (the trainer hands them
+  on), ``receive`` and ``load`` (an engine takes them), ``resume`` (an engine flushes its cache
+  and serves again). The deadline is ``--sync-timeout`` seconds, or by default
+  ``max(60 s, bytes of the phase / 50 MB/s)``. A phase past its deadline raises :class:`SyncTimeout`
+  naming the transport, the phase, the engine (or the trainer) and its rank (the trainer is rank
+  0, engine ``i`` rank ``i + 1``, as in ``broadcast``'s group). A coroutine stuck in a thread
+  (a blocking collective) keeps its thread; the run stops anyway, with the error.
+- **Checksums** (``--sync-checksums on``): the sender computes a CRC32 of each tensor's raw bytes
+  (:func:`checksum`: about 1.6 GB/s on one core, half the cost of copying the tensor); the
+  receiver recomputes them on what it received and refuses a bucket that differs
+  (:func:`check_received`, :class:`SyncMismatch`) before loading it.
+- **Read-back** (``--verify-sync-every N``): every ``N``-th sync, :meth:`SyncGuard.verify` reads a
+  sample of named tensors back from every engine (``engine.get_weights``) and compares them bit for
+  bit with the trainer's: it proves the engine really loaded what was sent, which no transport
+  checksum can.
+
+The built-in transports (plasmid-sync's and :mod:`plasmid_torch.disk_sync`) use these; a third-party
+transport does the same, and the weight-sync contract suite checks it
+(:mod:`plasmid_torch.testing.contracts.weightsync`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import zlib
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from plasmid.config import Config
+from plasmid.errors import PlasmidError
+from plasmid.kernel_options import GeneralOptions
+from plasmid.options import Options, option
+from plasmid.remote import run_on
+from plasmid_torch.tensors import raw_array
+
+#: The default deadline of a phase is at least this many seconds ...
+FLOOR_SECONDS = 60.0
+#: ... and otherwise the phase's bytes at this many bytes per second.
+BYTES_PER_SECOND = 50e6
+#: A model's weights on disk are taken as half the bytes a float32 trainer exports (bf16 checkpoints).
+CHECKPOINT_TO_EXPORT = 2
+
+T = TypeVar("T")
+
+
+class SyncGuardOptions(Options, group="sync checks",
+                       description="deadlines and load checks of the weight syncs (every built-in --weight-sync)"):
+    """Deadlines, checksums and read-back of the weight syncs that use :class:`SyncGuard`."""
+
+    sync_timeout: float | None = option(
+        None, "seconds one phase of a weight sync (gather, connect, send, receive, load, resume) may take; past "
+        "it the run stops with an error naming the transport, phase, engine and rank", gt=0,
+        default_text="max(60, bytes of the phase / 50 MB/s)")
+    sync_checksums: Literal["on", "off"] = option(
+        "on", "CRC32 of every tensor a sync sends, checked by the receiver before it loads the bucket")
+    verify_sync_every: int = option(
+        50, "every N syncs, read sampled tensors back from every engine and compare them bit for bit with the "
+        "trainer's (0: never)", min=0)
+    verify_sync_tensors: int = option(8, "tensors --verify-sync-every reads back per engine (0: all)", min=0)
+
+
+class SyncError(PlasmidError):
+    """A weight sync that did not finish or did not deliver what the trainer sent."""
+
+
+class SyncTimeout(SyncError):
+    """A phase of a weight sync ran past its deadline (``--sync-timeout``)."""
+
+
+class SyncMismatch(SyncError):
+    """A received or loaded tensor differs from the trainer's."""
+
+
+def checksum(tensor: Any) -> int:
+    """CRC32 of a tensor's or numpy array's raw bytes in C order (bfloat16 as its bit patterns);
+    a CUDA tensor is copied to the host first."""
+    array, _dtype = raw_array(tensor)
+    return zlib.crc32(memoryview(array.reshape(-1).view("uint8")))
+
+
+def bucket_checksums(bucket: Sequence[tuple[str, Any]]) -> list[int]:
+    """:func:`checksum` of every tensor of ``bucket``, in order."""
+    return [checksum(tensor) for _name, tensor in bucket]
+
+
+def check_received(bucket: Sequence[tuple[str, Any]], expected: Sequence[int] | None, transport: str,
+                   receiver: str) -> None:
+    """Raise :class:`SyncMismatch` naming the first tensor of ``bucket`` whose checksum is not the
+    sender's (``expected``, from :func:`bucket_checksums`); ``None`` (checksums off) checks nothing.
+    ``receiver`` names who received it (``"engine 0 (TorchEngine, rank 1)"``)."""
+    if expected is None:
+        return
+    if len(expected) != len(bucket):
+        raise SyncMismatch(f"weight sync '{transport}': {receiver} received {len(bucket)} tensors in a bucket of "
+                           f"{len(expected)} sent; the transport lost or added tensors")
+    for (name, tensor), want in zip(bucket, expected, strict=True):
+        got = checksum(tensor)
+        if got != want:
+            raise SyncMismatch(f"weight sync '{transport}': tensor '{name}' received by {receiver} has CRC32 "
+                               f"{got:08x}, the trainer sent {want:08x}; the bucket was corrupted on its way")
+
+
+def who(target: Any, index: int | None) -> str:
+    """``"engine 0 (TorchEngine, rank 1)"`` for engine ``index``, ``"the trainer (X, rank 0)"`` for ``None``."""
+    kind = type(target).__name__
+    return f"the trainer ({kind}, rank 0)" if index is None else f"engine {index} ({kind}, rank {index + 1})"
+
+
+def model_bytes_estimate(model: str | Path | None) -> int:
+    """Bytes a trainer of ``--model`` exports, guessed before its first sync: the size of the
+    directory's ``*.safetensors`` / ``*.bin`` files times :data:`CHECKPOINT_TO_EXPORT`; 0 when unknown."""
+    if not model or not Path(model).is_dir():
+        return 0
+    files = [*Path(model).glob("*.safetensors"), *Path(model).glob("*.bin")]
+    return CHECKPOINT_TO_EXPORT * sum(path.stat().st_size for path in files)
+
+
+class SyncGuard:
+    """One transport's deadlines and read-back; built as ``SyncGuard(config, "disk")``.
+
+    :ivar model_bytes: bytes of the whole model, for phases that move all of it: the last sync's
+        (:meth:`moved`), or :func:`model_bytes_estimate` before the first.
+    """
+
+    def __init__(self, config: Config, transport: str) -> None:
+        self.options = SyncGuardOptions.of(config)
+        self.transport = transport
+        self.model_bytes = model_bytes_estimate(GeneralOptions.of(config).model)
+        self.checksums = self.options.sync_checksums == "on"
+        self.syncs = 0
+
+    def deadline(self, nbytes: int | None = None) -> float:
+        """Seconds a phase moving ``nbytes`` (default: the whole model) may take."""
+        if self.options.sync_timeout is not None:
+            return self.options.sync_timeout
+        return max(FLOOR_SECONDS, (self.model_bytes if nbytes is None else nbytes) / BYTES_PER_SECOND)
+
+    def moved(self, nbytes: int) -> None:
+        """Record the bytes a finished sync moved (the next whole-model deadlines scale with them)."""
+        if nbytes > 0:
+            self.model_bytes = nbytes
+
+    async def phase(self, awaitable: Awaitable[T], phase: str, target: Any, index: int | None = None,
+                    nbytes: int | None = None) -> T:
+        """``await awaitable`` within :meth:`deadline` of ``nbytes``, or raise :class:`SyncTimeout`
+        naming the transport, ``phase`` and ``target`` (engine ``index``, or the trainer for ``None``)."""
+        seconds = self.deadline(nbytes)
+        try:
+            return await asyncio.wait_for(awaitable, seconds)
+        except TimeoutError:
+            raise SyncTimeout(
+                f"weight sync '{self.transport}': phase '{phase}' of {who(target, index)} did not finish within "
+                f"{seconds:g} s (--sync-timeout; default max(60, bytes / 50 MB/s)); its process is stuck or too "
+                f"slow (raise --sync-timeout if it is only slow)") from None
+
+    async def each_engine(self, phase: str, engines: Sequence[Any], call: Callable[[Any, int], Awaitable[T]],
+                          nbytes: int | None = None) -> list[T]:
+        """``call(engine, index)`` for every engine at once, each under :meth:`phase`; the first
+        failure cancels the others and is raised."""
+        tasks = [asyncio.ensure_future(self.phase(call(engine, index), phase, engine, index, nbytes))
+                 for index, engine in enumerate(engines)]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            raise
+
+    async def resume(self, engines: Sequence[Any]) -> None:
+        """Every engine's ``flush_cache``, under the ``resume`` deadline."""
+        await self.each_engine("resume", engines, lambda engine, _index: engine.flush_cache(), 0)
+
+    async def verify(self, trainer: Any, engines: Sequence[Any], bucket_bytes: int) -> dict[str, float]:
+        """Count a finished sync; on every ``--verify-sync-every``-th, read ``--verify-sync-tensors``
+        sampled tensors back from every engine and compare them bit for bit with the trainer's.
+
+        An engine may serve bfloat16 weights of a float32 trainer: its value then equals the
+        trainer's rounded to bfloat16. Returns ``{"sync/verified_tensors": n}`` when it checked.
+
+        :raises SyncMismatch: naming the tensor, the engine and the transport.
+        """
+        self.syncs += 1
+        every = self.options.verify_sync_every
+        if every == 0 or self.syncs % every:
+            return {}
+        expected = await self.phase(run_on(trainer, sampled_weights, bucket_bytes, self.options.verify_sync_tensors,
+                                           self.syncs), "verify", trainer)
+        for index, engine in enumerate(engines):
+            served = await self.phase(engine.get_weights(list(expected)), "verify", engine, index,
+                                      sum(int(value.nbytes) for value in expected.values()))
+            for name, want in expected.items():
+                difference = readback_difference(want, served.get(name))
+                if difference is not None:
+                    raise SyncMismatch(f"weight sync '{self.transport}': tensor '{name}' read back from "
+                                       f"{who(engine, index)} differs from the trainer's ({difference}); the engine "
+                                       f"did not load what was sent (--verify-sync-every)")
+        return {"sync/verified_tensors": float(len(expected) * len(engines))}
+
+
+def sampled_weights(trainer: Any, bucket_bytes: int, count: int, seed: int) -> dict[str, Any]:
+    """In the trainer's process: ``count`` tensors (0: all) of ``trainer.export_weights`` picked
+    at random (reservoir sampling seeded by ``seed``), as numpy arrays (bfloat16 upcast to float32,
+    exact), by name."""
+    from plasmid_torch.tensors import as_numpy
+
+    rng, picked, seen = random.Random(seed), {}, 0
+    for bucket in trainer.export_weights(bucket_bytes):
+        for name, tensor in bucket:
+            seen += 1
+            if count and len(picked) >= count:
+                slot = rng.randrange(seen)
+                if slot >= count:
+                    continue
+                del picked[list(picked)[slot]]
+            picked[name] = _float_numpy(tensor, as_numpy)
+    return picked
+
+
+def _float_numpy(tensor: Any, as_numpy: Callable[[Any], Any]) -> Any:
+    import torch
+
+    if isinstance(tensor, torch.Tensor) and tensor.dtype == torch.bfloat16:
+        tensor = tensor.float()
+    return as_numpy(tensor).copy()
+
+
+def readback_difference(want: Any, got: Any) -> str | None:
+    """Why an engine's read-back ``got`` is not the trainer's ``want`` (``None``: it is, bit for bit,
+    or exactly the trainer's value rounded to bfloat16)."""
+    import numpy as np
+    import torch
+
+    if got is None:
+        return "the engine did not return it"
+    got = np.asarray(got)
+    if got.shape != want.shape:
+        return f"shape {list(got.shape)}, the trainer's {list(want.shape)}"
+    if got.dtype == want.dtype and np.array_equal(np.ascontiguousarray(got).view(np.uint8),
+                                                  np.ascontiguousarray(want).view(np.uint8)):
+        return None
+    if np.issubdtype(want.dtype, np.floating):
+        rounded = torch.from_numpy(np.ascontiguousarray(want)).to(torch.bfloat16).float().numpy()
+        if np.array_equal(got.astype(np.float32), rounded):
+            return None
+        delta = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        return f"{int((delta > 0).sum())} of {want.size} values differ, by up to {float(delta.max()):.3g}"
+    return f"{int((got != want).sum())} of {want.size} values differ"
