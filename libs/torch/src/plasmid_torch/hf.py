@@ -50,7 +50,8 @@ def saves_generic_tokenizer(directory: str | Path) -> bool:
 
 
 def load_causal_lm(path: str, dtype: str = "float32") -> Any:
-    """``AutoModelForCausalLM`` from local directory ``path`` in ``dtype``, in eval mode on CPU."""
+    """``AutoModelForCausalLM`` from local directory ``path`` in ``dtype``, in eval mode on CPU; a
+    vision-language model (a config with ``vision_config``) through ``AutoModelForImageTextToText``."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
     import transformers
@@ -58,7 +59,7 @@ def load_causal_lm(path: str, dtype: str = "float32") -> Any:
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     directory = _check_model_dir(path)
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(directory), dtype=getattr(torch, dtype))
+    model = model_class(directory).from_pretrained(str(directory), dtype=getattr(torch, dtype))
     return model.eval()
 
 
@@ -68,3 +69,13 @@ def cache_argument(model: Any) -> str:
     about the model it wraps (its own forward passes keywords through)."""
     target = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
     return "cache" if "cache" in inspect.signature(target.forward).parameters else "past_key_values"
+
+
+def model_class(directory: str | os.PathLike[str]) -> Any:
+    """The ``transformers`` auto class for model directory ``directory``: ``AutoModelForImageTextToText``
+    when its ``config.json`` has a ``vision_config`` (a vision-language model), else ``AutoModelForCausalLM``."""
+    import transformers
+
+    config = json.loads((Path(directory) / "config.json").read_text(encoding="utf-8"))
+    vision = "vision_config" in config
+    return transformers.AutoModelForImageTextToText if vision else transformers.AutoModelForCausalLM

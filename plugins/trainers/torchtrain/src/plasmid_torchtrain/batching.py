@@ -29,6 +29,7 @@ from plasmid_torch.device import Placement
 from plasmid_torch.hf import cache_argument
 from plasmid_torch.prompts import shared_prompts
 from plasmid_torch.training import check_samples, pad_rows, response_mask
+from plasmid_torch.vision import VisionInputs, forward_inputs, sample_vision
 
 
 @dataclass
@@ -42,6 +43,8 @@ class PaddedBatch:
     :ivar response_mask: ``[B, T]`` float32 each sample's ``loss_mask`` (all ones when unset),
         0 beyond its response.
     :ivar in_response: ``[B, T]`` bool, ``t < response_length``.
+    :ivar vision: each row's image inputs (:data:`plasmid_torch.vision.VISION_KEY` of its sample;
+        ``None`` for a row without images), or ``None`` when no row has images.
     """
 
     input_ids: torch.Tensor
@@ -50,6 +53,7 @@ class PaddedBatch:
     response_lengths: torch.Tensor
     response_mask: torch.Tensor
     in_response: torch.Tensor
+    vision: list[VisionInputs | None] | None = None
 
     @property
     def size(self) -> int:
@@ -70,7 +74,8 @@ class PaddedBatch:
         width = int(lengths.max())
         return PaddedBatch(self.input_ids[index, :width], self.attention_mask[index, :width],
                            self.prompt_lengths[index], self.response_lengths[index],
-                           self.response_mask[index], self.in_response[index])
+                           self.response_mask[index], self.in_response[index],
+                           None if self.vision is None else [self.vision[i] for i in index.tolist()])
 
 
 def pad_samples(samples: Sequence[Sample], pad_id: int) -> PaddedBatch:
@@ -84,7 +89,9 @@ def pad_samples(samples: Sequence[Sample], pad_id: int) -> PaddedBatch:
     mask = response_mask(samples, width)
     prompt_lengths = lengths - response_lengths
     in_response = torch.arange(width).unsqueeze(0) < response_lengths.unsqueeze(1)
-    return PaddedBatch(input_ids, attention_mask, prompt_lengths, response_lengths, mask, in_response)
+    vision = [sample_vision(s) for s in samples]
+    return PaddedBatch(input_ids, attention_mask, prompt_lengths, response_lengths, mask, in_response,
+                       vision if any(entry is not None for entry in vision) else None)
 
 
 def response_logprobs(model: Any, batch: PaddedBatch, temperature: float, *, with_entropy: bool = False,
@@ -168,6 +175,8 @@ def response_outputs(model: Any, batch: PaddedBatch, read: Callable[[Any], torch
     groups = batch.prompt_groups() if (share_prompts or pack_shared) and _full_attention(model) else None
     chosen = choose_pass(batch, groups, pack=pack, share_cache=share_prompts, pack_shared=pack_shared)
     forward = dict(forward or {})
+    if batch.vision is not None:    # images: one padded pass, the model derives its mrope positions itself
+        return _one_pass(model, read, batch, place, forward)
     if chosen == "packed":
         return _packed_pass(model, read, batch, place, forward)
     if chosen == "packed-shared":
@@ -208,7 +217,8 @@ def _one_pass(model: Any, read: Callable[[Any], torch.Tensor], batch: PaddedBatc
               place: Placement | None, forward: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`response_outputs` from one forward pass over the whole sequences."""
     input_ids, attention_mask, prompt_lengths = _on(place, batch.input_ids, batch.attention_mask, batch.prompt_lengths)
-    outputs = read(model(input_ids=input_ids, attention_mask=attention_mask, **forward))               # [B, L, X]
+    images = {} if batch.vision is None else forward_inputs(model, input_ids, batch.vision)
+    outputs = read(model(input_ids=input_ids, attention_mask=attention_mask, **forward, **images))     # [B, L, X]
     length, width = input_ids.shape[1], batch.in_response.shape[1]
     # the output at position p predicts the token at p + 1: response token t sits at prompt + t
     predicting = (prompt_lengths.unsqueeze(1) - 1 + torch.arange(width, device=input_ids.device)).clamp(

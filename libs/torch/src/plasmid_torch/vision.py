@@ -1,0 +1,245 @@
+"""Images in prompts: decoding and checking image parts of chat messages, the model inputs they
+become (Qwen2-VL style: ``pixel_values``, ``image_grid_thw``, the image tokens expanded in the ids),
+and log-probs and sampling with those inputs.
+
+A sample's images travel as chat messages in ``Sample.prompt`` (what the data source read) and, once
+encoded, as a :class:`VisionInputs` under ``Sample.metadata[VISION_KEY]``; the engine and the trainer
+both read that one object, so they compute with the same pixel values. Image parts accepted:
+
+- OpenAI: ``{"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}`` (a data URL, a
+  ``file://`` URL or a local path);
+- Hugging Face: ``{"type": "image", "image": X}``, ``{"type": "image", "path": P}``, ``{"type": "image",
+  "url": U}`` or ``{"type": "image", "bytes": B}``, where ``X`` is a path, a data URL, bytes or a PIL image.
+
+Relative paths resolve against the data file's directory. Needs Pillow (``pip install pillow``).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from plasmid.errors import UsageError
+
+#: ``Sample.metadata`` key of a sample's :class:`VisionInputs` (owned by this module).
+VISION_KEY = "plasmid_torch.vision"
+#: Largest image accepted, in pixels (width x height), unless the caller gives another bound.
+MAX_IMAGE_PIXELS = 4096 * 4096
+IMAGE_PART_TYPES = ("image", "image_url")
+
+
+@dataclass
+class VisionInputs:
+    """The model inputs of one prompt's images, in the prompt's order.
+
+    :ivar pixel_values: ``[patches, channels * temporal * patch * patch]`` float32, the image
+        processor's output for all the prompt's images.
+    :ivar image_grid_thw: ``[images, 3]`` int64, each image's (frames, height, width) in patches.
+    """
+
+    pixel_values: torch.Tensor
+    image_grid_thw: torch.Tensor
+
+
+def is_vision_config(config: Any) -> bool:
+    """Whether a Hugging Face model config has a vision tower (a ``vision_config``)."""
+    return getattr(config, "vision_config", None) is not None
+
+
+def image_parts(messages: Any) -> list[dict[str, Any]]:
+    """The image parts of chat ``messages`` in order (none for a string prompt or string contents)."""
+    if not isinstance(messages, list):
+        return []
+    return [part for message in messages if isinstance(message, dict) and isinstance(message.get("content"), list)
+            for part in message["content"] if isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES]
+
+
+def decode_image(part: dict[str, Any], base_dir: Path | None = None, max_pixels: int = MAX_IMAGE_PIXELS) -> Any:
+    """The RGB PIL image of an image ``part``; :class:`ValueError` (one line, no location) when it has
+    no source, cannot be read or decoded, or has more than ``max_pixels`` pixels."""
+    from PIL import Image
+
+    source: Any
+    if part.get("type") == "image_url":
+        url = part.get("image_url")
+        source = url.get("url") if isinstance(url, dict) else url
+    else:
+        source = next((part[key] for key in ("image", "path", "url", "bytes") if part.get(key) is not None), None)
+    if source is None:
+        raise ValueError(f"image part {_short(part)} has no image (expected image_url.url, image, path or bytes)")
+    if isinstance(source, Image.Image):
+        image = source
+    else:
+        data = _image_bytes(source, base_dir)
+        try:
+            image = Image.open(io.BytesIO(data))
+            _check_size(image, max_pixels)      # from the header, before the pixels are decoded
+            image.load()
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
+            if isinstance(error, _TooLarge):
+                raise
+            raise ValueError(f"cannot decode the image ({type(error).__name__}: {error})") from None
+    _check_size(image, max_pixels)
+    return image.convert("RGB")
+
+
+class _TooLarge(ValueError):
+    pass
+
+
+def _check_size(image: Any, max_pixels: int) -> None:
+    if image.width * image.height > max_pixels:
+        raise _TooLarge(f"image of {image.width}x{image.height} pixels is over the limit of {max_pixels} pixels")
+
+
+def _image_bytes(source: Any, base_dir: Path | None) -> bytes:
+    if isinstance(source, (bytes, bytearray)):
+        return bytes(source)
+    if not isinstance(source, str) or not source:
+        raise ValueError(f"an image source must be a path, a data URL or bytes, got {_short(source)}")
+    if source.startswith("data:"):
+        header, _, payload = source.partition(",")
+        if ";base64" not in header:
+            raise ValueError(f"data URL {source[:40]!r} is not base64")
+        try:
+            return base64.b64decode(payload, validate=True)
+        except ValueError as error:
+            raise ValueError(f"data URL {source[:40]!r}...: bad base64 ({error})") from None
+    if "://" in source and not source.startswith("file://"):
+        raise ValueError(f"image URL {source!r}: only data: and file:// URLs and local paths are read (no downloads)")
+    path = Path(source.removeprefix("file://"))
+    if not path.is_absolute() and base_dir is not None:
+        path = base_dir / path
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise ValueError(f"cannot read image {path}: {error.strerror or error}") from None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def load_images(messages: Any, location: str, base_dir: Path | None = None,
+                max_pixels: int = MAX_IMAGE_PIXELS) -> list[Any]:
+    """Every image of ``messages`` decoded (:func:`decode_image`); a failure is one
+    :class:`UsageError` naming ``location`` (file and row) and the image's place among them."""
+    images = []
+    for number, part in enumerate(image_parts(messages), 1):
+        try:
+            images.append(decode_image(part, base_dir, max_pixels))
+        except ValueError as error:
+            raise UsageError(f"{location}: image {number}: {error}") from None
+    return images
+
+
+def text_only(messages: Any) -> Any:
+    """``messages`` with each image part replaced by ``{"type": "image"}`` (the chat template needs
+    only the place of an image; the pixels are in :class:`VisionInputs`)."""
+    if not isinstance(messages, list):
+        return messages
+    return [{**message, "content": [{"type": "image"} if isinstance(part, dict) and part.get("type")
+                                    in IMAGE_PART_TYPES else part for part in message["content"]]}
+            if isinstance(message.get("content"), list) else message for message in messages]
+
+
+class VisionEncoder:
+    """Encodes chat prompts with images for the VLM in model directory ``model``: its tokenizer's
+    chat template, its image processor (``AutoImageProcessor``), and the image token expanded to each
+    image's token count (``grid t * h * w / merge_size**2``), as ``Qwen2VLProcessor`` does."""
+
+    def __init__(self, model: str) -> None:
+        import transformers
+
+        from plasmid_torch.hf import load_tokenizer
+
+        self.tokenizer = load_tokenizer(str(model))
+        self.image_processor = transformers.AutoImageProcessor.from_pretrained(str(model))
+        config = transformers.AutoConfig.from_pretrained(str(model))
+        if not is_vision_config(config):
+            raise UsageError(f"--model {model}: not a vision-language model (its config has no vision_config)")
+        self.image_token_id: int = config.image_token_id
+        self.merge = int(getattr(self.image_processor, "merge_size", 1))
+
+    def __call__(self, messages: list[dict[str, Any]], images: list[Any]) -> tuple[list[int], VisionInputs | None]:
+        """``(prompt ids, vision inputs or None without images)``; :class:`ValueError` when the
+        rendered prompt's image tokens do not match the number of images."""
+        text = self.tokenizer.apply_chat_template(text_only(messages), add_generation_prompt=True, tokenize=False)
+        ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        places = [i for i, token in enumerate(ids) if token == self.image_token_id]
+        if len(places) != len(images):
+            raise ValueError(f"the chat template placed {len(places)} image tokens for {len(images)} images")
+        if not images:
+            return ids, None
+        processed = self.image_processor(images=images, return_tensors="pt")
+        grid = processed["image_grid_thw"].to(torch.long)
+        counts = (grid.prod(dim=1) // self.merge ** 2).tolist()
+        for place, count in zip(reversed(places), reversed(counts), strict=True):
+            ids[place:place + 1] = [self.image_token_id] * count
+        return ids, VisionInputs(processed["pixel_values"].to(torch.float32), grid)
+
+
+def forward_inputs(model: Any, input_ids: torch.Tensor, inputs: list[VisionInputs | None]) -> dict[str, torch.Tensor]:
+    """The image keyword arguments of ``model``'s forward pass over ``input_ids`` (``[B, L]``) whose rows
+    have the vision inputs ``inputs`` (in row order; ``None`` for a row without images): ``pixel_values``,
+    ``image_grid_thw`` and ``mm_token_type_ids`` (1 at the image tokens, which the model needs to compute
+    its multimodal rotary positions), on ``input_ids``' device; ``{}`` when no row has images."""
+    present = [entry for entry in inputs if entry is not None]
+    if not present:
+        return {}
+    device = input_ids.device
+    image_token_id = model.config.image_token_id
+    return {"pixel_values": torch.cat([entry.pixel_values for entry in present]).to(device),
+            "image_grid_thw": torch.cat([entry.image_grid_thw for entry in present]).to(device),
+            "mm_token_type_ids": (input_ids == image_token_id).to(torch.int32)}
+
+
+def sample_vision(sample: Any) -> VisionInputs | None:
+    """A sample's :class:`VisionInputs` (``metadata[VISION_KEY]``), or ``None``."""
+    return sample.metadata.get(VISION_KEY)
+
+
+def generate(model: Any, prompt_ids: list[int], vision: VisionInputs | None, params: Any,
+             generator: torch.Generator | None = None) -> tuple[list[int], list[float], bool]:
+    """Sample one response of the vision-language ``model`` to ``prompt_ids`` with the images
+    ``vision``, through transformers' ``generate`` (its KV cache and multimodal rotary positions).
+
+    Sampling follows ``params`` (a :class:`plasmid.types.SamplingParams`): greedy at temperature 0,
+    else ``do_sample`` at ``temperature`` with transformers' ``top_k`` then ``top_p`` warpers (applied
+    one after the other, which can keep fewer tokens than SGLang's joint rule); ``params.seed`` or
+    ``generator`` seeds it (the global torch RNG is forked, so other draws are unaffected). The
+    response ends at the first of ``params.stop_token_ids`` (kept) or after ``max_new_tokens``.
+
+    :returns: ``(token ids, log-probs, stopped)``: each token's log-probability under the model's
+        logits at ``temperature`` (temperature 1 when greedy), before top-k/top-p, float32 natural log,
+        as the engines report them; ``stopped`` when a stop token ended it.
+    """
+    device = next(model.parameters()).device
+    stop = list(params.stop_token_ids)
+    settings: dict[str, Any] = dict(max_new_tokens=params.max_new_tokens, do_sample=params.temperature > 0,
+                                    return_dict_in_generate=True, output_logits=True,
+                                    eos_token_id=stop or None, pad_token_id=model.config.get_text_config().pad_token_id)
+    if params.temperature > 0:
+        settings.update(temperature=params.temperature, top_k=params.top_k if params.top_k > 0 else None,
+                        top_p=params.top_p)
+    ids = torch.tensor([prompt_ids], device=device)
+    seed = params.seed if params.seed is not None else (
+        int(torch.randint(0, 2**62, (), generator=generator)) if generator is not None else None)
+    with torch.random.fork_rng(devices=[] if device.type == "cpu" else [device]), torch.no_grad():
+        if seed is not None:
+            torch.manual_seed(seed)
+        output = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                **forward_inputs(model, ids, [vision]), **settings)
+    tokens = output.sequences[0, len(prompt_ids):].tolist()
+    temperature = params.temperature if params.temperature > 0 else 1.0
+    logits = torch.stack(output.logits[:len(tokens)], dim=1)[0].float()                  # [T, vocab]
+    chosen = torch.tensor(tokens, device=logits.device)
+    logprobs = torch.log_softmax(logits / temperature, dim=-1).gather(1, chosen.unsqueeze(1)).squeeze(1)
+    end = next((i + 1 for i, token in enumerate(tokens) if token in stop), len(tokens))
+    return tokens[:end], logprobs[:end].tolist(), end <= len(tokens) and bool(tokens) and tokens[end - 1] in stop
