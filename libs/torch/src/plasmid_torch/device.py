@@ -106,14 +106,14 @@ def _load_with_attention(path: str, dtype: torch.dtype, attn_implementation: str
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import transformers
 
-    from plasmid_torch.hf import _check_model_dir
+    from plasmid_torch.hf import _check_model_dir, model_class
 
     directory = _check_model_dir(path)
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(str(directory), dtype=dtype,
-                                                                  attn_implementation=attn_implementation)
+        model = model_class(directory).from_pretrained(str(directory), dtype=dtype,
+                                                       attn_implementation=attn_implementation)
     except (ValueError, ImportError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise UsageError(f"--attn-implementation {attn_implementation}: the model at {path} cannot use it "
