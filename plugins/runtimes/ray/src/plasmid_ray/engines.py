@@ -35,6 +35,7 @@ from plasmid.config import Config
 from plasmid.errors import PluginError, ProviderError
 from plasmid.types import GenerationOutput, SamplingParams
 from plasmid_ray.actors import EngineHost
+from plasmid_ray.deaths import classify, oom_kills, oom_kills_since
 from plasmid_ray.options import RayOptions
 from plasmid_ray.placement import Placement
 
@@ -194,7 +195,7 @@ class EngineProxy:
             except ray.exceptions.RayActorError as exc:
                 if restarting_me:
                     raise ProviderError(f"engine {self.index} died again while it was being restarted: "
-                                        f"{creation_error(exc)}", provider="ray") from exc
+                                        f"{self.pool.death_cause(exc)}", provider="ray") from exc
                 await self._recover(incarnation, method, exc)
                 if not retry:
                     raise ProviderError(f"engine {self.index} died during {method}; it was restarted and re-synced, "
@@ -207,9 +208,11 @@ class EngineProxy:
             if self.incarnation != incarnation:
                 return
             if self.restarts >= self.pool.max_restarts:
-                raise ProviderError(f"engine {self.index} (actor {self.actor_id}) died during {method} and has been "
-                                    f"restarted {self.restarts} times already (--ray-engine-restarts "
-                                    f"{self.pool.max_restarts}): {creation_error(error)}", provider="ray") from error
+                pid = self.info.get("pid", "?")
+                raise ProviderError(f"engine {self.index} (actor {self.actor_id}, pid {pid}) died "
+                                    f"during {method} and has been restarted {self.restarts} times already "
+                                    f"(--ray-engine-restarts {self.pool.max_restarts}): "
+                                    f"{self.pool.death_cause(error)}", provider="ray") from error
             available.clear()
             try:
                 await self._restart(method, error)
@@ -221,7 +224,8 @@ class EngineProxy:
 
         version = self.pool.current_version()
         bundle = self.pool.placement.engine_bundles[self.index]
-        report(f"engine {self.index} (actor {self.actor_id}) died during {method}: {creation_error(error)}; "
+        report(f"engine {self.index} (actor {self.actor_id}, pid {self.info.get('pid', '?')}) died during {method}: "
+               f"{self.pool.death_cause(error)}; "
                f"restarting it in bundle {bundle} (restart {self.restarts + 1} of at most {self.pool.max_restarts})")
         ray.kill(self.actor, no_restart=True)
         self.actor = self.pool.spawn(self.index)
@@ -251,6 +255,12 @@ class EnginePool:
         self.max_restarts = RayOptions.of(config).ray_engine_restarts
         self.proxies: list[EngineProxy] = []
         self.resync: Callable[[EngineProxy, int], Awaitable[Any]] | None = None
+        #: the kernel's OOM kill count when the pool was made (see :func:`plasmid_ray.deaths.classify`)
+        self.oom_base = oom_kills()
+
+    def death_cause(self, exc: BaseException) -> str:
+        """One line saying why an engine actor died (:func:`plasmid_ray.deaths.classify`)."""
+        return classify(exc, oom_kills_since(self.oom_base)).cause
 
     def spawn(self, index: int) -> Any:
         """Create engine actor ``index`` in its bundle (not waited for)."""
@@ -290,7 +300,7 @@ class EnginePool:
                 if (not isinstance(died, ray.exceptions.RayActorError) or died.actor_init_failed
                         or attempt == self.max_restarts):
                     raise
-                report(f"engine {index} died while starting ({creation_error(died)}); starting it again in its "
+                report(f"engine {index} died while starting ({self.death_cause(died)}); starting it again in its "
                        f"bundle (restart {attempt + 1} of at most {self.max_restarts})")
         raise AssertionError("unreachable")
 

@@ -25,7 +25,6 @@ written stays ``.partial`` and the last complete one stands (:mod:`plasmid.check
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
@@ -34,7 +33,8 @@ from plasmid.config import Config
 from plasmid.errors import ProviderError
 from plasmid.types import RolloutBatch, Sample
 from plasmid_ray.actors import TrainerWorker
-from plasmid_ray.engines import creation_error, report, wait_ready
+from plasmid_ray.deaths import classify, oom_kills, oom_kills_since
+from plasmid_ray.engines import report, wait_ready
 from plasmid_ray.placement import Placement
 
 #: Seconds a live worker has to answer the liveness probe after another call failed.
@@ -59,12 +59,18 @@ class TrainerProxy:
         self.dead: dict[int, str] = {}
         #: why rank 0's state may be half-updated (a train step failed or was cut short), if so
         self.torn: str | None = None
+        #: the kernel's OOM kill count when the workers started (see :func:`plasmid_ray.deaths.classify`)
+        self.oom_base = oom_kills()
 
     @property
     def rank0(self) -> Any:
         return self.workers[0]
 
     # ------------------------------------------------------------------------ faults
+    def death_cause(self, exc: BaseException) -> str:
+        """One line saying why a worker died (:func:`plasmid_ray.deaths.classify`)."""
+        return classify(exc, oom_kills_since(self.oom_base)).cause
+
     def _died(self, rank: int, method: str, cause: str) -> ProviderError:
         """The one-line error for rank ``rank`` dead during ``method`` (recorded in ``dead``)."""
         if rank not in self.dead:
@@ -99,7 +105,7 @@ class TrainerProxy:
             try:
                 ray.get(probe)
             except ray.exceptions.RayActorError as exc:
-                dead[probes[probe]] = death_cause(exc)
+                dead[probes[probe]] = self.death_cause(exc)
             except ray.exceptions.RayError:
                 pass
         return dead
@@ -141,7 +147,7 @@ class TrainerProxy:
             self.torn = f"a train step failed ({type(failed[0][1]).__name__})"
         for rank, exc in failed:
             if isinstance(exc, ray.exceptions.RayActorError):
-                raise self._died(rank, method, death_cause(exc)) from exc
+                raise self._died(rank, method, self.death_cause(exc)) from exc
         self._raise_death_behind(method, failed[0][1], await self._probe(range(len(self.workers))))
 
     @staticmethod
@@ -178,7 +184,7 @@ class TrainerProxy:
             for ref in self.rank0.export_buckets.remote(bucket_bytes):
                 yield ray.get(ref)
         except ray.exceptions.RayActorError as exc:
-            raise self._died(0, "export_weights", death_cause(exc)) from exc
+            raise self._died(0, "export_weights", self.death_cause(exc)) from exc
         except ray.exceptions.RayError as exc:  # rank 0 failed in a gather with a rank that died?
             self._raise_death_behind("export_weights", exc, self._probe_now(range(len(self.workers))))
 
@@ -221,17 +227,6 @@ class TrainerProxy:
             pass
         for worker in self.workers:
             ray.kill(worker, no_restart=True)
-
-
-def death_cause(exc: BaseException) -> str:
-    """One line saying why an actor call failed: the root error of a crash (its last
-    ``SomeError: message`` line), else the first line of Ray's text and the worker's exit type."""
-    cause = creation_error(exc)
-    if "\n" not in cause:
-        return cause
-    first = next((line.strip() for line in cause.splitlines() if line.strip()), type(exc).__name__)
-    exit_type = re.search(r"Worker exit type: (\w+)", cause)
-    return first + (f" (worker exit type {exit_type.group(1)})" if exit_type else "")
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:
