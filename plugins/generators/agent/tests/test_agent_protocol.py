@@ -182,9 +182,6 @@ def test_session_keys_keep_concurrent_agents_apart_and_unknown_keys_are_refused(
         seen["models"] = await asyncio.to_thread(http, session.base_url + "/models")
         seen["404"] = await asyncio.to_thread(http, session.base_url + "/nothing", b"{}")
         seen["bad"] = await asyncio.to_thread(http, session.base_url + "/chat/completions", b"{not json")
-        with pytest.raises(openai.BadRequestError, match="'stop' sequences are not supported"):
-            await client_of(session).chat.completions.create(model=session.model, messages=session.messages,
-                                                             stop=["x"])
         return 1.0
 
     out = run_agent(tmp_path, agent, tool_tokenizer, engine)
@@ -255,9 +252,11 @@ def test_a_failing_agent_stops_the_run_naming_the_agent_and_sample(tmp_path, too
 
 def test_a_refused_request_is_named_when_the_agent_then_fails(tmp_path, tool_tokenizer):
     async def agent(session):
-        await client_of(session).chat.completions.create(model=session.model, messages=session.messages, n=2)
+        await client_of(session).chat.completions.create(model=session.model, messages=session.messages,
+                                                         tools=[CALCULATOR], tool_choice="required")
 
-    with pytest.raises(ProviderError, match=r"raised BadRequestError.*the gateway's last error: 'n' must be 1"):
+    with pytest.raises(ProviderError, match=r"raised BadRequestError.*the gateway's last error: 'tool_choice' "
+                                            r"required is not supported"):
         run_agent(tmp_path, agent, tool_tokenizer, ScriptedEngine(tool_tokenizer, []))
 
 
@@ -462,7 +461,7 @@ def test_the_steps_abort_cancels_an_agent_busy_with_its_own_work_and_refuses_its
         try:
             out = await asyncio.wait_for(task, 10)
             rollout = generate.gateway.open(engine, PARAMS, aborting=aborting)
-            refused = generate.gateway.generate(rollout, {}, list(prompt_ids), "")
+            refused = generate.gateway.generate(rollout, list(prompt_ids), "")
             with pytest.raises(Exception, match="plasmid aborted this rollout"):
                 await refused
             return out

@@ -15,17 +15,25 @@ afresh and the call starts a sample of its own (:mod:`plasmid_agent.recorder`). 
 works the same way on the prompt text; a prompt given as token ids is used as it is.
 
 Sampling: the run's ``--temperature``, ``--top-p``, ``--top-k`` and stop tokens apply to every
-call (the request's are ignored: the trainer scores log-probs at the run's temperature);
-``max_tokens`` / ``max_completion_tokens`` is honoured up to ``--max-new-tokens``. A call whose prompt
+call (the request's are checked by type, then ignored: the trainer scores log-probs at the run's
+temperature); ``max_tokens`` / ``max_completion_tokens`` is honoured up to ``--max-new-tokens``.
+``n`` > 1 makes n engine calls on the same prompt (each its own seed and recorded call, so its
+own sample unless it continues an earlier call). ``stop`` strings are cut by the gateway
+(:mod:`plasmid_agent.stops`): the answer's text ends before the stop string, the record keeps the
+engine's tokens through the one that completed it. Request fields are checked by type, unknown
+ones ignored and known ones that cannot be honoured refused (:mod:`plasmid_agent.fields`); with
+``--agent-max-calls N`` a session's engine calls past N are refused with 429. A call whose prompt
 and completion budget do not fit the model's context is refused as vLLM refuses it: HTTP 400,
 ``This model's maximum context length is N tokens. However, you requested M tokens (P in the
 messages, K in the completion). ...`` (:class:`~plasmid.errors.ContextLengthError`), whether the
-gateway knows the context or the engine refuses the call. ``n`` must be
-1; ``stop`` strings are refused (the engine stops on token ids). ``logprobs`` are the engine's
-log-prob of each sampled token, exactly. ``top_logprobs`` (chat: 0-20, with ``logprobs: true``;
-completions: ``logprobs`` 0-5) is checked as OpenAI does, but its lists are always empty: the
-engine protocol (:meth:`plasmid.protocols.RolloutEngine.generate`) returns only the sampled
-token's log-prob, no top-k alternatives, and the gateway does not make up ones it was not given.
+gateway knows the context or the engine refuses the call. ``logprobs`` are the engine's log-prob of
+each sampled token, exactly. ``top_logprobs`` (chat: 0-20, with ``logprobs: true``; completions:
+``logprobs`` 0-5) is checked as OpenAI does, but its lists are always empty: the engine protocol
+(:meth:`plasmid.protocols.RolloutEngine.generate`) returns only the sampled token's log-prob, no
+top-k alternatives, and the gateway does not make up ones it was not given.
+
+``/v1/responses`` (OpenAI's Responses API, what the OpenAI Agents SDK calls by default) is the
+chat endpoint with another request and answer shape (:mod:`plasmid_agent.responses`).
 """
 
 from __future__ import annotations
@@ -42,31 +50,32 @@ from typing import Any
 from plasmid.errors import ContextLengthError
 from plasmid.protocols import RolloutEngine, Tokenizer
 from plasmid.types import GenerationOutput, SamplingParams, Status
+from plasmid_agent import fields, responses
+from plasmid_agent.fields import RequestError, Sampling
 from plasmid_agent.httpserver import Limits, Request, Response, error_response, serve
 from plasmid_agent.recorder import Call
+from plasmid_agent.stops import cut_at_stop
 from plasmid_agent.toolcalls import parse_tool_calls
+
+__all__ = ["Choice", "Gateway", "RequestError", "Rollout"]
 
 #: At most this many content chunks per streamed response (longer responses put several tokens in one).
 MAX_STREAM_CHUNKS = 256
-
-
-class RequestError(Exception):
-    """A request the gateway refuses (HTTP 400), with the reason the client is shown."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
+#: Sent with the 429 of ``--agent-max-calls``: OpenAI's clients do not retry a call that says so.
+NO_RETRY = {"x-should-retry": "false"}
 
 
 @dataclass
 class Rollout:
     """One agent rollout: the engine and sampling parameters its calls use, and its recorded calls
-    (in the order they finished).
+    (in the order they finished; the ``n`` calls of one request in choice order).
 
     :ivar aborted: a call came back aborted, or the step's ``aborting`` event was set (the driver
         is ending the step); later calls are refused.
     :ivar aborting: the step's abort event (:attr:`plasmid.protocols.RolloutView.aborting`), or None.
     :ivar errors: what the gateway refused or failed, for the message when the agent then fails.
+    :ivar started: engine calls begun (each of a request's ``n`` counts).
+    :ivar capped: a request was refused because it would pass ``--agent-max-calls``.
     """
 
     key: str
@@ -77,6 +86,7 @@ class Rollout:
     errors: list[str] = field(default_factory=list)
     started: int = 0
     aborting: asyncio.Event | None = None
+    capped: bool = False
 
     def next_seed(self) -> int | None:
         """A distinct, reproducible seed per call (the rollout's seed, then offsets)."""
@@ -87,18 +97,32 @@ class Rollout:
         return (self.params.seed + number * 7_919) % (2**31 - 1)
 
 
+@dataclass
+class Choice:
+    """One completion of a request: its recorded call, the text the client is shown (before a
+    stop string; special tokens skipped) and OpenAI's finish reason (``stop`` or ``length``)."""
+
+    call: Call
+    text: str
+    finish: str
+
+
 class Gateway:
     """The HTTP server and the rollouts it serves. Start it with :meth:`start` on the event loop
-    the engines are called from; :meth:`open` a :class:`Rollout` per agent run."""
+    the engines are called from; :meth:`open` a :class:`Rollout` per agent run.
+
+    :param max_calls: engine calls one rollout may make (``--agent-max-calls``); ``None``: no cap.
+    """
 
     def __init__(self, tokenizer: Tokenizer, model: str = "plasmid", context: int | None = None,
-                 limits: Limits | None = None) -> None:
+                 limits: Limits | None = None, max_calls: int | None = None) -> None:
         self.tokenizer: Any = tokenizer
         #: what one request and connection may take (``--agent-max-body`` and the like)
         self.limits = limits or Limits()
         self.model = model
         #: the served model's context (prompt + completion tokens); ``None``: the engine's to check
         self.context = context
+        self.max_calls = max_calls
         self.rollouts: dict[str, Rollout] = {}
         self.server: asyncio.Server | None = None
         self.port = 0
@@ -143,10 +167,11 @@ class Gateway:
             key = auth[7:].strip() if auth.lower().startswith("bearer ") else None
         if path in ("/v1/models", "/models") and request.method == "GET":
             return None, None
-        route = {"/v1/chat/completions": self.chat, "/v1/completions": self.completions}.get(path)
+        route = {"/v1/chat/completions": self.chat, "/v1/completions": self.completions,
+                 "/v1/responses": self.responses}.get(path)
         if route is None:
             return error_response(404, f"no route {request.method} {path[:200]} (the gateway serves "
-                                       f"/v1/chat/completions, /v1/completions and /v1/models)")
+                                       f"/v1/chat/completions, /v1/completions, /v1/responses and /v1/models)")
         if request.method != "POST":
             return error_response(405, f"{path} takes POST")
         rollout = self.rollouts.get(key or "")
@@ -180,10 +205,14 @@ class Gateway:
             body = request.json()
             if not isinstance(body, dict):
                 raise RequestError("the request body must be a JSON object")
+            fields.text(body, "model")
             return await route(rollout, body)
         except RequestError as exc:
             rollout.errors.append(str(exc))
-            return error_response(exc.status, str(exc))
+            response = error_response(exc.status, str(exc), "rate_limit_error" if exc.status == 429
+                                      else "invalid_request_error")
+            response.headers.update(exc.headers)
+            return response
         except ValueError as exc:  # bad JSON
             rollout.errors.append(f"bad request: {exc}")
             return error_response(400, f"bad request: {exc}")
@@ -191,57 +220,67 @@ class Gateway:
             rollout.errors.append(f"{type(exc).__name__}: {exc}")
             raise
 
-    # ------------------------------------------------------------------ the two endpoints
+    # ------------------------------------------------------------------ the endpoints
     async def chat(self, rollout: Rollout, body: dict[str, Any]) -> Response:
+        fields.refuse_unsupported(body)
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
-            raise RequestError("'messages' must be a non-empty list")
-        tools = body.get("tools") or None
-        text = self.render([normalize_message(m) for m in messages], tools)
+            raise RequestError("'messages' must be a non-empty list of messages")
+        normalized = [normalize_message(m, f"messages[{i}]") for i, m in enumerate(messages)]
+        tools = fields.tools(body)
+        tool_choice = fields.tool_choice(body)
+        stream, include_usage = fields.streaming(body)
+        want_logprobs = requested_logprobs(body, chat=True)
+        sampling = fields.sampling(body)
+        text = self.render(normalized, tools)
         prompt_ids = self.prompt_ids(rollout, text, chat=True)
-        requested_logprobs(body, chat=True)  # a bad request is refused before the engine runs
-        call, output = await self.generate(rollout, body, prompt_ids, text)
-        content = self.tokenizer.decode(call.completion_ids, skip_special_tokens=True)
-        tool_calls: list[dict[str, Any]] = []
-        if tools:
-            content, tool_calls = parse_tool_calls(content)
-        finish = "tool_calls" if tool_calls else finish_reason(output.status)
-        logprobs = None
-        if requested_logprobs(body, chat=True):
-            logprobs = {"content": [self.logprob_entry(t, lp) for t, lp in zip(call.completion_ids, call.logprobs,
-                                                                                 strict=True)], "refusal": None}
-        ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-        usage = usage_of(call)
-        message: dict[str, Any] = {"role": "assistant", "content": content}
-        if tool_calls:
-            message["tool_calls"] = tool_calls
-        if not body.get("stream"):
-            return Response(200, {"id": ident, "object": "chat.completion", "created": created,
-                                  "model": body.get("model") or self.model, "usage": usage,
-                                  "choices": [{"index": 0, "message": message, "finish_reason": finish,
-                                               "logprobs": logprobs}]})
-        model = body.get("model") or self.model
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        choices = await self.generate(rollout, prompt_ids, text, sampling)
+        ident, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), body.get("model") or self.model
+        usage = usage_of(prompt_ids, choices)
+        answers = []
+        for choice in choices:
+            content: str | None = choice.text
+            tool_calls: list[dict[str, Any]] = []
+            if tools and tool_choice != "none":
+                content, tool_calls = parse_tool_calls(choice.text)
+            answers.append((choice, content, tool_calls, "tool_calls" if tool_calls else choice.finish))
 
-        def chunk(delta: dict[str, Any], finish_reason: str | None = None, logprobs: Any = None) -> str:
+        def logprobs_of(ids: list[int], lps: list[float]) -> dict[str, Any] | None:
+            if not want_logprobs:
+                return None
+            return {"content": [self.logprob_entry(t, lp) for t, lp in zip(ids, lps, strict=True)], "refusal": None}
+
+        if not stream:
+            out = []
+            for index, (choice, content, tool_calls, finish) in enumerate(answers):
+                message: dict[str, Any] = {"role": "assistant", "content": content}
+                if tool_calls:
+                    message["tool_calls"] = tool_calls
+                out.append({"index": index, "message": message, "finish_reason": finish,
+                            "logprobs": logprobs_of(choice.call.completion_ids, choice.call.logprobs)})
+            return Response(200, {"id": ident, "object": "chat.completion", "created": created, "model": model,
+                                  "usage": usage, "choices": out})
+
+        def chunk(index: int, delta: dict[str, Any], finish_reason: str | None = None, logprobs: Any = None) -> str:
             return json.dumps({"id": ident, "object": "chat.completion.chunk", "created": created, "model": model,
-                               "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason,
+                               "choices": [{"index": index, "delta": delta, "finish_reason": finish_reason,
                                             "logprobs": logprobs}]})
 
         async def events() -> AsyncIterator[str]:
-            yield chunk({"role": "assistant", "content": ""})
-            if tool_calls:
-                if content:
-                    yield chunk({"content": content}, logprobs=logprobs)
-                for index, tool_call in enumerate(tool_calls):
-                    yield chunk({"tool_calls": [{"index": index, **tool_call}]},
-                                logprobs=logprobs if not content and index == 0 else None)
-            else:
-                for piece, ids, lps in self.pieces(call):
-                    entries = [self.logprob_entry(t, lp) for t, lp in zip(ids, lps, strict=True)]
-                    yield chunk({"content": piece}, logprobs={"content": entries, "refusal": None} if logprobs
-                                else None)
-            yield chunk({}, finish)
+            for index, (choice, content, tool_calls, finish) in enumerate(answers):
+                yield chunk(index, {"role": "assistant", "content": ""})
+                call = choice.call
+                if tool_calls:
+                    whole = logprobs_of(call.completion_ids, call.logprobs)
+                    if content:
+                        yield chunk(index, {"content": content}, logprobs=whole)
+                    for number, tool_call in enumerate(tool_calls):
+                        yield chunk(index, {"tool_calls": [{"index": number, **tool_call}]},
+                                    logprobs=whole if not content and number == 0 else None)
+                else:
+                    for piece, ids, lps in self.pieces(call.completion_ids, call.logprobs, choice.text):
+                        yield chunk(index, {"content": piece}, logprobs=logprobs_of(ids, lps))
+                yield chunk(index, {}, finish)
             if include_usage:
                 yield json.dumps({"id": ident, "object": "chat.completion.chunk", "created": created,
                                   "model": model, "choices": [], "usage": usage})
@@ -250,6 +289,7 @@ class Gateway:
         return Response(200, events=events())
 
     async def completions(self, rollout: Rollout, body: dict[str, Any]) -> Response:
+        fields.refuse_unsupported(body)
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]
@@ -262,45 +302,78 @@ class Gateway:
             text = self.tokenizer.decode(prompt_ids, skip_special_tokens=False)
         else:
             raise RequestError("'prompt' must be one string or one non-empty list of token ids")
-        if body.get("echo"):
+        if fields.boolean(body, "echo"):
             raise RequestError("'echo' is not supported by the plasmid gateway")
+        if fields.text(body, "suffix"):
+            raise RequestError("'suffix' is not supported by the plasmid gateway (no fill-in-the-middle)")
+        sampling = fields.sampling(body, max_tokens_names=("max_tokens",))
+        best_of = fields.integer(body, "best_of", 1, fields.MAX_CHOICES)
+        if best_of is not None and best_of != sampling.n:
+            raise RequestError(f"'best_of' {best_of} is not supported by the plasmid gateway (it returns every "
+                               f"completion it samples); leave it out or set it to n")
+        stream, include_usage = fields.streaming(body)
         want = requested_logprobs(body, chat=False)
-        call, output = await self.generate(rollout, body, prompt_ids, text)
-        completion = self.tokenizer.decode(call.completion_ids, skip_special_tokens=True)
-        logprobs = None
-        if want:
-            tokens = [self.tokenizer.decode([t], skip_special_tokens=False) for t in call.completion_ids]
-            offsets, position = [], len(text)
+        choices = await self.generate(rollout, prompt_ids, text, sampling)
+        ident, created, model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), body.get("model") or self.model
+
+        def logprobs_of(ids: list[int], lps: list[float], start: int) -> dict[str, Any] | None:
+            if not want:
+                return None
+            tokens = [self.tokenizer.decode([t], skip_special_tokens=False) for t in ids]
+            offsets, position = [], start
             for token in tokens:
                 offsets.append(position)
                 position += len(token)
-            logprobs = {"tokens": tokens, "token_logprobs": list(call.logprobs),
-                        "top_logprobs": [{} for _ in tokens], "text_offset": offsets}
-        ident, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
-        model = body.get("model") or self.model
-        finish = finish_reason(output.status)
-        if not body.get("stream"):
-            return Response(200, {"id": ident, "object": "text_completion", "created": created, "model": model,
-                                  "usage": usage_of(call),
-                                  "choices": [{"index": 0, "text": completion, "finish_reason": finish,
-                                               "logprobs": logprobs}]})
+            return {"tokens": tokens, "token_logprobs": list(lps), "top_logprobs": [{} for _ in tokens],
+                    "text_offset": offsets}
+
+        def answer(choices_part: list[dict[str, Any]], usage: dict[str, int] | None = None) -> dict[str, Any]:
+            result = {"id": ident, "object": "text_completion", "created": created, "model": model,
+                      "choices": choices_part}
+            if usage is not None:
+                result["usage"] = usage
+            return result
+
+        if not stream:
+            return Response(200, answer([
+                {"index": index, "text": choice.text, "finish_reason": choice.finish,
+                 "logprobs": logprobs_of(choice.call.completion_ids, choice.call.logprobs, len(text))}
+                for index, choice in enumerate(choices)], usage_of(prompt_ids, choices)))
 
         async def events() -> AsyncIterator[str]:
-            for piece, ids, lps in self.pieces(call):
-                part = None
-                if logprobs is not None:
-                    part = {"tokens": [self.tokenizer.decode([t], skip_special_tokens=False) for t in ids],
-                            "token_logprobs": list(lps), "top_logprobs": [{} for _ in ids]}
-                yield json.dumps({"id": ident, "object": "text_completion", "created": created, "model": model,
-                                  "choices": [{"index": 0, "text": piece, "finish_reason": None, "logprobs": part}]})
-            yield json.dumps({"id": ident, "object": "text_completion", "created": created, "model": model,
-                              "choices": [{"index": 0, "text": "", "finish_reason": finish, "logprobs": None}]})
-            if (body.get("stream_options") or {}).get("include_usage"):
-                yield json.dumps({"id": ident, "object": "text_completion", "created": created, "model": model,
-                                  "choices": [], "usage": usage_of(call)})
+            for index, choice in enumerate(choices):
+                call = choice.call
+                for piece, ids, lps in self.pieces(call.completion_ids, call.logprobs, choice.text):
+                    part = logprobs_of(ids, lps, 0)
+                    if part is not None:
+                        part.pop("text_offset")
+                    yield json.dumps(answer([{"index": index, "text": piece, "finish_reason": None, "logprobs": part}]))
+                yield json.dumps(answer([{"index": index, "text": "", "finish_reason": choice.finish,
+                                          "logprobs": None}]))
+            if include_usage:
+                yield json.dumps(answer([], usage_of(prompt_ids, choices)))
             yield "[DONE]"
 
         return Response(200, events=events())
+
+    async def responses(self, rollout: Rollout, body: dict[str, Any]) -> Response:
+        """``/v1/responses``: the request as chat messages and tools (:mod:`plasmid_agent.responses`),
+        one engine call as for a chat request, the answer as Responses output items."""
+        request = responses.parse_request(body)
+        text = self.render(request.messages, request.tools)
+        prompt_ids = self.prompt_ids(rollout, text, chat=True)
+        (choice,) = await self.generate(rollout, prompt_ids, text, Sampling(max_tokens=request.max_output_tokens))
+        content: str | None = choice.text
+        tool_calls: list[dict[str, Any]] = []
+        if request.tools and request.tool_choice != "none":
+            content, tool_calls = parse_tool_calls(choice.text)
+        response = responses.response_object(body, request, self.model, content, tool_calls, choice,
+                                             len(prompt_ids))
+        if not request.stream:
+            return Response(200, response)
+        call = choice.call
+        pieces = [piece for piece, _, _ in self.pieces(call.completion_ids, call.logprobs, choice.text)]
+        return Response(200, events=responses.stream_events(response, pieces if not tool_calls else [content or ""]))
 
     # ------------------------------------------------------------------ pieces
     def render(self, messages: list[dict[str, Any]], tools: Any) -> str:
@@ -349,88 +422,109 @@ class Gateway:
             return str(whole[len(before):])
         return str(decode(completion_ids, skip_special_tokens=False))
 
-    async def generate(self, rollout: Rollout, body: dict[str, Any], prompt_ids: list[int],
-                       text: str) -> tuple[Call, GenerationOutput]:
-        """Run one engine call for ``rollout`` and record it."""
+    def _reserve(self, rollout: Rollout, n: int) -> None:
+        """Refuse a request of ``n`` engine calls that would take ``rollout`` past ``max_calls``."""
+        if self.max_calls is not None and rollout.started + n > self.max_calls:
+            rollout.capped = True
+            raise RequestError(f"this agent session has made {rollout.started} model calls and the cap is "
+                               f"{self.max_calls} (--agent-max-calls {self.max_calls}); end the session (its samples "
+                               f"so far are kept)", status=429, headers=NO_RETRY)
+
+    async def generate(self, rollout: Rollout, prompt_ids: list[int], text: str,
+                       sampling: Sampling = Sampling()) -> list[Choice]:
+        """Run ``sampling.n`` engine calls for ``rollout`` on ``prompt_ids`` (the prompt's ``text``),
+        cut each at the first of ``sampling.stops``, and record them, in choice order."""
         if rollout.aborting is not None and rollout.aborting.is_set():
             rollout.aborted = True
         if rollout.aborted:
             raise RequestError("plasmid aborted this rollout (the step is complete); stop the agent")
-        if body.get("n", 1) not in (1, None):
-            raise RequestError("'n' must be 1 (call again for another response)")
-        if body.get("stop"):
-            raise RequestError("'stop' sequences are not supported by the plasmid gateway (the engine stops on "
-                               "the model's stop tokens)")
-        limit = body.get("max_completion_tokens") or body.get("max_tokens")
         budget = rollout.params.max_new_tokens
-        if limit is not None:
-            if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-                raise RequestError(f"max_tokens must be a positive integer, got {limit!r}")
-            budget = min(budget, limit)
+        if sampling.max_tokens is not None:
+            budget = min(budget, sampling.max_tokens)
         if self.context is not None and len(prompt_ids) + budget > self.context:
             raise RequestError(ContextLengthError(self.context, len(prompt_ids), budget).openai_message)
-        params = replace(rollout.params, max_new_tokens=budget, seed=rollout.next_seed())
-        try:
-            output = await rollout.engine.generate(list(prompt_ids), params)
-        except ContextLengthError as exc:  # the engine knew a shorter context than the gateway
-            raise RequestError(exc.openai_message) from exc
-        except Exception as exc:
-            raise RequestError(f"the rollout engine failed: {type(exc).__name__}: {exc}", status=500) from exc
-        if output.status == Status.ABORTED:
+        self._reserve(rollout, sampling.n)
+        params = [replace(rollout.params, max_new_tokens=budget, seed=rollout.next_seed()) for _ in range(sampling.n)]
+        results = await asyncio.gather(*(rollout.engine.generate(list(prompt_ids), p) for p in params),
+                                       return_exceptions=True)
+        for result in results:
+            if isinstance(result, ContextLengthError):  # the engine knew a shorter context than the gateway
+                raise RequestError(result.openai_message) from result
+            if isinstance(result, asyncio.CancelledError):
+                raise result
+            if isinstance(result, BaseException):
+                raise RequestError(f"the rollout engine failed: {type(result).__name__}: {result}",
+                                   status=500) from result
+        outputs: list[GenerationOutput] = list(results)  # type: ignore[arg-type]
+        if any(output.status == Status.ABORTED for output in outputs):
             rollout.aborted = True
             raise RequestError("plasmid aborted this rollout (the step is complete); stop the agent")
-        completion = list(output.token_ids)
-        call = Call(prompt_ids=list(prompt_ids), completion_ids=completion, logprobs=list(output.logprobs),
-                    status=output.status, weight_version=output.weight_version, prompt_text=text,
-                    completion_text=self.completion_text(list(prompt_ids), completion))
-        rollout.calls.append(call)
-        return call, output
+        choices = [self._choice(list(prompt_ids), text, output, sampling.stops) for output in outputs]
+        rollout.calls.extend(choice.call for choice in choices)
+        return choices
+
+    def _choice(self, prompt_ids: list[int], text: str, output: GenerationOutput, stops: tuple[str, ...]) -> Choice:
+        """The recorded call and answer text of one engine output, cut at a stop string."""
+        ids, logprobs, status = list(output.token_ids), list(output.logprobs), output.status
+        shown = self.tokenizer.decode(ids, skip_special_tokens=True)
+        cut = cut_at_stop(lambda part: self.tokenizer.decode(part, skip_special_tokens=True), ids, stops)
+        if cut is not None:
+            ids, logprobs, status, shown = ids[:cut.kept], logprobs[:cut.kept], Status.COMPLETED, cut.text
+        call = Call(prompt_ids=prompt_ids, completion_ids=ids, logprobs=logprobs, status=status,
+                    weight_version=output.weight_version, prompt_text=text,
+                    completion_text=self.completion_text(prompt_ids, ids))
+        return Choice(call, shown, finish_reason(status))
 
     def logprob_entry(self, token_id: int, logprob: float) -> dict[str, Any]:
         token = self.tokenizer.decode([token_id], skip_special_tokens=False)
         return {"token": token, "logprob": logprob, "bytes": list(token.encode()), "top_logprobs": []}
 
-    def pieces(self, call: Call) -> list[tuple[str, list[int], list[float]]]:
-        """The completion in at most :data:`MAX_STREAM_CHUNKS` streamed pieces: ``(text delta,
-        token ids, log-probs)``; the deltas join to the whole decoded completion (a piece whose
-        text is not final yet, such as half a UTF-8 character, waits for the next)."""
-        ids, lps = call.completion_ids, call.logprobs
+    def pieces(self, ids: list[int], lps: list[float], shown: str) -> list[tuple[str, list[int], list[float]]]:
+        """The completion ``ids`` in at most :data:`MAX_STREAM_CHUNKS` streamed pieces: ``(text
+        delta, token ids, log-probs)``; the deltas join to ``shown``, the text the client is shown
+        (the decoded completion, or its part before a stop string: no delta goes past it); a piece
+        whose text is not final yet, such as half a UTF-8 character, waits for the next."""
         if not ids:
             return []
-        whole = self.tokenizer.decode(ids, skip_special_tokens=True)
         step = -(-len(ids) // MAX_STREAM_CHUNKS)
         result, sent = [], 0
         for start in range(0, len(ids), step):
             end = min(len(ids), start + step)
-            text = whole if end == len(ids) else self.tokenizer.decode(ids[:end], skip_special_tokens=True)
+            text = shown if end == len(ids) else self.tokenizer.decode(ids[:end], skip_special_tokens=True)
+            text = text[:len(shown)]
             delta = ""
-            if whole.startswith(text) and len(text) >= sent:
+            if shown.startswith(text) and len(text) >= sent:
                 delta, sent = text[sent:], len(text)
             result.append((delta, ids[start:end], lps[start:end]))
         return result
 
 
-def normalize_message(message: Any) -> dict[str, Any]:
+def normalize_message(message: Any, where: str = "messages[0]") -> dict[str, Any]:
     """A chat message as the template sees it: ``role`` and text ``content`` (a list of text parts
     joined), and ``tool_calls`` (arguments as JSON text), ``tool_call_id``, ``name`` when given;
-    other fields (``refusal``, ``audio``, ...) are dropped."""
+    other fields (``refusal``, ``audio``, ...) are dropped. ``where`` names it in errors."""
     if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-        raise RequestError(f"each message must be an object with a 'role', got {str(message)[:80]}")
+        raise RequestError(f"'{where}' must be an object with a string 'role', got {str(message)[:80]}")
     content = message.get("content")
     if isinstance(content, list):
         texts = []
         for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text":
-                raise RequestError("message content parts must be text parts ({'type': 'text', 'text': ...})")
-            texts.append(str(part.get("text", "")))
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text", ""), str):
+                raise RequestError(f"'{where}.content' parts must be text parts ({{'type': 'text', 'text': ...}}), "
+                                   f"got {str(part)[:80]}")
+            texts.append(part.get("text", ""))
         content = "".join(texts)
     elif content is not None and not isinstance(content, str):
-        raise RequestError(f"message content must be text, got {type(content).__name__}")
+        raise RequestError(f"'{where}.content' must be text or a list of text parts, got {type(content).__name__}")
     result: dict[str, Any] = {"role": message["role"], "content": content if content is not None else ""}
     if message.get("tool_calls"):
+        if not isinstance(message["tool_calls"], list):
+            raise RequestError(f"'{where}.tool_calls' must be a list")
         calls = []
-        for call in message["tool_calls"]:
-            function = dict(call.get("function") or {})
+        for number, call in enumerate(message["tool_calls"]):
+            if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
+                raise RequestError(f"'{where}.tool_calls[{number}]' must be an object with a 'function'")
+            function = dict(call["function"])
             arguments = function.get("arguments")
             if isinstance(arguments, str):
                 try:
@@ -450,26 +544,15 @@ def requested_logprobs(body: dict[str, Any], *, chat: bool) -> bool:
     (chat: ``logprobs`` a boolean, ``top_logprobs`` an integer 0-20 that needs ``logprobs: true``;
     completions: ``logprobs`` an integer 0-5); a bad value is a :class:`RequestError`. The top-k
     lists the gateway returns are empty (see the module docstring)."""
-
-    def integer(name: str, value: Any, high: int) -> int:
-        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= high:
-            raise RequestError(f"'{name}' must be an integer from 0 to {high}, got {value!r}")
-        return value
-
     if not chat:
         value = body.get("logprobs")
         if value is None or value is False:
             return False
-        integer("logprobs", value, 5)
+        fields.integer(body, "logprobs", 0, 5)
         return True
-    wanted = body.get("logprobs")
-    if wanted is not None and not isinstance(wanted, bool):
-        raise RequestError(f"'logprobs' must be true or false, got {wanted!r}")
-    top = body.get("top_logprobs")
-    if top is not None:
-        integer("top_logprobs", top, 20)
-        if not wanted:
-            raise RequestError("'top_logprobs' needs 'logprobs': true")
+    wanted = fields.boolean(body, "logprobs")
+    if fields.integer(body, "top_logprobs", 0, 20) is not None and not wanted:
+        raise RequestError("'top_logprobs' needs 'logprobs': true")
     return bool(wanted)
 
 
@@ -477,6 +560,7 @@ def finish_reason(status: Status) -> str:
     return "length" if status == Status.TRUNCATED else "stop"
 
 
-def usage_of(call: Call) -> dict[str, int]:
-    prompt, completion = len(call.prompt_ids), len(call.completion_ids)
+def usage_of(prompt_ids: list[int], choices: list[Choice]) -> dict[str, int]:
+    """OpenAI's ``usage``: the prompt once, the completions of every choice summed."""
+    prompt, completion = len(prompt_ids), sum(len(choice.call.completion_ids) for choice in choices)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}

@@ -39,7 +39,8 @@ ERROR_KEY = "agent_error"
 METRICS_KEY = "rollout_metrics"
 
 
-def session_metrics(calls: Sequence[Call], samples: int, seconds: float, failed: bool) -> dict[str, float]:
+def session_metrics(calls: Sequence[Call], samples: int, seconds: float, failed: bool,
+                    capped: bool = False) -> dict[str, float]:
     """The metric values each sample of one agent session carries (``metadata["rollout_metrics"]``),
     which the rollout driver averages over the step's kept samples into ``rollout/<name>``:
 
@@ -50,14 +51,16 @@ def session_metrics(calls: Sequence[Call], samples: int, seconds: float, failed:
     - ``agent/samples_mean``: samples the session made; ``agent/branches_mean``: those beyond the
       first (branching calls, edited histories);
     - ``agent/seconds_mean``: wall-clock seconds the agent function ran;
-    - ``agent/errors_fraction``: 1.0 for a session whose agent failed (``--agent-errors zero``).
+    - ``agent/errors_fraction``: 1.0 for a session whose agent failed (``--agent-errors zero``);
+    - ``agent/max_calls_fraction``: 1.0 for a session that hit ``--agent-max-calls``.
 
     A session's values are on each of its samples, so a session that made ``k`` samples weighs ``k``."""
     return {"agent/calls_mean": float(len(calls)),
             "agent/prompt_tokens_mean": float(sum(len(call.prompt_ids) for call in calls)),
             "agent/completion_tokens_mean": float(sum(len(call.completion_ids) for call in calls)),
             "agent/samples_mean": float(samples), "agent/branches_mean": float(max(samples - 1, 0)),
-            "agent/seconds_mean": float(seconds), "agent/errors_fraction": float(failed)}
+            "agent/seconds_mean": float(seconds), "agent/errors_fraction": float(failed),
+            "agent/max_calls_fraction": float(capped)}
 
 
 def prompt_messages(prompt: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -103,6 +106,10 @@ class AgentGenerate:
     ``metadata["agent_error"]`` (the one-line reason) and ``agent/errors_fraction`` 1.0; when it
     made no usable call, its one sample is the prompt followed by the EOS token with ``loss_mask``
     0 (nothing is trained on it, the group keeps its size); the first failure is printed once.
+    A session that hit ``--agent-max-calls`` keeps the samples of its calls; if its agent then
+    fails (it raised on the refused call, say), it is handled as under ``--agent-errors zero``
+    whatever that option says: reward 0, not a stopped run (a cap is the run's limit, not an
+    agent's bug).
 
     The gateway starts on the first call, on the rollout's event loop (again on a new loop).
     """
@@ -125,6 +132,7 @@ class AgentGenerate:
         self.errors = options.agent_errors
         self.limits = Limits(max_body=options.agent_max_body, max_header_bytes=options.agent_max_header_bytes,
                              max_headers=options.agent_max_headers, idle_timeout=options.agent_idle_timeout)
+        self.max_calls = options.agent_max_calls
         self.reported = False
         self.gateway: Gateway | None = None
         self._semaphore: asyncio.Semaphore | None = None
@@ -140,7 +148,7 @@ class AgentGenerate:
             self._semaphore = asyncio.Semaphore(self.concurrency)
         async with self._starting:
             if self.gateway is None or self.gateway.loop is not loop:
-                gateway = Gateway(ctx.tokenizer, self.model, self.context, self.limits)
+                gateway = Gateway(ctx.tokenizer, self.model, self.context, self.limits, self.max_calls)
                 await gateway.start()
                 self.gateway = gateway
         return self.gateway
@@ -184,13 +192,14 @@ class AgentGenerate:
                                     f"there is nothing to train on; call session.base_url with session.api_key"
                                     + self._refused(rollout), provider="agent", plugin="plasmid-agent")
         if failure is not None:
-            if self.errors == "raise":
+            if self.errors == "raise" and not rollout.capped:
                 raise failure
             reward = 0.0
-            self._report(failure)
+            if not rollout.capped:  # a capped session is counted in rollout/agent/max_calls_fraction
+                self._report(failure)
             if not samples:
                 samples = [self._nothing_to_train(sample, ctx.tokenizer, ctx.engine_for(sample).weight_version)]
-        metrics = session_metrics(rollout.calls, len(samples), seconds, failure is not None)
+        metrics = session_metrics(rollout.calls, len(samples), seconds, failure is not None, rollout.capped)
         for out in samples:
             out.metadata[REWARD_KEY] = copy.deepcopy(reward)
             out.metadata[CALLS_KEY] = len(rollout.calls)

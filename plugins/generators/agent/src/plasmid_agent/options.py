@@ -20,6 +20,12 @@ class AgentOptions(Options, group="agent", description="the agent gateway (--gen
                  "the run with the error; 'zero' gives its samples reward 0, counts it in "
                  "rollout/agent/errors_fraction and goes on (the first failure is printed once)")
 
+    agent_max_calls: int | None = option(
+        None, "model calls one agent session may make through the gateway; a request past it is answered 429 "
+              "(OpenAI clients do not retry it), the session's samples so far are kept, and an agent that then "
+              "fails gets reward 0 whatever --agent-errors says (counted in rollout/agent/max_calls_fraction)",
+        min=1, metavar="N", default_text="no cap")
+
     agent_max_body: int = option(
         1 << 20, "largest request body the gateway reads, in bytes (a longer one is answered 413 unread: a "
                  "2,000,000-character message is refused, not tokenized)", min=1024, metavar="BYTES")
