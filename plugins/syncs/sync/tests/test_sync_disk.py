@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from plasmid import testing
-from plasmid_torch.disk_sync import prune_versions, version_dir
+from plasmid_torch.disk_sync import DiskSyncOptions, prune_versions, version_dir
 from plasmid_torch.testing.contracts.trainer import make_rollout_batch
 from plasmid_torch.testing.contracts.weightsync import WeightSyncContract
 
@@ -36,6 +36,22 @@ class TestDiskSyncContract(WeightSyncContract):
 
     def make_engines(self, config, count):
         return [testing.build("engine", "torchgen", plasmid_torchgen_plugin, config=config) for _ in range(count)]
+
+    async def sync_with_corrupted_bucket(self, setup, weight_version):
+        """Sync once, flip a byte in the data of the version's first shard, sync the same version
+        again (engines reload the directory: a restarted engine catching up)."""
+        await setup.sync.sync(setup.trainer, setup.engines, weight_version)
+        directory = version_dir(DiskSyncOptions.of(setup.config).root(setup.config.run_dir), weight_version)
+        flip_a_data_byte(sorted(directory.glob("*.safetensors"))[0])
+        return await setup.sync.sync(setup.trainer, setup.engines, weight_version)
+
+
+def flip_a_data_byte(path):
+    """Invert one byte in the middle of a safetensors file's tensor data (after its JSON header)."""
+    raw = bytearray(path.read_bytes())
+    data_start = 8 + int.from_bytes(raw[:8], "little")
+    raw[(data_start + len(raw)) // 2] ^= 0xFF
+    path.write_bytes(bytes(raw))
 
 
 class TestDiskSyncLlamaContract(TestDiskSyncContract):

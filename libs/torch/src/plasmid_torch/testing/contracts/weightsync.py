@@ -26,6 +26,18 @@ engines'):
   A sync that compresses (``compresses = True``) reports the bytes it wrote instead, and the
   exported tensors' bytes as ``report.metrics["sync/raw_bytes"]``.
 
+And that a sync can neither hang nor lie (:mod:`plasmid_torch.sync_guard`):
+
+- a stuck engine (its load never returns; for a proxy of a remote engine, its process stops
+  answering) makes ``sync`` raise :class:`~plasmid_torch.sync_guard.SyncTimeout` within
+  ``--sync-timeout`` (:attr:`WeightSyncContract.stuck_timeout`), naming the transport, the engine
+  and its rank;
+- an engine that loads something else than it was sent (a value changed in every tensor) is caught
+  by ``--verify-sync-every 1``: :class:`~plasmid_torch.sync_guard.SyncMismatch` naming a tensor and
+  the transport (engines in this process only: the fault is injected here);
+- a bucket corrupted on its way is refused by the receiver's checksums, where the subclass says how
+  to corrupt one (:meth:`WeightSyncContract.sync_with_corrupted_bucket`; skipped otherwise).
+
 Trainer and engines may be proxies for providers in other processes (a runtime's, such as the
 Ray runtime's actors): the contract only calls protocol methods on them. Override :meth:`close`
 to also end what :meth:`make_trainer` started.
@@ -33,7 +45,9 @@ to also end what :meth:`make_trainer` started.
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +60,9 @@ from plasmid.config import Config
 from plasmid.kernel_options import GeneralOptions
 from plasmid.protocols import RolloutEngine, Trainer, WeightSync
 from plasmid.providers import adopt_legacy_score
+from plasmid.remote import is_remote
 from plasmid.types import Sample
+from plasmid_torch.sync_guard import SyncMismatch, SyncTimeout
 from plasmid_torch.testing.batches import make_rollout_batch
 from plasmid_torch.testing.contracts.trainer import as_numpy, exported, tensor_nbytes
 from plasmid_torch.tiny import build_tiny_model
@@ -81,6 +97,8 @@ class WeightSyncContract:
     #: the sync lets engines serve the trainer's own tensors (``inprocess`` by default): nothing is
     #: moved (``report.bytes`` and ``buckets`` 0), ``sync/shared_bytes`` counts the tensors shared
     shares: bool = False
+    #: ``--sync-timeout`` of the stuck-engine test: small, as the test waits that long
+    stuck_timeout: float = 1.0
 
     def make_trainer(self, config: Config) -> Trainer:
         """A :class:`plasmid.protocols.Trainer` on ``--model``."""
@@ -104,17 +122,33 @@ class WeightSyncContract:
     def model_dir(cls, tmp_path_factory: Any) -> Path:
         return build_tiny_model(tmp_path_factory.mktemp("weightsync-contract") / "tiny", **cls.model_options)
 
-    @pytest.fixture
-    def setup(self, model_dir: Path, tmp_path: Path) -> Any:
+    def build_setup(self, model_dir: Path, tmp_path: Path, **options: Any) -> SyncSetup:
+        """The trainer, engines and sync of one test, with ``options`` over :attr:`config_options`."""
         options = {"model": str(model_dir), "run_dir": tmp_path / "run", "lr": 1e-2,
-                   "update_weight_buffer_size": self.bucket_bytes, **self.config_options}
+                   "update_weight_buffer_size": self.bucket_bytes, **self.config_options, **options}
         config = testing.make_config(self.plugin, *self.extra_plugins, **options)
         sync = testing.build("weight_sync", self.provider, self.plugin, *self.extra_plugins, config=config)
         engines = [adopt_legacy_score(engine, f"engine of {type(self).__name__}.make_engines")  # deprecated score
                    for engine in self.make_engines(config, self.engine_count)]
-        built = SyncSetup(config, sync, self.make_trainer(config), engines)
+        return SyncSetup(config, sync, self.make_trainer(config), engines)
+
+    @pytest.fixture
+    def setup(self, model_dir: Path, tmp_path: Path) -> Any:
+        built = self.build_setup(model_dir, tmp_path)
         yield built
         self.close(built)
+
+    async def sync_with_corrupted_bucket(self, setup: SyncSetup, weight_version: int) -> Any:
+        """Sync ``weight_version`` into ``setup.engines`` with one tensor's bytes changed on the
+        way (after the trainer sent them, before an engine loads them); the sync's result. The
+        default skips the test: override it where the transport's path can be reached (files on
+        disk, a queue)."""
+        pytest.skip(f"{type(self).__name__} does not say how to corrupt a bucket in transit "
+                    f"(override sync_with_corrupted_bucket)")
+
+    @staticmethod
+    def engine_label(setup: SyncSetup, index: int) -> str:
+        return f"engine {index} ({type(setup.engines[index]).__name__}, rank {index + 1})"
 
     @staticmethod
     def vocab_size(setup: SyncSetup) -> int:
@@ -192,3 +226,111 @@ class WeightSyncContract:
         assert self.shares or report.buckets == len(buckets) > 1
         assert report.weight_version == 7
         assert math.isfinite(report.seconds) and report.seconds >= 0
+
+    # --------------------------------------------------------------------------------------------- hang or lie
+
+    def test_a_stuck_engine_fails_within_the_deadline(self, model_dir: Path, tmp_path: Path) -> None:
+        setup = self.build_setup(model_dir, tmp_path, sync_timeout=self.stuck_timeout)
+        stuck = len(setup.engines) - 1
+        healthy = setup.engines[stuck]
+        setup.engines[stuck] = (StuckRemoteEngine if is_remote(healthy) else StuckEngine)(healthy)
+        try:
+            began = time.perf_counter()
+            with pytest.raises(SyncTimeout) as raised:
+                testing.run(self.train_then_sync(setup, 1))
+            waited = time.perf_counter() - began
+        finally:
+            setup.engines[stuck] = healthy
+            self.close(setup)
+        message = str(raised.value)
+        assert f"weight sync '{self.provider}'" in message and f"engine {stuck} (" in message, message
+        assert f"rank {stuck + 1})" in message and f"within {self.stuck_timeout:g} s" in message, message
+        assert waited < self.stuck_timeout * 6 + 30, f"the sync gave up after {waited:.1f} s, not near its deadline"
+
+    def test_an_engine_that_loads_other_values_is_caught_by_read_back(self, model_dir: Path, tmp_path: Path) -> None:
+        setup = self.build_setup(model_dir, tmp_path, verify_sync_every=1, verify_sync_tensors=0)
+        honest = setup.engines[0]
+        if is_remote(honest):
+            self.close(setup)
+            pytest.skip("the engine is a proxy of another process: the misloading is injected in this one")
+        setup.engines[0] = MisloadingEngine(honest)
+        try:
+            with pytest.raises(SyncMismatch, match=rf"weight sync '{self.provider}': tensor '[^']+' read back from "
+                                                   r"engine 0 \(.*differs from the trainer's"):
+                testing.run(self.train_then_sync(setup, 1))
+        finally:
+            setup.engines[0] = honest
+            self.close(setup)
+
+    def test_read_back_passes_after_an_honest_sync(self, model_dir: Path, tmp_path: Path) -> None:
+        setup = self.build_setup(model_dir, tmp_path, verify_sync_every=1, verify_sync_tensors=3)
+        try:
+            report = testing.run(self.train_then_sync(setup, 1))
+        finally:
+            self.close(setup)
+        assert report.metrics["sync/verified_tensors"] == 3 * self.engine_count
+
+    def test_a_bucket_corrupted_in_transit_is_refused(self, setup: SyncSetup) -> None:
+        async def scenario() -> Any:
+            await setup.trainer.train_step(make_rollout_batch(self.vocab_size(setup)))
+            return await self.sync_with_corrupted_bucket(setup, 1)
+
+        with pytest.raises(SyncMismatch, match=rf"weight sync '{self.provider}': tensor '[^']+' received by engine "):
+            testing.run(scenario())
+
+
+async def _forever() -> None:
+    await asyncio.Event().wait()
+
+
+class StuckEngine:
+    """An engine of this process that stops loading: ``update_weights``, ``share_weights`` and
+    ``load_weights_from_disk`` never return; everything else is the wrapped engine's."""
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    async def update_weights(self, named_tensors: Any, weight_version: int) -> None:
+        await _forever()
+
+    async def share_weights(self, named_tensors: Any, weight_version: int) -> int:
+        await _forever()
+        return 0
+
+    async def load_weights_from_disk(self, directory: str, weight_version: int) -> None:
+        await _forever()
+
+
+class StuckRemoteEngine(StuckEngine):
+    """A proxy of an engine in another process that stopped answering: every call run there
+    (``plasmid_call``) never returns."""
+
+    async def plasmid_call(self, fn: Any, *args: Any) -> Any:
+        await _forever()
+
+
+class MisloadingEngine:
+    """An engine of this process that loads every tensor it is sent with one value changed (1 added
+    to its first element), as an engine that mixed up or ignored what it was sent would; it does
+    not share the trainer's tensors (a sync must copy into it)."""
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("share_weights", "load_weights_from_disk"):
+            raise AttributeError(name)
+        return getattr(self._engine, name)
+
+    async def update_weights(self, named_tensors: Any, weight_version: int) -> None:
+        from plasmid_torch.tensors import as_torch
+
+        changed = []
+        for name, tensor in named_tensors:
+            value = as_torch(tensor).clone()
+            value.view(-1)[0] += 1
+            changed.append((name, value))
+        await self._engine.update_weights(changed, weight_version)
