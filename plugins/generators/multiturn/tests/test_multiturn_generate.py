@@ -1,11 +1,13 @@
 """``--generate multiturn`` on a scripted engine: the exact token layout, masks and log-probs of a
 conversation, tool failures told to the model, the turn and token limits, partial rollouts and
-aborts, and the ``mistral`` format's several calls per turn."""
+aborts, the ``mistral`` format's several calls per turn, and every parser of ``--tool-parser`` and
+``--reasoning-parser``."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import plasmid_multiturn.plugin
 import pytest
@@ -13,10 +15,12 @@ from plasmid_multiturn.formats import Mistral
 from plasmid_multiturn.generate import MultiTurn
 
 from plasmid.context import RolloutContext
+from plasmid.errors import UsageError
 from plasmid.protocols import ToolError
 from plasmid.testing import build, make_config
 from plasmid.testing.scripted import Reply, ScriptedEngine
 from plasmid.types import Sample, SamplingParams, Status
+from plasmid_serving.parsers import TOOL_PARSERS, CallSpan, ToolCall, ToolParser
 
 PAD, BOS, EOS = 0, 1, 2
 
@@ -499,11 +503,13 @@ def test_a_call_is_complete_where_its_json_ends(text, found):
     assert text[:call.end].endswith(("}", "]"))
 
 
-@pytest.mark.parametrize(("text", "end"), [("[TOOL_CALLS][]", 14), ("[TOOL_CALLS] 12", 13), ("[TOOL_CALLS]true", 12)])
+@pytest.mark.parametrize(("text", "end"), [("[TOOL_CALLS][]", 14), ("[TOOL_CALLS] 12", 13),
+                                           ("[TOOL_CALLS]true false", 16)])
 def test_an_empty_or_non_list_call_is_told_to_the_model(text, end):
     call = Mistral().find_call(text)
     assert call.error and call.end == end and not call.name
     assert Mistral().find_call("[TOOL_CALLS]  ") is None
+    assert Mistral().find_call("[TOOL_CALLS]true") is None  # may yet become [TOOL_CALLS]true[ARGS]{...}
 
 
 def test_a_turn_the_engine_refuses_as_past_the_context_ends_the_conversation_truncated():
@@ -524,3 +530,98 @@ def test_a_turn_the_engine_refuses_as_past_the_context_ends_the_conversation_tru
     assert sample.metadata["rollout_metrics"]["truncated_fraction"] == 1.0
     with pytest.raises(ContextLengthError):  # a prompt that does not fit at all is the caller's to refuse
         run_one(ctx, prompt_sample(), SamplingParams(max_new_tokens=context, stop_token_ids=(EOS,), seed=1))
+
+
+# ---------------------------------------------------------------------------------- --tool-parser, --reasoning-parser
+# The calls of every parser of the shared family (and of one a test registers) are run, and the
+# sample's tokens are exactly the engine's tokens, cut at the call, and the appended tool answer;
+# parsing never changes them. A call inside the reasoning is not run.
+#: The call add(a=2, b=3) in each parser's syntax.
+CALLS = {
+    "hermes": '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>',
+    "qwen25": '<tool_call>\n{"name": "add", "arguments": "{\\"a\\": 2, \\"b\\": 3}"}\n</tool_call>',
+    "llama3_json": '{"name": "add", "parameters": {"a": 2, "b": 3}}',
+    "mistral": '[TOOL_CALLS]add[ARGS]{"a": 2, "b": 3}',
+    "deepseek_v3": ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>add\n```json\n"
+                    '{"a": 2, "b": 3}\n```<｜tool▁call▁end｜>'),
+    "qwen3_coder": ("<tool_call>\n<function=add>\n<parameter=a>\n2\n</parameter>\n<parameter=b>\n3\n</parameter>\n"
+                    "</function>\n</tool_call>"),
+    "pythonic": "[add(a=2, b=3)]",
+}
+
+
+class Recording(Add):
+    def __init__(self):
+        self.seen = []
+
+    async def __call__(self, arguments, sample):
+        self.seen.append(arguments)
+        return await super().__call__(arguments, sample)
+
+
+def run_with(text: str, after: str, **options):
+    first, rest, second = ids(text), ids(after) + [EOS], ids("5") + [EOS]
+    engine = ScriptedEngine([Reply(first + rest, logprobs(len(first + rest), 1)),
+                             Reply(second, logprobs(len(second), 100))])
+    tool = Recording()
+    ctx, _ = make_context(engine, [tool], **options)
+    return run_one(ctx, prompt_sample()), engine, tool, first, second
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_every_parser_runs_its_call_and_the_tokens_stay_the_engines(name):
+    assert name in TOOL_PARSERS.names()
+    sample, engine, tool, first, second = run_with(CALLS[name], " and more", tool_parser=name)
+
+    assert tool.seen == [{"a": 2, "b": 3}]
+    told = ids(answer("5"))
+    prompt = [BOS, *ids("Q:")]
+    assert sample.tokens == prompt + first + told + second  # the engine's ids, cut after the call
+    assert sample.loss_mask == [1] * len(first) + [0] * len(told) + [1] * len(second)
+    assert sample.rollout_logprobs == logprobs(len(first), 1) + [0.0] * len(told) + logprobs(len(second), 100)
+    trained = [t for t, m in zip(sample.response_tokens, sample.loss_mask, strict=True) if m]
+    assert trained == first + second  # what is trained on: the engine's tokens, in order, none re-encoded
+    assert [c.prompt_ids for c in engine.calls] == [prompt, prompt + first + told]
+
+
+def test_a_parser_a_test_registers_is_used_by_multiturn():
+    class Braces(ToolParser):
+        def spans(self, text, tools=None):
+            return [CallSpan(m.start(), m.end(), (ToolCall(m.group(1), {"a": int(m.group(2)), "b": int(m.group(3))}),))
+                    for m in re.finditer(r"\{\{(\w+) (\d+) (\d+)\}\}", text)]
+
+    TOOL_PARSERS.register("braces", Braces, origin="this test")
+    try:
+        sample, _, tool, first, second = run_with("{{add 2 3}}", " tail", tool_parser="braces")
+    finally:
+        TOOL_PARSERS.unregister("braces")
+    assert tool.seen == [{"a": 2, "b": 3}]
+    assert sample.response_tokens == first + ids(answer("5")) + second
+
+
+def test_a_call_inside_the_reasoning_is_not_run_and_one_after_it_is():
+    inside = CALLS["hermes"].replace('"a": 2', '"a": 100')
+    text = f"<think>maybe {inside}</think>{CALLS['hermes']}"
+    sample, _, tool, first, second = run_with(text, "", reasoning_parser="qwen3")
+    assert tool.seen == [{"a": 2, "b": 3}]
+    assert sample.response_tokens == first + ids(answer("5")) + second
+
+
+def test_a_turn_still_thinking_has_no_call():
+    text = f"<think>{CALLS['hermes']}"
+    first = ids(text) + [EOS]
+    engine = ScriptedEngine([Reply(first)])
+    tool = Recording()
+    ctx, _ = make_context(engine, [tool], reasoning_parser="deepseek_r1")
+    sample = run_one(ctx, prompt_sample())
+    assert tool.seen == [] and sample.response_tokens == first
+
+
+def test_the_compact_format_refuses_the_parser_options_in_one_line():
+    with pytest.raises(UsageError, match="^--tool-call-format compact reads only its own"):
+        make_context(ScriptedEngine([]), [], tool_call_format="compact", tool_parser="hermes")
+
+
+def test_an_unknown_parser_name_is_a_usage_error_naming_the_flag():
+    with pytest.raises(UsageError, match="^--tool-parser 'hermez': choose one of"):
+        make_context(ScriptedEngine([]), [], tool_parser="hermez")

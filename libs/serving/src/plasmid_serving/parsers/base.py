@@ -104,7 +104,9 @@ class ToolParser:
         """``(content, tool_calls)``: the text outside the well-formed spans, stripped (``None`` when
         empty and there are calls), and their calls in OpenAI's form. Without a well-formed span the
         content is ``text`` unchanged."""
-        kept, calls, position = [], [], 0
+        kept: list[str] = []
+        calls: list[dict[str, Any]] = []
+        position = 0
         for span in self.spans(text, tools):
             if not span.ok:
                 continue

@@ -166,7 +166,7 @@ class DeepSeekV3(ToolParser):
     name = "deepseek_v3"
 
     def spans(self, text: str, tools: list[ToolSpec] | None = None) -> list[CallSpan]:
-        spans = []
+        spans: list[CallSpan] = []
         for match in _DS_BLOCK.finditer(text):
             start, end = match.start(), match.end()
             before = text[:start].rstrip()

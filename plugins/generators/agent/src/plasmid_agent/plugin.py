@@ -8,11 +8,13 @@ from plasmid import hookimpl
 from plasmid.config import Config, OptionParser
 from plasmid.errors import UsageError
 from plasmid_agent.options import AgentOptions
+from plasmid_serving.parsers.options import ParserOptions
 
 
 @hookimpl
 def plasmid_addoption(parser: OptionParser) -> None:
     parser.add_options(AgentOptions)
+    parser.add_options(ParserOptions)  # --tool-parser, --reasoning-parser (shared with multiturn)
 
 
 @hookimpl

@@ -1,54 +1,48 @@
-"""Tool calls in the model's text, as OpenAI's ``tool_calls``.
+"""Tool calls and reasoning in the model's text, as OpenAI's ``tool_calls`` and ``reasoning_content``.
 
-A call is tagged JSON, ``<tool_call>{"name": "calculator", "arguments": {"expression": "2*3"}}</tool_call>``
-(the format of Qwen's and Hermes' chat templates). ``arguments`` may be an object or a JSON string;
-``parameters`` is accepted for it too. A tagged block that is not such JSON stays in the text.
+A thin call into the shared parser family (:mod:`plasmid_serving.parsers`): ``--tool-parser NAME``
+(vLLM's names: hermes, llama3_json, mistral, deepseek_v3, qwen3_coder, pythonic, or one a package
+registers) and ``--reasoning-parser NAME`` (deepseek_r1, qwen3, ...), read once per gateway with
+:func:`parsers_of`. Without ``--tool-parser`` the syntax is ``hermes``, the tagged JSON of Qwen's and
+Hermes' chat templates: ``<tool_call>{"name": "calculator", "arguments": {"expression": "2*3"}}</tool_call>``
+(``arguments`` may be an object or a JSON string; ``parameters`` is accepted for it too). A call
+that is not well-formed stays in the text. Parsing gives the agent's view only: the sample keeps the
+engine's token ids.
 """
 
 from __future__ import annotations
 
-import json
-import re
-import uuid
 from typing import Any
 
-TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+from plasmid.options import HoldsOptions
+from plasmid_serving.parsers import ReasoningParser, ToolParser, parse_message
+from plasmid_serving.parsers.options import ParserOptions
+from plasmid_serving.parsers.tools import Hermes
+
+#: The tool parser when ``--tool-parser`` is not given (parsers keep no state: one serves all).
+DEFAULT_TOOL_PARSER = Hermes()
 
 
-def parse_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]]]:
-    """``(content, tool_calls)``: the text outside the well-formed calls (stripped; None when empty
-    and there are calls), and one OpenAI tool call per well-formed tagged call, in order."""
-    calls: list[dict[str, Any]] = []
-    kept: list[str] = []
-    position = 0
-    for match in TOOL_CALL.finditer(text):
-        call = _as_call(match.group(1))
-        if call is None:
-            continue
-        kept.append(text[position:match.start()])
-        position = match.end()
-        calls.append(call)
-    if not calls:
-        return text, []
-    kept.append(text[position:])
-    content = "".join(kept).strip()
-    return (content or None), calls
+def parsers_of(config: HoldsOptions) -> tuple[ToolParser, ReasoningParser | None]:
+    """The run's tool parser (``--tool-parser``, else :data:`DEFAULT_TOOL_PARSER`, ``hermes``) and reasoning
+    parser (``--reasoning-parser``, else ``None``)."""
+    options = ParserOptions.of(config)
+    return options.tool() or DEFAULT_TOOL_PARSER, options.reasoning()
 
 
-def _as_call(body: str) -> dict[str, Any] | None:
-    try:
-        value = json.loads(body)
-    except ValueError:
-        return None
-    if not isinstance(value, dict) or not isinstance(value.get("name"), str):
-        return None
-    arguments = value.get("arguments", value.get("parameters", {}))
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:
-            return None
-    if not isinstance(arguments, dict):
-        return None
-    return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-            "function": {"name": value["name"], "arguments": json.dumps(arguments)}}
+def parse_reply(text: str, tool_parser: ToolParser | None = None, reasoning_parser: ReasoningParser | None = None,
+                tools: list[dict[str, Any]] | None = None) -> tuple[str | None, list[dict[str, Any]], str | None]:
+    """``(content, tool_calls, reasoning)`` of a reply's text: the reasoning split off with
+    ``reasoning_parser`` (``None`` without one or without reasoning), then the well-formed calls of
+    the rest with ``tool_parser`` (``hermes`` when ``None``) in OpenAI's form, and the remaining
+    text, stripped, as content (``None`` when empty and there are calls or reasoning; the text
+    unchanged when there are neither). ``tools`` are the request's tools (their schemas type the
+    values of parsers such as ``qwen3_coder``)."""
+    parsed = parse_message(text, tool_parser or DEFAULT_TOOL_PARSER, reasoning_parser, tools)
+    return parsed.content, parsed.tool_calls, parsed.reasoning
+
+
+def parse_tool_calls(text: str, tool_parser: ToolParser | None = None) -> tuple[str | None, list[dict[str, Any]]]:
+    """``(content, tool_calls)`` of :func:`parse_reply` without a reasoning parser."""
+    content, calls, _ = parse_reply(text, tool_parser)
+    return content, calls

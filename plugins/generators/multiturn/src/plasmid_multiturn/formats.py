@@ -15,11 +15,18 @@ A format is a small provider (``--tool-call-format``, :data:`FORMATS`) with four
 
 ``tagged`` and ``chat-template`` parse calls in the Hermes / Qwen style that most tool-calling chat
 templates use, ``<tool_call>{"name": NAME, "arguments": {...}}</tool_call>`` (``arguments`` may also
-be a JSON string of an object, as in OpenAI's API). ``compact`` is for models too small to spell
+be a JSON string of an object, as in OpenAI's API): the ``hermes`` parser of the shared family
+(:mod:`plasmid_serving.parsers`). ``--tool-parser NAME`` replaces a format's parser with another of
+the family (``chat-template`` with a Llama 3.1 template and ``--tool-parser llama3_json``, say): the
+format keeps its prompt, stop tokens and tool turns, and only how calls are read changes. With
+``--reasoning-parser NAME``, calls are read only after the model's reasoning (a call it writes
+while thinking is not run, and a turn still thinking has no call). ``compact`` is for models too small to spell
 JSON (the quickstart's tiny model on ``--task toolcalc``): ``<call>12*34</call>`` calls the
-``calculator`` tool with that expression. ``mistral`` is Mistral's syntax, several calls in one
-turn: ``[TOOL_CALLS][{"name": NAME, "arguments": {...}}, ...]``, each answer appended in order as
-``[TOOL_RESULTS]{"content": ANSWER}[/TOOL_RESULTS]``.
+``calculator`` tool with that expression. ``mistral`` is Mistral's syntax (the ``mistral`` parser),
+several calls in one turn: ``[TOOL_CALLS][{"name": NAME, "arguments": {...}}, ...]`` (or the newer
+``[TOOL_CALLS]NAME[ARGS]{...}``, one call), each answer appended in order as
+``[TOOL_RESULTS]{"content": ANSWER}[/TOOL_RESULTS]``. ``compact`` reads its own syntax and takes
+neither parser option.
 """
 
 from __future__ import annotations
@@ -33,10 +40,12 @@ from typing import Any, Protocol
 from plasmid.errors import UsageError
 from plasmid.protocols import Tokenizer, Tool
 from plasmid.types import Sample
+from plasmid_serving.parsers import CallSpan, ReasoningParser, ToolCall, ToolParser
+from plasmid_serving.parsers.tools import TOOL_CALL_CLOSE, Hermes
+from plasmid_serving.parsers.tools import Mistral as MistralParser
 
-CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
+CALL_CLOSE = TOOL_CALL_CLOSE
 RESPONSE_OPEN, RESPONSE_CLOSE = "<tool_response>", "</tool_response>"
-_CALL = re.compile(re.escape(CALL_OPEN) + r"(.*?)" + re.escape(CALL_CLOSE), re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -114,7 +123,9 @@ class ToolCallFormat(Protocol):
 
     def stop_token_ids(self, tokenizer: Tokenizer) -> tuple[int, ...]: ...
 
-    def find_call(self, text: str) -> FoundCall | None: ...
+    def find_call(self, text: str, tools: list[dict[str, Any]] | None = None) -> FoundCall | None:
+        """The first complete call in ``text`` (``tools``: the tools offered, as OpenAI specs)."""
+        ...
 
     def tool_turn(self, tokenizer: Tokenizer, conversation: Conversation, turn_text: str, calls: list[FoundCall],
                   answers: list[str], tools: Mapping[str, Tool]) -> str:
@@ -123,33 +134,44 @@ class ToolCallFormat(Protocol):
         ...
 
 
-def parse_call(text: str) -> FoundCall | None:
-    """The first complete ``<tool_call>...</tool_call>`` in ``text``, parsed, or ``None``."""
-    match = _CALL.search(text)
-    if match is None:
+def found_call(parser: ToolParser, text: str, tools: list[dict[str, Any]] | None = None,
+               reasoning: ReasoningParser | None = None) -> FoundCall | None:
+    """The first complete call ``parser`` finds in ``text`` (after the reasoning ``reasoning`` splits
+    off, when given), as a :class:`FoundCall` ending where its span ends; the span's further calls
+    are its siblings. ``None`` when there is none (yet)."""
+    offset = 0
+    if reasoning is not None:
+        thought, offset = reasoning.split(text)
+        if thought is None:
+            offset = 0
+    spans = parser.spans(text[offset:], tools)
+    if not spans:
         return None
-    body = match.group(1).strip()
-    try:
-        payload = json.loads(body)
-    except json.JSONDecodeError as exc:
-        return FoundCall(match.end(), error=f"the tool call is not valid JSON ({exc.msg} at character {exc.pos})")
-    return call_of(payload, match.end())
+    span: CallSpan = spans[0]
+    end = offset + span.end
+    if span.error or not span.calls:
+        return FoundCall(end, error=span.error or "a tool call holds no call")
+    first, *rest = (_found(call, end) for call in span.calls)
+    return replace(first, siblings=tuple(rest))
 
 
-def call_of(payload: Any, end: int) -> FoundCall:
-    """A decoded JSON call ``{"name": NAME, "arguments": {...}}`` (``arguments`` may be a JSON string
-    of an object) as a :class:`FoundCall` ending at ``end``; one with ``error`` when malformed."""
-    if not isinstance(payload, dict) or not isinstance(payload.get("name"), str) or not payload["name"]:
-        return FoundCall(end, error='a tool call is a JSON object {"name": "...", "arguments": {...}}')
-    arguments: Any = payload.get("arguments", {})
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError:
-            arguments = None
-    if not isinstance(arguments, dict):
-        return FoundCall(end, name=payload["name"], error="the tool call's arguments must be a JSON object")
-    return FoundCall(end, name=payload["name"], arguments=arguments)
+def _found(call: ToolCall, end: int) -> FoundCall:
+    return FoundCall(end, name=call.name, arguments=call.arguments, error=call.error)
+
+
+class Parsed:
+    """Base of the formats whose calls a parser of the shared family reads: ``parser`` (else the
+    format's own, :attr:`default_parser`) after ``reasoning`` (else none)."""
+
+    #: the parser of the format's own syntax
+    default_parser: ToolParser = Hermes()
+
+    def __init__(self, parser: ToolParser | None = None, reasoning: ReasoningParser | None = None) -> None:
+        self.parser = parser or self.default_parser
+        self.reasoning = reasoning
+
+    def find_call(self, text: str, tools: list[dict[str, Any]] | None = None) -> FoundCall | None:
+        return found_call(self.parser, text, tools, self.reasoning)
 
 
 def single_token(tokenizer: Tokenizer, text: str) -> tuple[int, ...]:
@@ -161,7 +183,7 @@ def single_token(tokenizer: Tokenizer, text: str) -> tuple[int, ...]:
     return (int(ids[0]),) if len(ids) == 1 else ()
 
 
-class Tagged:
+class Tagged(Parsed):
     """``--tool-call-format tagged``: the prompt's tokens as the data source made them (its prompt
     tells the model about the tools); calls are ``<tool_call>{json}</tool_call>`` in the text and
     each answer is appended as ``<tool_response>ANSWER</tool_response>``, nothing else."""
@@ -172,9 +194,6 @@ class Tagged:
 
     def stop_token_ids(self, tokenizer: Tokenizer) -> tuple[int, ...]:
         return single_token(tokenizer, CALL_CLOSE)
-
-    def find_call(self, text: str) -> FoundCall | None:
-        return parse_call(text)
 
     def tool_turn(self, tokenizer: Tokenizer, conversation: Conversation, turn_text: str, calls: list[FoundCall],
                   answers: list[str], tools: Mapping[str, Tool]) -> str:
@@ -187,7 +206,7 @@ def tool_schemas(tools: Mapping[str, Tool]) -> list[dict[str, Any]]:
                                               "parameters": tool.parameters}} for name, tool in tools.items()]
 
 
-class ChatTemplate:
+class ChatTemplate(Parsed):
     """``--tool-call-format chat-template``: the tokenizer's own chat template with ``tools=``
     (Hugging Face ``apply_chat_template``), rendered incrementally.
 
@@ -221,9 +240,6 @@ class ChatTemplate:
 
     def stop_token_ids(self, tokenizer: Tokenizer) -> tuple[int, ...]:
         return single_token(tokenizer, CALL_CLOSE)
-
-    def find_call(self, text: str) -> FoundCall | None:
-        return parse_call(text)
 
     def tool_turn(self, tokenizer: Tokenizer, conversation: Conversation, turn_text: str, calls: list[FoundCall],
                   answers: list[str], tools: Mapping[str, Tool]) -> str:
@@ -274,7 +290,7 @@ class Compact:
     def stop_token_ids(self, tokenizer: Tokenizer) -> tuple[int, ...]:
         return single_token(tokenizer, COMPACT_CLOSE)
 
-    def find_call(self, text: str) -> FoundCall | None:
+    def find_call(self, text: str, tools: list[dict[str, Any]] | None = None) -> FoundCall | None:
         match = _COMPACT_CALL.search(text)
         if match is None:
             return None
@@ -285,17 +301,17 @@ class Compact:
         return "".join(f"{RESULT_OPEN}{answer}{RESULT_CLOSE}" for answer in answers)
 
 
-MISTRAL_CALLS, MISTRAL_RESULTS_OPEN, MISTRAL_RESULTS_CLOSE = "[TOOL_CALLS]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]"
-_JSON = json.JSONDecoder()
+MISTRAL_RESULTS_OPEN, MISTRAL_RESULTS_CLOSE = "[TOOL_RESULTS]", "[/TOOL_RESULTS]"
 
 
-class Mistral:
+class Mistral(Parsed):
     """``--tool-call-format mistral``: Mistral's syntax, several calls in one turn.
 
     The model writes ``[TOOL_CALLS]`` and a JSON list of calls, ``[{"name": NAME, "arguments":
     {...}}, ...]`` (one object alone is one call; ``arguments`` may be a JSON string, and other keys
-    such as ``id`` are ignored); the call is complete, and the turn cut, where that JSON value
-    ends (anything but ``[`` or ``{`` after ``[TOOL_CALLS]`` is a malformed call, told to the model).
+    such as ``id`` are ignored), or ``[TOOL_CALLS]NAME[ARGS]{...}``; the call is complete, and the
+    turn cut, where that JSON value ends (see the ``mistral`` parser,
+    :class:`plasmid_serving.parsers.tools.Mistral`, for what is malformed: told to the model).
     Every call of the list is run, in order (a malformed entry is answered with an error and
     the others still run), and each answer is appended, in the same order, as
     ``[TOOL_RESULTS]{"content": ANSWER}[/TOOL_RESULTS]`` (the answer JSON-encoded). A
@@ -304,34 +320,14 @@ class Mistral:
     cuts the turn after the list).
     """
 
+    default_parser: ToolParser = MistralParser()
+
     def prompt_ids(self, tokenizer: Tokenizer, sample: Sample, tools: Mapping[str, Tool],
                    conversation: Conversation) -> list[int]:
         return list(sample.prompt_tokens)
 
     def stop_token_ids(self, tokenizer: Tokenizer) -> tuple[int, ...]:
         return ()
-
-    def find_call(self, text: str) -> FoundCall | None:
-        start = text.find(MISTRAL_CALLS)
-        if start < 0:
-            return None
-        body = start + len(MISTRAL_CALLS)
-        while body < len(text) and text[body].isspace():
-            body += 1
-        if body == len(text):
-            return None  # not complete (yet)
-        if text[body] not in "[{":
-            return FoundCall(body, error='[TOOL_CALLS] is followed by a JSON list of calls, [{"name": "...", '
-                                         '"arguments": {...}}, ...]')
-        try:
-            payload, end = _JSON.raw_decode(text, body)
-        except json.JSONDecodeError:
-            return None  # not complete (yet)
-        entries = payload if isinstance(payload, list) else [payload]
-        if not entries:
-            return FoundCall(end, error="[TOOL_CALLS] holds an empty list; give at least one call")
-        calls = [call_of(entry, end) for entry in entries]
-        return replace(calls[0], siblings=tuple(calls[1:]))
 
     def tool_turn(self, tokenizer: Tokenizer, conversation: Conversation, turn_text: str, calls: list[FoundCall],
                   answers: list[str], tools: Mapping[str, Tool]) -> str:
@@ -357,6 +353,6 @@ def spellable(tokenizer: Tokenizer, text: str) -> str:
     return "".join(kept)
 
 
-#: ``--tool-call-format`` -> the format's class.
+#: ``--tool-call-format`` -> the format's class (those but ``compact`` take ``parser=`` and ``reasoning=``).
 FORMATS: dict[str, type[Tagged] | type[ChatTemplate] | type[Compact] | type[Mistral]] = {
     "tagged": Tagged, "chat-template": ChatTemplate, "compact": Compact, "mistral": Mistral}

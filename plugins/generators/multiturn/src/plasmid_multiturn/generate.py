@@ -16,7 +16,10 @@ complete tool call: **tokens the engine generated after a complete call in the s
 (they are not in the sample, and not trained on), so the model's turn ends at the call. A format
 with several calls per turn (``mistral``: one ``[TOOL_CALLS]`` list) makes them one "call" that
 ends with the list: every call in it is run, one after the other, in order, and all the answers
-are appended together (each counts as a tool call in the metrics).
+are appended together (each counts as a tool call in the metrics). How calls are read is the
+format's own syntax, or ``--tool-parser NAME`` of the shared parser family
+(:mod:`plasmid_serving.parsers`), after ``--reasoning-parser NAME`` splits off the reasoning (a call
+inside the reasoning is not run): parsing reads the text, and the tokens stay the engine's.
 
 The conversation ends when a turn has no tool call (status: the engine's, ``COMPLETED`` or
 ``TRUNCATED``), when the model calls a tool in turn ``--max-turns`` (the call is not run;
@@ -59,13 +62,23 @@ from dataclasses import replace
 from typing import Any, ClassVar, TypeVar
 
 from plasmid.config import Config
-from plasmid.errors import ContextLengthError
+from plasmid.errors import ContextLengthError, UsageError
 from plasmid.kernel_options import ScheduleOptions
 from plasmid.options import Options
 from plasmid.protocols import RolloutView, Tokenizer, ToolError
 from plasmid.types import Sample, SamplingParams, Status
-from plasmid_multiturn.formats import FORMATS, Conversation, FoundCall, TemplateMismatch, ToolCallFormat, spellable
+from plasmid_multiturn.formats import (
+    FORMATS,
+    Compact,
+    Conversation,
+    FoundCall,
+    TemplateMismatch,
+    ToolCallFormat,
+    spellable,
+    tool_schemas,
+)
 from plasmid_multiturn.options import MultiTurnOptions
+from plasmid_serving.parsers.options import ParserOptions
 
 T = TypeVar("T")
 
@@ -73,21 +86,38 @@ T = TypeVar("T")
 STATE_KEY, METRICS_KEY = "multiturn", "rollout_metrics"
 
 
-def find_call_in_tokens(fmt: ToolCallFormat, tokenizer: Tokenizer, ids: list[int]) -> tuple[int, FoundCall] | None:
+def find_call_in_tokens(fmt: ToolCallFormat, tokenizer: Tokenizer, ids: list[int],
+                        tools: list[dict[str, Any]] | None = None) -> tuple[int, FoundCall] | None:
     """``(k, call)``: the first complete tool call in the text of ``ids`` and the fewest leading
-    tokens ``ids[:k]`` whose text holds it whole (the turn is cut there), or ``None``."""
-    if not ids or fmt.find_call(tokenizer.decode(ids, skip_special_tokens=False)) is None:
+    tokens ``ids[:k]`` whose text holds it whole (the turn is cut there), or ``None``. ``tools``:
+    the tools offered, as OpenAI specs (a parser may type values by their schemas)."""
+    if not ids or fmt.find_call(tokenizer.decode(ids, skip_special_tokens=False), tools) is None:
         return None
     low, high = 1, len(ids)  # the smallest k whose prefix holds a complete call (monotone in k)
     while low < high:
         middle = (low + high) // 2
-        if fmt.find_call(tokenizer.decode(ids[:middle], skip_special_tokens=False)) is None:
+        if fmt.find_call(tokenizer.decode(ids[:middle], skip_special_tokens=False), tools) is None:
             low = middle + 1
         else:
             high = middle
-    call = fmt.find_call(tokenizer.decode(ids[:low], skip_special_tokens=False))
+    call = fmt.find_call(tokenizer.decode(ids[:low], skip_special_tokens=False), tools)
     assert call is not None
     return low, call
+
+
+def make_format(name: str, parsers: ParserOptions) -> ToolCallFormat:
+    """The ``--tool-call-format`` ``name``, reading calls with ``--tool-parser`` (else its own
+    syntax) after ``--reasoning-parser`` (else no reasoning).
+
+    :raises UsageError: a parser option with ``compact``, which reads only its own syntax.
+    """
+    cls = FORMATS[name]
+    if cls is Compact:
+        if parsers.tool_parser is not None or parsers.reasoning_parser is not None:
+            raise UsageError("--tool-call-format compact reads only its own <call>...</call> syntax: drop "
+                             "--tool-parser and --reasoning-parser, or choose tagged, chat-template or mistral")
+        return Compact()
+    return cls(parsers.tool(), parsers.reasoning())
 
 
 class MultiTurn:
@@ -95,12 +125,12 @@ class MultiTurn:
 
     #: It calls the run's ``--tools`` (start-up refuses ``--tools`` with a generate function that does not).
     takes_tools: ClassVar[bool] = True
-    option_classes: ClassVar[tuple[type[Options], ...]] = (MultiTurnOptions, ScheduleOptions)
+    option_classes: ClassVar[tuple[type[Options], ...]] = (MultiTurnOptions, ScheduleOptions, ParserOptions)
 
     def __init__(self, config: Config) -> None:
         options = MultiTurnOptions.of(config)
         self.options = options
-        self.format: ToolCallFormat = FORMATS[options.tool_call_format]()
+        self.format: ToolCallFormat = make_format(options.tool_call_format, ParserOptions.of(config))
         self.mask_offpolicy = ScheduleOptions.of(config).mask_offpolicy_in_partial_rollout
 
     async def __call__(self, ctx: RolloutView, sample: Sample, params: SamplingParams) -> Sample:
@@ -121,6 +151,7 @@ class MultiTurn:
             prompt = fmt.prompt_ids(tokenizer, sample, ctx.tools, conversation)
             response, logprobs, mask = [], [], []
         stops = tuple(dict.fromkeys((*params.stop_token_ids, *fmt.stop_token_ids(tokenizer))))
+        schemas = tool_schemas(ctx.tools)
         weight_version = sample.weight_version
         in_turn = resumed  # a resumed sample continues the turn it was aborted in
         status = Status.COMPLETED
@@ -133,7 +164,7 @@ class MultiTurn:
                 status = Status.ABORTED
                 break
             # a resumed turn may already hold its call (aborted right after it): then run the tool
-            found = find_call_in_tokens(fmt, tokenizer, so_far) if in_turn else None
+            found = find_call_in_tokens(fmt, tokenizer, so_far, schemas) if in_turn else None
             in_turn = False
             if found is None:
                 room = min(budget - len(response), params.max_new_tokens - len(so_far))
@@ -151,7 +182,7 @@ class MultiTurn:
                     break
                 weight_version = output.weight_version
                 ids, new_logprobs = list(output.token_ids), list(output.logprobs)
-                found = find_call_in_tokens(fmt, tokenizer, so_far + ids)
+                found = find_call_in_tokens(fmt, tokenizer, so_far + ids, schemas)
                 if found is not None:  # the turn ends at the call: what came after it is cut
                     keep = max(found[0] - len(so_far), 0)
                     ids, new_logprobs = ids[:keep], new_logprobs[:keep]

@@ -7,11 +7,13 @@ from collections.abc import Callable
 from plasmid import hookimpl
 from plasmid.config import OptionParser
 from plasmid_multiturn.options import MultiTurnOptions
+from plasmid_serving.parsers.options import ParserOptions
 
 
 @hookimpl
 def plasmid_addoption(parser: OptionParser) -> None:
     parser.add_options(MultiTurnOptions)
+    parser.add_options(ParserOptions)  # --tool-parser, --reasoning-parser (shared with the agent gateway)
 
 
 @hookimpl
