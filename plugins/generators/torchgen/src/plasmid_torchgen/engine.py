@@ -54,6 +54,7 @@ from plasmid_torchgen.decoder import Decoder
 from plasmid_torchgen.options import TorchgenOptions
 from plasmid_torchgen.routing import RoutingCapture
 from plasmid_torchgen.stats import EngineStats
+from plasmid_torchgen.vision import generate_with_images
 from plasmid_torchgen.weights import WeightTable
 
 NamedTensor = tuple[str, Any]
@@ -100,6 +101,8 @@ class TorchEngine:
         self.max_batch_size = options.torchgen_max_batch_size
         self._stats = EngineStats()
         shared_generator = torch.Generator(device=self.place.device).manual_seed(general.seed)
+        #: seeds of the requests with images (plasmid_torchgen.vision), drawn from --seed
+        self.vision_generator = torch.Generator().manual_seed(general.seed)
         self._decoder = Decoder(self.model, shared_generator, self.place, options.torchgen_decoder,
                                 graphs=options.torchgen_cuda_graphs)
         if options.torchgen_cuda_graphs and self._decoder.decoder != "lean":
@@ -147,6 +150,12 @@ class TorchEngine:
         """
         (output,) = await self._answers(self._enqueue([prompt_ids], [params]))
         return output
+
+    async def generate_with_images(self, prompt_ids: list[int], images: Any,
+                                   params: SamplingParams) -> GenerationOutput:
+        """Sample one response to a prompt with images (a :class:`plasmid_torch.vision.VisionInputs`) of a
+        vision-language model, through transformers' generate (:mod:`plasmid_torchgen.vision`)."""
+        return await generate_with_images(self, prompt_ids, images, params)
 
     async def generate_many(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[GenerationOutput]:
         """``generate(prompts[i], params[i])`` for every ``i``, in order: the requests join the

@@ -1,4 +1,5 @@
-"""Hook implementations of plasmid-torchgen: the ``torchgen`` engine and its option."""
+"""Hook implementations of plasmid-torchgen: the ``torchgen`` engine and its options, and the ``vision``
+generate function (prompts with images, :mod:`plasmid_torchgen.vision`)."""
 
 from __future__ import annotations
 
@@ -17,3 +18,8 @@ def plasmid_addoption(parser: OptionParser) -> None:
 @hookimpl
 def plasmid_generators(register):
     register("torchgen", "plasmid_torchgen.engine:TorchEngine", default=True)
+
+
+@hookimpl
+def plasmid_generate_fns(register):
+    register("vision", "plasmid_torchgen.vision:VisionSingleTurn")

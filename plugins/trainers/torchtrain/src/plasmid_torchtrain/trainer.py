@@ -144,7 +144,7 @@ class TorchTrainer(StepCounters):
         if self.sharded:
             distributed.shard_model(self.model, self.dp.world, self.place.device.type)
             self.sync = distributed.ShardedSync(self.dp)
-        pad_id = self.model.config.pad_token_id
+        pad_id = self.model.config.get_text_config().pad_token_id      # a VLM keeps it in its text config
         self.pad_id: int = pad_id if pad_id is not None else 0
         lr_multiplier = schedule.lr_multiplier(options, rollout)
         self.optimizer = self._adamw(self.model, options.lr)

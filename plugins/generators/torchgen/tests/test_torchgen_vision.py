@@ -1,0 +1,167 @@
+"""Prompts with images on the tiny Qwen2-VL (plasmid_torch.tiny_vision): image parts decoded and
+checked, torchgen generating through its vision path, torchtrain's log-probs of the same samples
+agreeing with the engine's, and a train step's change of a vision-tower weight reaching the engine."""
+
+import base64
+import io
+
+import numpy as np
+import plasmid_grpo.plugin
+import plasmid_torchtrain.plugin
+import pytest
+import torch
+from PIL import Image
+from plasmid_torchgen.vision import VisionSingleTurn
+
+from plasmid import testing
+from plasmid.errors import UsageError
+from plasmid.types import Group, RolloutBatch, Sample, SamplingParams, Status
+from plasmid_torch import vision
+from plasmid_torch.tiny import EOS_ID
+from plasmid_torch.tiny_vision import IMAGE_PAD_ID, build_tiny_vlm
+
+VISION_WEIGHT = "model.visual.blocks.0.mlp.fc1.weight"
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def vlm_dir(tmp_path_factory):
+    return build_tiny_vlm(tmp_path_factory.mktemp("vlm") / "tiny-vlm", seed=0)
+
+
+def png(colour, size=(64, 64)) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", size, colour).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def data_url(data: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(data).decode()
+
+
+def prompt(part) -> list[dict]:
+    return [{"role": "user", "content": [part, {"type": "text", "text": "which colour?"}]}]
+
+
+def test_the_tiny_vlm_loads_with_the_auto_classes_and_expands_the_image_tokens(vlm_dir):
+    import transformers
+
+    model = transformers.AutoModelForImageTextToText.from_pretrained(str(vlm_dir))
+    assert model.config.vision_config.patch_size == 8
+    assert type(transformers.AutoImageProcessor.from_pretrained(str(vlm_dir))).__name__.startswith(
+        "Qwen2VLImageProcessor")
+    messages = prompt({"type": "image_url", "image_url": {"url": data_url(png((255, 0, 0)))}})
+    ids, inputs = vision.VisionEncoder(str(vlm_dir))(messages, vision.load_images(messages, "rows.jsonl:1"))
+    assert ids.count(IMAGE_PAD_ID) == 16                    # 64x64 pixels: 8x8 patches, merged 2x2
+    assert inputs.image_grid_thw.tolist() == [[1, 8, 8]] and inputs.pixel_values.shape[0] == 64
+
+
+def test_image_parts_of_every_accepted_form_decode_to_the_same_pixels(tmp_path):
+    data = png((0, 0, 255), (40, 24))
+    (tmp_path / "blue.png").write_bytes(data)
+    parts = [{"type": "image_url", "image_url": {"url": data_url(data)}},
+             {"type": "image_url", "image_url": {"url": "blue.png"}},
+             {"type": "image", "image": str(tmp_path / "blue.png")},
+             {"type": "image", "path": "blue.png"},
+             {"type": "image", "bytes": data}]
+    images = vision.load_images([{"role": "user", "content": parts}], "rows.jsonl:3", base_dir=tmp_path)
+    assert len(images) == 5
+    assert all(np.array_equal(np.asarray(image), np.asarray(images[0])) for image in images)
+    assert images[0].size == (40, 24)
+
+
+@pytest.mark.parametrize(("part", "expected"), [
+    ({"type": "image_url", "image_url": {"url": "data:image/png;base64,@@@"}}, "bad base64"),
+    ({"type": "image", "bytes": b"not an image"}, "cannot decode the image"),
+    ({"type": "image", "path": "missing.png"}, "cannot read image"),
+    ({"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}, "no downloads"),
+    ({"type": "image"}, "has no image"),
+    ({"type": "image", "bytes": png((1, 2, 3), (80, 80))}, "over the limit of 4096 pixels"),
+])
+def test_a_bad_image_is_one_line_naming_file_row_and_image(tmp_path, part, expected):
+    with pytest.raises(UsageError) as caught:
+        vision.load_images(prompt(part), "rows.jsonl:7", base_dir=tmp_path, max_pixels=64 * 64)
+    message = str(caught.value)
+    assert message.startswith("rows.jsonl:7: image 1: ") and expected in message and "\n" not in message
+
+
+def make_config(vlm_dir, tmp_path, **options):
+    return testing.make_config(plasmid_torchtrain.plugin, plasmid_grpo.plugin, model=str(vlm_dir),
+                               run_dir=tmp_path / "run", lr=1e-2, **options)
+
+
+def engine_and_trainer(vlm_dir, tmp_path):
+    import plasmid_torchgen.plugin
+
+    config = make_config(vlm_dir, tmp_path)
+    engine = testing.build("engine", "torchgen", plasmid_torchgen.plugin, config=config)
+    loss = testing.build("loss", "grpo", plasmid_grpo.plugin, config=config)
+    trainer = testing.build("trainer", "torchtrain", plasmid_torchtrain.plugin, config=config, args=(loss,))
+    return config, engine, trainer
+
+
+class View:
+    """The part of a rollout context the generate function reads."""
+
+    def __init__(self, engine, tokenizer):
+        self.engines, self.tokenizer = [engine], tokenizer
+
+    def engine_for(self, sample):
+        return self.engines[0]
+
+
+def vision_samples(vlm_dir, colours, n=2):
+    encoder = vision.VisionEncoder(str(vlm_dir))
+    samples = []
+    for index, colour in enumerate(colours):
+        messages = prompt({"type": "image", "bytes": png(colour)})
+        ids, inputs = encoder(messages, vision.load_images(messages, f"test:{index}"))
+        samples += [Sample(prompt=messages, tokens=list(ids), metadata={vision.VISION_KEY: inputs}, index=index * n + k,
+                           group_index=index) for k in range(n)]
+    return encoder, samples
+
+
+def test_engine_and_trainer_log_probs_agree_and_a_vision_weight_reaches_the_engine(vlm_dir, tmp_path):
+    config, engine, trainer = engine_and_trainer(vlm_dir, tmp_path)
+    encoder, samples = vision_samples(vlm_dir, [(255, 0, 0), (0, 255, 0)])
+    generate = VisionSingleTurn(config)
+    params = [SamplingParams(temperature=1.0, max_new_tokens=6, stop_token_ids=(EOS_ID,), seed=i)
+              for i in range(len(samples))]
+    testing.run(generate.generate_many(View(engine, encoder.tokenizer), samples, params))
+    assert all(s.response_length > 0 and s.status in (Status.COMPLETED, Status.TRUNCATED) for s in samples)
+    trainer_logprobs = testing.run(trainer.logprobs(samples, 1.0))
+    diff = max(abs(a - b) for s, values in zip(samples, trainer_logprobs, strict=True)
+               for a, b in zip(s.rollout_logprobs, values, strict=True))
+    assert diff <= 1e-4
+
+    before = testing.run(engine.get_weights([VISION_WEIGHT]))[VISION_WEIGHT]
+    for position, sample in enumerate(samples):
+        sample.reward = float(position % 2)
+    batch = RolloutBatch(rollout_id=0, groups=[Group(samples[:2], 0), Group(samples[2:], 1)])
+    testing.run(trainer.train_step(batch))
+    trained = dict(trainer.export_weights(1 << 30).__next__())[VISION_WEIGHT].detach().float().numpy()
+    assert not np.array_equal(trained, before)              # the step moved the vision tower
+    for bucket in trainer.export_weights(1 << 20):
+        testing.run(engine.update_weights(bucket, 1))
+    served = testing.run(engine.get_weights([VISION_WEIGHT]))[VISION_WEIGHT]
+    assert np.array_equal(served, trained) and engine.weight_version == 1
+    testing.run(engine.shutdown())
+
+
+def test_text_samples_take_the_ordinary_path_under_the_vision_generate_function(vlm_dir, tmp_path):
+    config, engine, _ = engine_and_trainer(vlm_dir, tmp_path)
+    tokenizer = vision.VisionEncoder(str(vlm_dir)).tokenizer
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": "hello"}], tokenize=True,
+                                        add_generation_prompt=True)
+    ids = list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+    sample = Sample(prompt="hello", tokens=ids)
+    calls = []
+    original = engine.generate_with_images
+    engine.generate_with_images = lambda *args: calls.append(args) or original(*args)
+    testing.run(VisionSingleTurn(config)(View(engine, tokenizer), sample, SamplingParams(max_new_tokens=3)))
+    assert sample.response_length == 3 and not calls
+    testing.run(engine.shutdown())
