@@ -256,6 +256,28 @@ def test_a_failing_rollout_checkpoints_the_last_finished_step_before_the_error_p
     assert "of step 2 written before stopping on the error below" in capsys.readouterr().err
 
 
+class StuckSync(FakeSync):
+    """The weight sync of step ``fail_at`` raises as a phase past its deadline does."""
+
+    fail_at = 2
+
+    async def sync(self, trainer, engines, version):
+        if version == self.fail_at + 1:
+            raise TimeoutError("weight sync 'fake': phase 'load' of engine 0 (X, rank 1) did not finish within 1 s")
+        return await super().sync(trainer, engines, version)
+
+
+def test_a_failing_sync_checkpoints_the_step_it_trained_before_the_error_propagates(tmp_path, capsys):
+    session = make_session(tmp_path / "run", save_interval=0)
+    session.weight_sync = StuckSync()
+    with pytest.raises(TimeoutError, match="phase 'load' of engine 0"):
+        train(session)
+    checkpoint = tmp_path / "run" / "checkpoints" / "step_000002"
+    assert checkpoint_steps(tmp_path / "run") == [2]
+    assert json.loads((checkpoint / "trainer" / "state.json").read_text()) == {"steps": 3}
+    assert "of step 2 written before stopping on the error below" in capsys.readouterr().err
+
+
 def test_a_rollout_failing_in_the_first_step_saves_nothing(tmp_path):
     session = make_session(tmp_path / "run", save_interval=0)
     session.driver = FailingDriver()

@@ -210,12 +210,17 @@ class Loop:
 
     async def sync(self, rollout_id: int) -> dict[str, float]:
         """Sync the weights of step ``rollout_id`` into the engines, once the rollout in flight
-        has finished (weights never change under it); the sync's metrics."""
+        has finished (weights never change under it); the sync's metrics. A failed sync (one past
+        its deadline, one that delivered other weights) checkpoints the trained step, then is raised."""
         if self.in_flight is not None:
             await asyncio.wait([self.in_flight])
         self.version = rollout_id + 1
         session = self.session
-        report: SyncReport = await session.weight_sync.sync(session.trainer, session.engines, self.version)
+        try:
+            report: SyncReport = await session.weight_sync.sync(session.trainer, session.engines, self.version)
+        except Exception:
+            await self.keep_progress(rollout_id)  # a --resume syncs the checkpoint's weights first
+            raise
         session.startup.manager.weights_synced(rollout_id, report)
         return {"time/sync_seconds": report.seconds, "sync/bytes": float(report.bytes), **report.metrics}
 
