@@ -33,6 +33,7 @@ def test_generate_agent_defaults_the_reward_to_the_agents():
     ({"generate": "agent", "agent": "no_such_module_xyz:f"}, "no module 'no_such_module_xyz'"),
     ({"generate": "agent", "agent": f"{AGENTS}:nothing"}, "has no attribute 'nothing'"),
     ({"generate": "agent", "agent_concurrency": 0, "agent": f"{AGENTS}:answer"}, "--agent-concurrency"),
+    ({"generate": "agent", "agent_max_calls": 0, "agent": f"{AGENTS}:answer"}, "--agent-max-calls"),
     ({"generate": "agent", "agent_errors": "ignore", "agent": f"{AGENTS}:answer"},
      "--agent-errors 'ignore': choose one of raise, zero"),
     ({"reward": ["agent"]}, "--reward agent scores what the agent function returned, so it needs --generate agent"),
