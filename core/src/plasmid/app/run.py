@@ -28,11 +28,12 @@ from typing import Any, TextIO
 
 from plasmid import loop
 from plasmid.app.collector import quiet_start_up
+from plasmid.app.console import LibraryLogs, Phase, ReportingDriver, report_checkpoints
 from plasmid.app.rollout_store import saving
 from plasmid.app.rundir import StartupWrites, check_run_dir, write_header
 from plasmid.app.runlog import RunLog
 from plasmid.app.start import start
-from plasmid.app.summary import add_train_options, describe_plugins
+from plasmid.app.summary import add_train_options, describe_plugins, verbose
 from plasmid.config import Config
 from plasmid.errors import PluginError
 from plasmid.kernel_options import EvalOptions, GeneralOptions, ProfileOptions, RolloutOptions
@@ -41,20 +42,30 @@ from plasmid.session import Session, build_inputs, instantiate, prepare
 from plasmid.startup import Startup
 
 
-async def start_session(startup: Startup) -> Session:
+async def start_session(startup: Startup, logs: LibraryLogs | None = None) -> Session:
     """Steps 2 to 4 of the module's order: the run directory checked, the inputs built, then
-    (removed again if anything fails) the recipe's files, the runtime's session and the header."""
+    (removed again if anything fails) the run's log file (``logs``, started once the run directory
+    may be written), the recipe's files, the runtime's session and the header. Each of these
+    phases that lasts over a second says so (:class:`~plasmid.app.console.Phase`)."""
     config = startup.config
     check_run_dir(config)
     model = GeneralOptions.of(config).model
     if model is None or Path(model).exists():  # else a recipe names a model that prepare creates
-        build_inputs(startup)
+        with Phase("loading the tokenizer and checking the data"):
+            build_inputs(startup)
     print(f"run directory: {config.run_dir}", file=sys.stderr)
     with StartupWrites(Path(config.run_dir)):
-        prepare(config, startup.registry)
-        build_inputs(startup)
+        if logs is not None:
+            logs.start()
+        with Phase(f"preparing data source '{config.option.datasource}' (a recipe's model and warm start)"):
+            prepare(config, startup.registry)
+        with Phase("loading the tokenizer and checking the data"):
+            build_inputs(startup)
         runtime = instantiate(startup.registry.get("runtime", config.option.runtime), config)
-        session: Session = await runtime.start(startup)
+        with Phase("starting the trainer and engines (loading the model, warming up)"):
+            session: Session = await runtime.start(startup)
+        if logs is not None:
+            logs.detach()  # a library imported while the session started may have set up its logging
         try:
             write_header(config)
         except BaseException:
@@ -141,15 +152,18 @@ async def run_training(argv: list[str]) -> dict[str, float]:
         startup = start(argv, add_options=add_train_options)
         config = startup.config
         print(describe_plugins(startup), file=sys.stderr)
-        session = await start_session(startup)
-        log = RunLog(config.run_dir, RolloutOptions.of(config).num_rollouts,
-                     plot_every=max(1, EvalOptions.of(config).eval_interval or 10))
-        try:
-            session.driver = saving(session.driver, config)
-            metrics = await observed_train(session, log)
-        finally:
-            log.close()
-            await session.shutdown()
+        with LibraryLogs(Path(config.run_dir), show_all=verbose(config) or GeneralOptions.of(config).debug) as logs:
+            session = await start_session(startup, logs)
+            log = RunLog(config.run_dir, RolloutOptions.of(config).num_rollouts,
+                         plot_every=max(1, EvalOptions.of(config).eval_interval or 10))
+            try:
+                session.driver = ReportingDriver(saving(session.driver, config), log.note)
+                report_checkpoints(session.trainer, log.note)
+                metrics = await observed_train(session, log)
+            finally:
+                log.close()
+                with Phase("shutting down the engines and trainer"):
+                    await session.shutdown()
     warn_missing_trace(config)
     summary = {k: v for k, v in metrics.items() if k.startswith(("eval/", "rollout/reward_mean"))}
     print("final: " + json.dumps(summary), file=sys.stderr)

@@ -101,6 +101,15 @@ class RunLog:
                             dynamic_ncols=True, mininterval=0.5, leave=True)
         return self.bar
 
+    def note(self, line: str) -> None:
+        """Write ``line`` (no newline) above the progress: through the tqdm bar, which redraws below it,
+        or after the plain bar's line; safe to call from another thread as a whole line."""
+        if self.bar is not None:
+            self.bar.write(line, file=self.stream)
+            return
+        self.stream.write(("\n" if self.tty and self.history else "") + line + "\n")
+        self.stream.flush()
+
     def last_metrics(self) -> dict[str, float]:
         """The last step's entry without its ``step`` (empty before the first)."""
         if not self.history:
