@@ -30,11 +30,16 @@ def plasmid_defaults(config: Config) -> None:
 
 @hookimpl
 def plasmid_configure(config: Config) -> None:
-    """A missing or unsupported verifiers is one line at start-up when this plugin is used."""
+    """A missing or unsupported verifiers, and a ``--vf-env`` this adapter cannot load or score (a
+    group-level rubric, a v1 taskset: :func:`plasmid_verifiers.vf.load_env`), are one line at
+    start-up when this plugin is used."""
     if config.option.datasource == NAME or any(name == NAME for name, _ in reward_weights(config)):
-        from plasmid_verifiers.vf import check_version
+        from plasmid_verifiers import vf
 
-        check_version()
+        vf.check_version()
+        options = VerifiersOptions.of(config)
+        if options.vf_env is not None:
+            vf.load_env(options.vf_env, vf.canonical_args(vf.parse_env_args(options.vf_env_args)))
 
 
 @hookimpl

@@ -66,12 +66,51 @@ def load_env(name: str, args_json: str = "{}") -> Any:
     import verifiers
 
     try:
-        return verifiers.load_environment(name, **args)
+        env = verifiers.load_environment(name, **args)
     except Exception as exc:  # noqa: BLE001 - the environment's own failure, told in one line
+        if v1_taskset(name) is not None:
+            raise UsageError(f"--vf-env {name} is a verifiers v1 taskset ({v1_taskset(name)}): plasmid-verifiers "
+                             f"drives the classic (v0) API, load_environment and Environment.rollout; v1 "
+                             f"tasksets are not supported") from None
         cause = exc.__cause__ or exc
         detail = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
         raise UsageError(f"--vf-env {name}: verifiers could not load it ({type(cause).__name__}: {detail}); is "
                          f"its package installed (pip install it), and --vf-env-args right?") from None
+    check_scorable(env, name)
+    return env
+
+
+def v1_taskset(name: str) -> str | None:
+    """The name of the verifiers v1 ``Taskset`` class that module ``name`` exports (what verifiers'
+    v1 loader resolves for a taskset id), or ``None`` when it is no v1 taskset."""
+    try:
+        from verifiers.v1.utils.loaders import taskset_class
+
+        found = taskset_class(name)
+    except Exception:  # noqa: BLE001 - not a v1 taskset, whatever the reason
+        return None
+    return f"{found.__module__}.{found.__qualname__}"
+
+
+def check_scorable(env: Any, name: str) -> None:
+    """Refuse, in one :class:`UsageError` line, an environment this adapter cannot score: not a
+    classic (v0) ``verifiers.Environment``, or a rubric with group-level reward functions (those
+    whose parameters are plural, ``states``/``completions``/..., or that return a list). Each
+    rollout is scored alone, by ``Rubric.score_rollout``, which verifiers itself refuses for such a
+    rubric (an ``AssertionError``); they need verifiers' ``score_group`` over a whole group."""
+    from verifiers.legacy.envs.environment import Environment
+
+    if not isinstance(env, Environment):
+        raise UsageError(f"--vf-env {name}: load_environment returned a {type(env).__module__}."
+                         f"{type(env).__qualname__}, not a classic (v0) verifiers.Environment; v1 environments are "
+                         f"not supported")
+    rubric = env.rubric
+    group = [getattr(func, "__name__", repr(func)) for func in rubric._get_reward_funcs()
+             if rubric._is_group_func(func)]
+    if group:
+        raise UsageError(f"--vf-env {name}: its rubric has group-level reward functions ({', '.join(group)}), "
+                         f"which verifiers scores only over a whole group (Rubric.score_group); plasmid-verifiers "
+                         f"scores each rollout alone (Rubric.score_rollout): make them per-rollout functions")
 
 
 def plain(value: Any) -> Any:
