@@ -64,15 +64,43 @@ def baseline_copy(model_dir: Path, repeats: int) -> float:
 
 
 async def time_syncs(sync, trainer, engines, repeats: int, vocab: int, first_version: int) -> tuple[float, dict]:
-    """Median MB/s of ``repeats`` syncs, each after a training step; the last report's metrics."""
-    speeds, report = [], None
+    """Median MB/s of ``repeats`` syncs, each after a training step; the last report's metrics
+    (with ``seconds``: the median seconds of a sync)."""
+    speeds, seconds, report = [], [], None
     for repeat in range(repeats + 1):   # the first sync warms up (delta: writes a full snapshot)
         await trainer.train_step(make_rollout_batch(vocab, seed=repeat))
         report = await sync.sync(trainer, engines, first_version + repeat)
         raw = report.metrics.get("sync/raw_bytes", report.metrics.get("sync/shared_bytes", report.bytes))
         if repeat:
             speeds.append(raw / MB / report.seconds)
-    return statistics.median(speeds), {"bytes": report.bytes, **report.metrics}
+            seconds.append(report.seconds)
+    return statistics.median(speeds), {"bytes": report.bytes, "seconds": statistics.median(seconds), **report.metrics}
+
+
+#: What the load checks cost (plasmid_torch.sync_guard): none, the defaults (CRC32 of every tensor
+#: sent; the read-back every 50 syncs is not reached here) and a sampled read-back after every sync.
+CHECKS = {"off": {"sync_checksums": "off", "verify_sync_every": 0},
+          "default": {},
+          "read-back 1": {"verify_sync_every": 1}}
+
+
+def check_rows(model_dir: Path, work: Path, engines: int, repeats: int, vocab: int) -> list[tuple[str, list[float]]]:
+    """Per local sync, the median milliseconds of a sync under each of :data:`CHECKS`."""
+    rows = []
+    for label, name, share in (("inprocess", "inprocess", "off"), ("inprocess-shared", "inprocess", "auto"),
+                               ("disk", "disk", "off"), ("delta", "delta", "off")):
+        times = []
+        for number, checks in enumerate(CHECKS.values()):
+            config = make_config(*PLUGINS, model=str(model_dir), run_dir=work / f"checks-{label}-{number}", lr=1e-6,
+                                 update_weight_buffer_size=16 * MB, inprocess_share_weights=share, **checks)
+            loss = build("loss", "grpo", *PLUGINS, config=config)
+            trainer = build("trainer", "torchtrain", *PLUGINS, config=config, args=(loss,))
+            served = [build("engine", "torchgen", *PLUGINS, config=config) for _ in range(engines)]
+            sync = build("weight_sync", name, *PLUGINS, config=config)
+            _speed, last = asyncio.run(time_syncs(sync, trainer, served, repeats, vocab, 1))
+            times.append(last["seconds"] * 1000)
+        rows.append((label, times))
+    return rows
 
 
 def local_rows(model_dir: Path, work: Path, engines: int, repeats: int, vocab: int) -> list[tuple[str, float, dict]]:
@@ -138,6 +166,9 @@ def main() -> None:
     parser.add_argument("--engines", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-ray", action="store_true", help="only the local runtime's syncs")
+    parser.add_argument("--checks", action="store_true",
+                        help="also time each local sync with its load checks off, at their defaults, and with a "
+                             "read-back after every sync")
     args = parser.parse_args()
     torch.set_num_threads(1)
     work = Path(tempfile.mkdtemp(prefix="plasmid-bench-sync-"))
@@ -159,6 +190,7 @@ def main() -> None:
             print("ray is not installed: skipping the Ray runtime's syncs")
         else:
             rows += ray_rows(model_dir, work, args.engines, args.repeats, vocab)
+    checks = check_rows(model_dir, work, args.engines, args.repeats, vocab) if args.checks else []
     shutil.rmtree(work, ignore_errors=True)
     print(f"{'sync':<28} {'MB/s':>9} {'x baseline':>11}  notes")
     for name, speed, last in rows:
@@ -166,6 +198,10 @@ def main() -> None:
         if "sync/compression_ratio" in last:
             notes = f"wrote {last['bytes'] / MB:.1f} MB, compression {last['sync/compression_ratio']:.2f}x"
         print(f"{name:<28} {speed:9.1f} {speed / baseline:11.3f}  {notes}", flush=True)
+    if checks:
+        print(f"\n{'ms per sync, checks:':<28}" + "".join(f" {label:>12}" for label in CHECKS))
+        for label, times in checks:
+            print(f"{'local  ' + label:<28}" + "".join(f" {ms:12.1f}" for ms in times), flush=True)
 
 
 if __name__ == "__main__":
