@@ -93,9 +93,10 @@ class ToolParser:
     def spans(self, text: str, tools: list[ToolSpec] | None = None) -> list[CallSpan]:
         """The complete call spans of ``text``, in order, not overlapping.
 
-        Contract: never raises; a span found in a prefix of a text is found, with the same
-        ``end`` and first call, in every longer text that starts with that prefix (a multi-turn
-        loop finds the fewest tokens that hold a call by bisection). ``tools`` are the tools offered
+        Contract: never raises; a first span found in a prefix of a text is found, with the same
+        first call, in every longer text that starts with that prefix (a multi-turn loop finds the
+        fewest tokens that hold a call by bisection); its ``end`` may grow over a closing marker
+        that follows (``deepseek_v3``'s end of the calls block). ``tools`` are the tools offered
         (may be ``None``); only parsers whose syntax writes every value as text read them.
         """
         raise NotImplementedError
