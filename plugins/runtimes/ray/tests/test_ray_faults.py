@@ -9,11 +9,14 @@ in a subprocess (the tiny CPU quickstart, 2 trainer workers):
   with an error or is SIGKILLed.
 
 Each run's processes are found by its own ``RAY_TMPDIR`` (in every one's environment; Ray's
-workers rewrite their command line).
+workers rewrite their command line). Each ``plasmid train`` subprocess dies with this test
+process (``PR_SET_PDEATHSIG``): a killed pytest takes its drivers, and their reapers their
+clusters, down with it instead of leaving them running.
 """
 
 from __future__ import annotations
 
+import ctypes
 import ipaddress
 import json
 import os
@@ -48,6 +51,11 @@ def ray_tmp():
     shutil.rmtree(path, ignore_errors=True)
 
 
+def die_with_parent() -> None:
+    """In the child before exec: SIGKILL this process when the thread that forked it exits (Linux)."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 class Train:
     """``plasmid train`` in a subprocess, its stderr in a file."""
 
@@ -59,7 +67,8 @@ class Train:
         env.pop("RAY_ADDRESS", None)
         with self.log.open("wb") as stderr:
             self.process = subprocess.Popen([sys.executable, "-m", "plasmid.app.cli", "train", *FLAGS, "--run-dir",
-                                             str(run_dir), *extra], stdout=subprocess.DEVNULL, stderr=stderr, env=env)
+                                             str(run_dir), *extra], stdout=subprocess.DEVNULL, stderr=stderr, env=env,
+                                            preexec_fn=die_with_parent)
 
     @property
     def stderr(self) -> str:
@@ -155,6 +164,8 @@ def test_a_killed_trainer_worker_is_one_error_line_and_resume_finishes_the_run(t
     for part in ("trainer worker rank 1 of 2", f"pid {first.trainer_pids()[1]}", "trainer 'torchtrain'",
                  "plasmid-torchtrain", "--resume", "checkpoints/step_"):
         assert part in error, f"{part!r} missing from: {error}"
+    # the cause, as plasmid_ray.deaths words a silent SIGKILL (an OOM kill counted meanwhile names that)
+    assert "killed by a signal without a word (SIGKILL" in error or "kernel's OOM killer counted" in error, error
     assert not survivors(ray_tmp), "cluster processes outlived the driver's error exit"
 
     complete = sorted(p for p in (run_dir / "checkpoints").iterdir() if not p.name.endswith(".partial"))
@@ -174,12 +185,16 @@ def test_a_killed_trainer_worker_is_one_error_line_and_resume_finishes_the_run(t
 
 
 @pytest.mark.timeout(400)
-def test_no_cluster_process_outlives_a_sigkilled_driver(tmp_path, ray_tmp):
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+def test_no_cluster_process_outlives_a_killed_driver(tmp_path, ray_tmp, how):
+    """SIGKILL: the driver dies at once (the reaper sweeps); SIGTERM: it stops after the step in
+    progress (a checkpoint, exit 0) and shuts its cluster down."""
     run = Train(tmp_path / "run", ray_tmp)
-    run.wait_for("the trainer workers", lambda: len(run.trainer_pids()) == 2)
+    run.wait_for("the first step", lambda: len(run.steps()) >= 1 and len(run.trainer_pids()) == 2)
     before = cluster_processes(ray_tmp)
     names = {p.name() for p in before}
     assert {"raylet", "gcs_server"} <= names and any("TrainerWorker" in n or "ray::" in n for n in names), names
-    run.process.send_signal(signal.SIGKILL)
-    run.process.wait(30)
-    assert not survivors(ray_tmp), "cluster processes outlived the SIGKILLed driver"
+    run.process.send_signal(getattr(signal, how))
+    code = run.process.wait(120)
+    assert code == (-signal.SIGKILL if how == "SIGKILL" else 0), run.stderr
+    assert not survivors(ray_tmp), f"cluster processes outlived the driver ended by {how}"
