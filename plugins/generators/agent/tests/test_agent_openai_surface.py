@@ -319,3 +319,49 @@ def test_a_session_under_the_cap_is_not_counted(tmp_path, tool_tokenizer):
 
     out = run_agent(tmp_path, agent, tool_tokenizer, ScriptedEngine(tool_tokenizer, ["a<eos>"]), agent_max_calls=1)
     assert out.metadata["rollout_metrics"]["agent/max_calls_fraction"] == 0.0
+
+
+# ---------------------------------------------------------------------------------- reasoning_content
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_reasoning_parser_gives_reasoning_content_and_the_record_keeps_every_token(tmp_path, tool_tokenizer,
+                                                                                    stream):
+    think = "<think>two times three</think>"
+    engine = ScriptedEngine(tool_tokenizer, [think + "it is 6<eos>", think + TOOL_REPLY])
+    seen = []
+
+    async def agent(session):
+        client = client_of(session)
+        for tools in (None, [CALCULATOR]):
+            extra = {"tools": tools} if tools else {}
+            if stream:
+                chunks = [c async for c in await client.chat.completions.create(
+                    model=session.model, messages=session.messages, stream=True, **extra)]
+                deltas = [c.choices[0].delta for c in chunks if c.choices]
+                seen.append(("".join(getattr(d, "reasoning_content", None) or "" for d in deltas),
+                             "".join(d.content or "" for d in deltas) or None,
+                             [t.function.name for d in deltas for t in (d.tool_calls or [])]))
+            else:
+                message = (await client.chat.completions.create(model=session.model, messages=session.messages,
+                                                                **extra)).choices[0].message
+                seen.append((message.reasoning_content, message.content,
+                             [t.function.name for t in message.tool_calls or []]))
+        return 1.0
+
+    outs = run_agent(tmp_path, agent, tool_tokenizer, engine, reasoning_parser="qwen3")
+    assert seen == [("two times three", "it is 6", []), ("two times three", None, ["calculator"])]
+    assert [o.response_tokens for o in outs] == engine.replies, "the reasoning stays in the trained tokens"
+
+
+def test_responses_put_the_reasoning_in_a_reasoning_item(tmp_path, tool_tokenizer):
+    engine = ScriptedEngine(tool_tokenizer, ["<think>easy</think>it is 6<eos>"])
+    seen = {}
+
+    async def agent(session):
+        reply = await client_of(session).responses.create(model=session.model, input="what is 2*3")
+        seen["output"] = [(item.type, getattr(item, "content", None)) for item in reply.output]
+        seen["text"] = reply.output_text
+        return 1.0
+
+    run_agent(tmp_path, agent, tool_tokenizer, engine, reasoning_parser="qwen3")
+    assert seen["output"][0][0] == "reasoning" and seen["output"][0][1][0].text == "easy"
+    assert seen["output"][1][0] == "message" and seen["text"] == "it is 6"

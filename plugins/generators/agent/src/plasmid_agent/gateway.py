@@ -55,7 +55,8 @@ from plasmid_agent.fields import RequestError, Sampling
 from plasmid_agent.httpserver import Limits, Request, Response, error_response, serve
 from plasmid_agent.recorder import Call
 from plasmid_agent.stops import cut_at_stop
-from plasmid_agent.toolcalls import parse_tool_calls
+from plasmid_agent.toolcalls import parse_reply
+from plasmid_serving.parsers import ReasoningParser, ToolParser, parse_message
 
 __all__ = ["Choice", "Gateway", "RequestError", "Rollout"]
 
@@ -112,10 +113,14 @@ class Gateway:
     the engines are called from; :meth:`open` a :class:`Rollout` per agent run.
 
     :param max_calls: engine calls one rollout may make (``--agent-max-calls``); ``None``: no cap.
+    :param tool_parser: reads tool calls in a reply (``--tool-parser``; ``None``: ``hermes``).
+    :param reasoning_parser: splits a reply's reasoning off into ``reasoning_content``
+        (``--reasoning-parser``); ``None``: no reasoning is split off.
     """
 
     def __init__(self, tokenizer: Tokenizer, model: str = "plasmid", context: int | None = None,
-                 limits: Limits | None = None, max_calls: int | None = None) -> None:
+                 limits: Limits | None = None, max_calls: int | None = None, tool_parser: ToolParser | None = None,
+                 reasoning_parser: ReasoningParser | None = None) -> None:
         self.tokenizer: Any = tokenizer
         #: what one request and connection may take (``--agent-max-body`` and the like)
         self.limits = limits or Limits()
@@ -123,6 +128,8 @@ class Gateway:
         #: the served model's context (prompt + completion tokens); ``None``: the engine's to check
         self.context = context
         self.max_calls = max_calls
+        self.tool_parser = tool_parser
+        self.reasoning_parser = reasoning_parser
         self.rollouts: dict[str, Rollout] = {}
         self.server: asyncio.Server | None = None
         self.port = 0
@@ -239,11 +246,8 @@ class Gateway:
         usage = usage_of(prompt_ids, choices)
         answers = []
         for choice in choices:
-            content: str | None = choice.text
-            tool_calls: list[dict[str, Any]] = []
-            if tools and tool_choice != "none":
-                content, tool_calls = parse_tool_calls(choice.text)
-            answers.append((choice, content, tool_calls, "tool_calls" if tool_calls else choice.finish))
+            content, tool_calls, reasoning = self.parse(choice.text, tools, tool_choice)
+            answers.append((choice, content, tool_calls, reasoning, "tool_calls" if tool_calls else choice.finish))
 
         def logprobs_of(ids: list[int], lps: list[float]) -> dict[str, Any] | None:
             if not want_logprobs:
@@ -252,10 +256,12 @@ class Gateway:
 
         if not stream:
             out = []
-            for index, (choice, content, tool_calls, finish) in enumerate(answers):
+            for index, (choice, content, tool_calls, reasoning, finish) in enumerate(answers):
                 message: dict[str, Any] = {"role": "assistant", "content": content}
                 if tool_calls:
                     message["tool_calls"] = tool_calls
+                if reasoning is not None:
+                    message["reasoning_content"] = reasoning
                 out.append({"index": index, "message": message, "finish_reason": finish,
                             "logprobs": logprobs_of(choice.call.completion_ids, choice.call.logprobs)})
             return Response(200, {"id": ident, "object": "chat.completion", "created": created, "model": model,
@@ -267,11 +273,13 @@ class Gateway:
                                             "logprobs": logprobs}]})
 
         async def events() -> AsyncIterator[str]:
-            for index, (choice, content, tool_calls, finish) in enumerate(answers):
+            for index, (choice, content, tool_calls, reasoning, finish) in enumerate(answers):
                 yield chunk(index, {"role": "assistant", "content": ""})
                 call = choice.call
-                if tool_calls:
+                if tool_calls or reasoning is not None:  # parsed views go whole, in one chunk each
                     whole = logprobs_of(call.completion_ids, call.logprobs)
+                    if reasoning is not None:
+                        yield chunk(index, {"reasoning_content": reasoning})
                     if content:
                         yield chunk(index, {"content": content}, logprobs=whole)
                     for number, tool_call in enumerate(tool_calls):
@@ -363,17 +371,27 @@ class Gateway:
         text = self.render(request.messages, request.tools)
         prompt_ids = self.prompt_ids(rollout, text, chat=True)
         (choice,) = await self.generate(rollout, prompt_ids, text, Sampling(max_tokens=request.max_output_tokens))
-        content: str | None = choice.text
-        tool_calls: list[dict[str, Any]] = []
-        if request.tools and request.tool_choice != "none":
-            content, tool_calls = parse_tool_calls(choice.text)
+        content, tool_calls, reasoning = self.parse(choice.text, request.tools, request.tool_choice)
         response = responses.response_object(body, request, self.model, content, tool_calls, choice,
-                                             len(prompt_ids))
+                                             len(prompt_ids), reasoning)
         if not request.stream:
             return Response(200, response)
         call = choice.call
         pieces = [piece for piece, _, _ in self.pieces(call.completion_ids, call.logprobs, choice.text)]
-        return Response(200, events=responses.stream_events(response, pieces if not tool_calls else [content or ""]))
+        plain = not tool_calls and reasoning is None
+        return Response(200, events=responses.stream_events(response, pieces if plain else [content or ""]))
+
+    def parse(self, text: str, tools: list[dict[str, Any]] | None,
+              tool_choice: str) -> tuple[str | None, list[dict[str, Any]], str | None]:
+        """``(content, tool_calls, reasoning)``: the agent's view of a reply's ``text`` (the
+        record keeps the engine's ids). Calls are read only with ``tools`` and ``tool_choice`` not
+        ``none``; reasoning only with a reasoning parser (calls inside it are not calls)."""
+        if tools and tool_choice != "none":
+            return parse_reply(text, self.tool_parser, self.reasoning_parser, tools)
+        if self.reasoning_parser is None:
+            return text, [], None
+        parsed = parse_message(text, None, self.reasoning_parser)
+        return parsed.content, [], parsed.reasoning
 
     # ------------------------------------------------------------------ pieces
     def render(self, messages: list[dict[str, Any]], tools: Any) -> str:

@@ -28,6 +28,8 @@ from plasmid_agent.loader import load_agent
 from plasmid_agent.options import AgentOptions
 from plasmid_agent.recorder import Call, build_samples
 from plasmid_agent.session import AgentSession
+from plasmid_agent.toolcalls import parsers_of
+from plasmid_serving.parsers.options import ParserOptions
 
 #: Where a finished sample carries the agent's reward (read by the ``agent`` reward).
 REWARD_KEY = "agent_reward"
@@ -114,7 +116,7 @@ class AgentGenerate:
     The gateway starts on the first call, on the rollout's event loop (again on a new loop).
     """
 
-    option_classes: ClassVar[tuple[type[Options], ...]] = (AgentOptions, GeneralOptions)
+    option_classes: ClassVar[tuple[type[Options], ...]] = (AgentOptions, GeneralOptions, ParserOptions)
 
     def __init__(self, config: Config) -> None:
         options = AgentOptions.of(config)
@@ -133,6 +135,7 @@ class AgentGenerate:
         self.limits = Limits(max_body=options.agent_max_body, max_header_bytes=options.agent_max_header_bytes,
                              max_headers=options.agent_max_headers, idle_timeout=options.agent_idle_timeout)
         self.max_calls = options.agent_max_calls
+        self.tool_parser, self.reasoning_parser = parsers_of(config)
         self.reported = False
         self.gateway: Gateway | None = None
         self._semaphore: asyncio.Semaphore | None = None
@@ -148,7 +151,8 @@ class AgentGenerate:
             self._semaphore = asyncio.Semaphore(self.concurrency)
         async with self._starting:
             if self.gateway is None or self.gateway.loop is not loop:
-                gateway = Gateway(ctx.tokenizer, self.model, self.context, self.limits, self.max_calls)
+                gateway = Gateway(ctx.tokenizer, self.model, self.context, self.limits, self.max_calls,
+                                  self.tool_parser, self.reasoning_parser)
                 await gateway.start()
                 self.gateway = gateway
         return self.gateway

@@ -13,7 +13,8 @@ Chat Completions tools. ``tool_choice`` and ``text.format`` (``{"type": "text"}`
 ``temperature``/``top_p`` checked, the run's apply. The gateway stores no response, so
 ``previous_response_id``, ``conversation``, stored ``prompt`` and ``background`` are refused (400).
 
-The answer: a ``response`` object whose ``output`` is a ``message`` item (one ``output_text``
+The answer: a ``response`` object whose ``output`` is a ``reasoning`` item (with a reasoning
+parser, when the reply reasons), a ``message`` item (one ``output_text``
 part) when the model wrote text and one ``function_call`` item per parsed tool call, with
 ``usage`` in tokens; ``status`` ``completed``, or ``incomplete`` (``max_output_tokens``) when the
 engine stopped on the length. Streamed (``stream: true``) as the events the SDK reads:
@@ -170,10 +171,15 @@ def function_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
 
 
 def response_object(body: dict[str, Any], request: ResponsesRequest, model: str, content: str | None,
-                    tool_calls: list[dict[str, Any]], choice: Any, prompt_tokens: int) -> dict[str, Any]:
+                    tool_calls: list[dict[str, Any]], choice: Any, prompt_tokens: int,
+                    reasoning: str | None = None) -> dict[str, Any]:
     """The finished ``response`` object of one completion (``choice``: a
-    :class:`plasmid_agent.gateway.Choice`), its text ``content`` and parsed ``tool_calls``."""
+    :class:`plasmid_agent.gateway.Choice`), its text ``content``, parsed ``tool_calls`` and
+    ``reasoning`` (a ``reasoning`` item first, its text one ``reasoning_text`` part)."""
     output: list[dict[str, Any]] = []
+    if reasoning is not None:
+        output.append({"type": "reasoning", "id": f"rs_{uuid.uuid4().hex}", "summary": [], "status": "completed",
+                       "content": [{"type": "reasoning_text", "text": reasoning}]})
     if content:
         output.append({"type": "message", "id": f"msg_{uuid.uuid4().hex}", "role": "assistant",
                        "status": "completed", "content": [{"type": "output_text", "text": content,
@@ -227,6 +233,8 @@ async def stream_events(response: dict[str, Any], pieces: list[str]) -> AsyncIte
                         text=part["text"], logprobs=[])
             yield event("response.content_part.done", item_id=item["id"], output_index=index, content_index=0,
                         part=part)
+        elif item["type"] == "reasoning":
+            yield event("response.output_item.added", output_index=index, item=item)
         else:
             yield event("response.output_item.added", output_index=index,
                         item={**item, "status": "in_progress", "arguments": ""})
