@@ -146,3 +146,206 @@ def test_the_agent_example_says_how_to_install_its_client():
 def test_the_hub_download_command_is_the_one_huggingface_hub_installs():
     readme = README.read_text()
     assert "huggingface-cli download" not in readme and "hf download" in readme
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Every shell command the pages show: executed (CPU, made small) or parse-checked; nothing unclassified.
+
+SHELL_FENCES = ("bash", "sh", "shell", "console")
+#: A bare fence (no language) holds commands when its first line starts like one.
+COMMAND_START = re.compile(r"^(\$ )?(\.venv/bin/)?(plasmid|python|pip|cd|hf|tox)\b")
+#: Extra flags that make an executed command small (they override the page's own values).
+SMALL = ["--num-rollouts", "2", "--prompts-per-step", "2", "--n-samples-per-prompt", "2", "--eval-interval", "0",
+         "--save-interval", "0"]
+#: The commands the test runs, as the pages write them (after ``.venv/bin/`` and comments are dropped), with
+#: the flags appended to keep them short on a CPU; every other ``plasmid`` line is parse-checked.
+EXECUTED = {
+    "plasmid train --stop-at-eval-acc 0.9": SMALL,
+    "plasmid rollout --num-rollouts 4 --save-rollouts rollouts/": SMALL,
+    "plasmid config show --config examples/quickstart-grpo.yaml": [],
+    "plasmid train --help": [],
+    "plasmid plugins": [],
+}
+#: Commands of other tools the pages show, by their first word(s): not run here (network, servers, other
+#: packages), and why that is fine.
+OTHER_TOOLS = {
+    "python -m venv": "the standard library's venv",
+    "python -m pip": "pip itself",
+    "python -m tox": "the test runner (tox.ini is tested by running it)",
+    "python -m pytest": "the test runner",
+    "cd": "a directory change",
+    "hf": "huggingface_hub's CLI (network)",
+    "wandb": "wandb's CLI (network)",
+    "mlflow": "mlflow's UI server",
+    "tensorboard": "TensorBoard's server",
+}
+
+
+def _commands_of(text: str) -> list[str]:
+    """Command lines of a shell block: continuations joined, comments and a ``$ `` prompt dropped,
+    ``a && b`` split."""
+    commands = []
+    for line in text.replace("\\\n", " ").splitlines():
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError:
+            words = line.split("#", 1)[0].split()
+        if words and words[0] == "$":
+            words = words[1:]
+        while words:
+            cut = words.index("&&") if "&&" in words else len(words)
+            if words[:cut]:
+                commands.append(shlex.join(words[:cut]))
+            words = words[cut + 1:]
+    return commands
+
+
+def shell_commands() -> list[tuple[str, str]]:
+    """``(where, command)`` for every command in README.md's, docs/*.md's and examples/**/*.md's shell blocks
+    (fenced ``bash``/``sh``/``shell``/``console``, or bare fences that start with a command) and in the
+    header comments of examples/**/*.yaml and the docstrings of examples/**/*.py (indented lines that start
+    with a command)."""
+    found = []
+    pages = [README, *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "examples").rglob("*.md"))]
+    for page in pages:
+        lines, fence, start, block = page.read_text().splitlines(), None, 0, []
+        for number, line in enumerate(lines, 1):
+            if line.startswith("```"):
+                if fence is None:
+                    fence, start, block = line[3:].strip(), number, []
+                    continue
+                body = "\n".join(block)
+                if fence in SHELL_FENCES or (fence == "" and COMMAND_START.match(body.lstrip())):
+                    found += [(f"{page.relative_to(ROOT)}:{start}", cmd) for cmd in _commands_of(body)]
+                fence = None
+            elif fence is not None:
+                block.append(line)
+    headers = [*sorted((ROOT / "examples").rglob("*.yaml")), *sorted((ROOT / "examples").rglob("*.py"))]
+    for path in headers:
+        text = path.read_text()
+        if path.suffix == ".py":
+            head = re.match(r'\s*(?:"""|\'\'\')(.*?)(?:"""|\'\'\')', text, re.DOTALL)
+            lines = head.group(1).replace("\\\\\n", "\\\n").splitlines() if head else []
+        else:
+            lines = [line[1:] for line in text.splitlines() if line.startswith("#")]
+        body = "\n".join(line.strip() for line in lines if line.startswith(("  ", "\t")))
+        for cmd in _commands_of(body.replace("\\\n", " ")):
+            if COMMAND_START.match(cmd):
+                found.append((f"{path.relative_to(ROOT)}", cmd))
+    return found
+
+
+def _strip(command: str) -> list[str]:
+    """The command's words with leading ``VAR=value`` assignments and a ``.venv/bin/`` prefix dropped."""
+    words = shlex.split(command)
+    while words and re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]):
+        words = words[1:]
+    if words:
+        words[0] = words[0].removeprefix(".venv/bin/")
+    return words
+
+
+_HELP: dict[tuple[str, ...], set[str]] = {}
+
+
+def known_flags(command: tuple[str, ...]) -> set[str]:
+    """The flags ``plasmid COMMAND --help`` shows with every installed plugin, plus the flags that repository
+    plugins not installed here declare (their ``options.py``: the trackers, SGLang, Megatron)."""
+    if command not in _HELP:
+        import contextlib
+        import io
+
+        from plasmid.app import cli
+        from plasmid.plugins import installed_entry_points
+
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+            cli.main([*command, "--help"])
+        flags = set(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*|-[a-zA-Z])\b", out.getvalue()))
+        installed = set(installed_entry_points())
+        for pyproject in sorted(ROOT.glob("plugins/*/*/pyproject.toml")):
+            names = tomllib.loads(pyproject.read_text())["project"].get("entry-points", {}).get("plasmid", {})
+            if command[0] in ("train", "rollout", "replay", "eval", "score") and not set(names) & installed:
+                for options in pyproject.parent.glob("src/*/options.py"):
+                    for name in re.findall(r"^\s+(\w+):[^=\n]*=\s*option\(", options.read_text(), re.MULTILINE):
+                        flags |= {"--" + name.replace("_", "-"), "--no-" + name.replace("_", "-")}
+        _HELP[command] = flags
+    return _HELP[command]
+
+
+#: Native pass-through flags (``--sglang-tp-size``: a field of SGLang's ServerArgs) exist only where their
+#: package is installed; where it is not (this env), a flag with its prefix cannot be checked here.
+NATIVE_PREFIXES = {"sglang": "--sglang-", "vllm": "--vllm-", "megatron": "--megatron-"}
+
+
+def unverifiable(flag: str) -> bool:
+    import importlib.util
+
+    return any(flag.startswith(prefix) and importlib.util.find_spec(package) is None
+               for package, prefix in NATIVE_PREFIXES.items())
+
+
+def check_command(words: list[str]) -> str | None:
+    """Why ``words`` (a command of the pages, not executed) would fail as written, or ``None``."""
+    program = words[0]
+    if program == "plasmid":
+        command = tuple(words[1:3]) if words[1:2] in (["config"], ["plugins"]) and len(words) > 2 \
+            and not words[2].startswith("-") else tuple(words[1:2])
+        unknown = [w.split("=")[0] for w in words if w.startswith("-") and w != "-"
+                   and w.split("=")[0].strip("[]") not in known_flags(command) and not unverifiable(w)]
+        return f"unknown options {unknown} of plasmid {' '.join(command)}" if unknown else None
+    if program in ("pip", "python") and "install" in words:
+        paths = [words[i + 1] for i, w in enumerate(words[:-1]) if w in ("-r", "-e")]
+        paths += [w for w in words if w.startswith(("./", "plugins/", "requirements/"))]
+        missing = [p for p in paths if not (ROOT / re.sub(r"\[.*\]$", "", p).strip("'")).exists()]
+        return f"no such path {missing}" if missing else None
+    if program == "python" and words[1:2] == ["-c"]:
+        import ast
+
+        try:
+            ast.parse(words[2])
+        except SyntaxError as exc:
+            return f"python -c: {exc}"
+        return None
+    if program == "python" and words[1:2] != ["-m"]:
+        return None if (ROOT / words[1]).is_file() else f"no such file {words[1]}"
+    return "neither executed (EXECUTED), parse-checked, nor another tool's (OTHER_TOOLS)"
+
+
+def classify(command: str) -> str:
+    words = _strip(command)
+    normal = shlex.join(words)
+    if normal in EXECUTED:
+        return "executed"
+    if any(normal == tool or normal.startswith(tool + " ") for tool in OTHER_TOOLS):
+        return "other"
+    return "checked"
+
+
+def test_the_pages_show_commands_of_every_kind():
+    kinds = {classify(cmd) for _, cmd in shell_commands()}
+    assert kinds == {"executed", "other", "checked"}
+    shown = {shlex.join(_strip(cmd)) for _, cmd in shell_commands()}
+    assert set(EXECUTED) <= shown, f"EXECUTED names commands no page shows: {sorted(set(EXECUTED) - shown)}"
+
+
+@pytest.mark.timeout(120)
+def test_every_command_not_executed_parses_against_what_is_installed():
+    wrong = []
+    for where, command in shell_commands():
+        if classify(command) == "checked":
+            problem = check_command(_strip(command))
+            if problem:
+                wrong.append(f"{where}: {command}: {problem}")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", sorted(EXECUTED))
+def test_an_executed_command_works_as_written(command, tmp_path):
+    from plasmid_e2e import run_plasmid
+
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    words = _strip(command)
+    proc = run_plasmid(*words[1:], *EXECUTED[command], cwd=tmp_path, timeout=110)
+    assert proc.returncode == 0, f"{command}: {proc.stderr[-2000:]}"
