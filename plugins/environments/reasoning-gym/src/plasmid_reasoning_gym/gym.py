@@ -73,16 +73,45 @@ def config_key(config: dict[str, Any]) -> str:
     return json.dumps(config, sort_keys=True, separators=(",", ":"))
 
 
+#: The dataset of reasoning-gym that mixes others; its ``datasets`` field is a list of specs.
+COMPOSITE = "composite"
+
+
+def composite_datasets(value: Any) -> list[dict[str, Any]]:
+    """``composite``'s ``datasets`` field as plain specs ``[{"name", "weight", "config"}, ...]``
+    (``config`` filled in as ``{}`` where left out), from a list of such mappings or a mapping with
+    the list under ``datasets`` (reasoning-gym's composite YAML). Anything else is a ``ValueError``
+    saying what a spec is; names, weights and configs are reasoning-gym's to check."""
+    if isinstance(value, dict) and "datasets" in value:
+        value = value["datasets"]
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"composite.datasets must be a non-empty list of {{name, weight, config}}, got {value!r:.80}")
+    specs = []
+    for spec in value:
+        keys = set(spec) if isinstance(spec, dict) else set()
+        if not isinstance(spec, dict) or keys - {"name", "weight", "config"} or not {"name", "weight"} <= keys:
+            raise ValueError(f"composite.datasets holds {spec!r:.80}; each is {{name, weight, config}} (config "
+                             f"optional)")
+        specs.append({"name": spec["name"], "weight": spec["weight"], "config": spec.get("config", {})})
+    return specs
+
+
 @functools.lru_cache(maxsize=256)
 def _dataset(name: str, key: str) -> Any:
     from reasoning_gym.factory import create_dataset
 
-    return create_dataset(name, **json.loads(key))
+    config = json.loads(key)
+    if name == COMPOSITE and "datasets" in config:
+        from reasoning_gym.composite import DatasetSpec
+
+        config["datasets"] = [DatasetSpec(**spec) for spec in composite_datasets(config["datasets"])]
+    return create_dataset(name, **config)
 
 
 def dataset(name: str, config: dict[str, Any]) -> Any:
     """The reasoning-gym dataset ``name`` built with ``config`` (JSON values, ``seed`` and ``size``
-    included); one instance per distinct config, shared (datasets are read-only once built: an
+    included; ``composite``'s ``datasets`` as plain specs, :func:`composite_datasets`); one instance
+    per distinct config, shared (datasets are read-only once built: an
     entry is a pure function of the config and its index)."""
     registry()
     return _dataset(name, config_key(config))

@@ -3,8 +3,11 @@
 Parsing (:func:`parse_mixture`): ``--rg-dataset NAME[:WEIGHT]`` (weight a positive finite number,
 default 1; a name given twice is an error) and ``--rg-config NAME.KEY=VALUE`` (NAME one of the
 chosen datasets, KEY a field of its config dataclass other than ``seed``/``size``, which
-``--rg-seed``/``--rg-size`` set; VALUE JSON when it parses, else the string). Every dataset is
-built once here, so a config reasoning-gym rejects fails at start-up, in one line.
+``--rg-seed``/``--rg-size`` set; VALUE JSON when it parses, ``@PATH`` a YAML or JSON file, else
+the string). reasoning-gym's ``composite`` is configured the same way: its ``datasets`` field is a
+list of ``{"name", "weight", "config"}`` (:func:`plasmid_reasoning_gym.gym.composite_datasets`), given
+inline as JSON or from a file, e.g. ``--rg-dataset composite --rg-config composite.datasets=@mix.yaml``.
+Every dataset is built once here, so a config reasoning-gym rejects fails at start-up, in one line.
 
 A split (:class:`Split`) of ``size`` entries: each dataset of the mixture is generated with
 ``size`` entries and a seed derived from (``--rg-seed``, split, dataset name); entry ``k`` of the
@@ -73,10 +76,12 @@ def parse_mixture(datasets: tuple[str, ...], configs: tuple[str, ...]) -> list[C
         if key not in known:
             hint = gym.close_matches(key, known) or f"; its fields are {', '.join(known)}"
             raise UsageError(f"--rg-config {text!r}: {name} has no config field {key!r}{hint}")
-        try:
-            value = json.loads(value_text)
-        except ValueError:
-            value = value_text
+        value = config_value(text, value_text)
+        if name == gym.COMPOSITE and key == "datasets":
+            try:
+                value = gym.composite_datasets(value)
+            except ValueError as exc:
+                raise UsageError(f"--rg-config {text!r}: {exc}") from None
         fields[name][key] = value
     mixture = [Component(name, weight, fields[name]) for name, weight in weights.items()]
     for component in mixture:  # reasoning-gym checks the values when a dataset is built
@@ -88,6 +93,26 @@ def parse_mixture(datasets: tuple[str, ...], configs: tuple[str, ...]) -> list[C
             raise UsageError(f"--rg-config {given or '(none)'}: reasoning-gym rejects the config of "
                              f"{component.name}: {reason}") from None
     return mixture
+
+
+def config_value(text: str, value_text: str) -> Any:
+    """The value of ``--rg-config`` ``text``: ``@PATH`` is the YAML (or JSON) file at ``PATH``, read
+    now; else JSON when ``value_text`` parses as JSON, else the string. A file that cannot be read
+    or parsed is a one-line :class:`UsageError`."""
+    if value_text.startswith("@"):
+        import yaml
+
+        path = value_text[1:]
+        try:
+            with open(path, encoding="utf-8") as stream:
+                return json.loads(json.dumps(yaml.safe_load(stream)))
+        except (OSError, yaml.YAMLError, TypeError, ValueError) as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise UsageError(f"--rg-config {text!r}: cannot read {path} as YAML or JSON ({reason})") from None
+    try:
+        return json.loads(value_text)
+    except ValueError:
+        return value_text
 
 
 def derived_seed(*parts: object) -> int:

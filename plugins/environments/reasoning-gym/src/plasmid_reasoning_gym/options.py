@@ -17,7 +17,10 @@ class ReasoningGymOptions(Options, group="reasoning-gym",
     rg_seed: int | None = option(None, "seed of the generated entries and of the mixture", min=0,
                                  default_text="--seed")
     rg_config: tuple[str, ...] = option((), "a dataset's config field NAME.KEY=VALUE, repeatable (VALUE is JSON "
-                                            "when it parses as JSON, else a string)", metavar="NAME.KEY=VALUE")
+                                            "when it parses as JSON, @PATH a YAML or JSON file, else a string); "
+                                            "composite's mixture: composite.datasets=[{\"name\": ..., \"weight\": "
+                                            "..., \"config\": {...}}, ...] or =@mix.yaml",
+                                        metavar="NAME.KEY=VALUE")
     rg_system_prompt: str = option("default", "reasoning-gym system prompt put before each question (a key of "
                                               "reasoning_gym.utils.SYSTEM_PROMPTS, or 'none')")
     rg_answer_format: Literal["tags", "last-line", "none"] = option(
