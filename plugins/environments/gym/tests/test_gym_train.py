@@ -92,3 +92,32 @@ def test_plasmid_train_with_two_players_gives_each_player_its_own_sample_and_pro
             assert message["role"] == "user" and f"You are Player {pid} in Tic Tac Toe" in message["content"]
             assert sample.prompt_tokens in engine.prompts, "the sample's prompt is its player's first request"
             assert sum(sample.loss_mask) == (4 if pid == 0 else 3) * 4, "its own moves only: '[', k, ']', eos each"
+
+
+@pytest.mark.timeout(300)
+def test_plasmid_train_with_turn_credit_hands_the_loss_each_episodes_turn_rewards(tmp_path, capsys, monkeypatch):
+    """``--turn-credit by-turn``: the trainer gives the grpo loss the turns gym recorded, whose rewards add up
+    to each sample's reward (the episode return)."""
+    import torch
+    from plasmid_grpo.loss import GRPOLoss
+
+    from plasmid_torch.turns import TurnLossBatch
+
+    seen = []
+    real = GRPOLoss.turn_advantages
+
+    def spy(self, batch, rewards):
+        seen.append(batch)
+        return real(self, batch, rewards)
+
+    monkeypatch.setattr(GRPOLoss, "turn_advantages", spy)
+    run_dir = tmp_path / "run"
+    code = main(["train", "--datasource", "gym", "--gym-env", "textarena:GuessTheNumber-v0-train",
+                 "--gym-max-turns", "2", "--gym-size", "8", "--gym-eval-size", "2", "--num-rollouts", "1",
+                 "--prompts-per-step", "2", "--n-samples-per-prompt", "2", "--eval-interval", "0",
+                 "--save-interval", "0", "--turn-credit", "by-turn", "--run-dir", str(run_dir)])
+    assert code == 0, capsys.readouterr().err[-3000:]
+    [batch] = seen
+    assert isinstance(batch, TurnLossBatch) and batch.turn_rewards.shape[0] == 4
+    assert torch.allclose(torch.nansum(batch.turn_rewards, -1), batch.rewards)
+    assert int(batch.turn_index.max()) == batch.turn_rewards.shape[1] - 1
