@@ -58,11 +58,12 @@ import pytest
 from plasmid import testing
 from plasmid.config import Config
 from plasmid.kernel_options import GeneralOptions
+from plasmid.options import option_fields
 from plasmid.protocols import RolloutEngine, Trainer, WeightSync
 from plasmid.providers import adopt_legacy_score
 from plasmid.remote import is_remote
 from plasmid.types import Sample
-from plasmid_torch.sync_guard import SyncMismatch, SyncTimeout
+from plasmid_torch.sync_guard import SyncGuardOptions, SyncMismatch, SyncTimeout
 from plasmid_torch.testing.batches import make_rollout_batch
 from plasmid_torch.testing.contracts.trainer import as_numpy, exported, tensor_nbytes
 from plasmid_torch.tiny import build_tiny_model
@@ -124,9 +125,16 @@ class WeightSyncContract:
 
     def build_setup(self, model_dir: Path, tmp_path: Path, **options: Any) -> SyncSetup:
         """The trainer, engines and sync of one test, with ``options`` over :attr:`config_options`."""
+        checks = sorted(set(options) & {spec.name for spec in option_fields(SyncGuardOptions)})
         options = {"model": str(model_dir), "run_dir": tmp_path / "run", "lr": 1e-2,
                    "update_weight_buffer_size": self.bucket_bytes, **self.config_options, **options}
-        config = testing.make_config(self.plugin, *self.extra_plugins, **options)
+        try:
+            config = testing.make_config(self.plugin, *self.extra_plugins, **options)
+        except AttributeError as exc:
+            if not checks or "no option" not in str(exc):
+                raise
+            pytest.skip(f"the sync's plugin does not declare {', '.join(checks)}: add "
+                        f"plasmid_torch.sync_guard.SyncGuardOptions to its options and guard its phases with SyncGuard")
         sync = testing.build("weight_sync", self.provider, self.plugin, *self.extra_plugins, config=config)
         engines = [adopt_legacy_score(engine, f"engine of {type(self).__name__}.make_engines")  # deprecated score
                    for engine in self.make_engines(config, self.engine_count)]
