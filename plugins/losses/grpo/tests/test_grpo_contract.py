@@ -70,3 +70,17 @@ class TestCispoContract(LossContract):
 class TestRlooContract(LossContract):
     plugin = plasmid_grpo.plugin
     provider = "rloo"
+
+
+class TestGrpoWithTurnCreditContract(LossContract):
+    """Turn credit on the contract's batch (a plain LossBatch: one turn a sample), with KL shaping."""
+
+    plugin = plasmid_grpo.plugin
+    provider = "grpo"
+    config_options = {"turn_credit": "by-turn", "turn_discount": 0.9, "kl_coef": 0.05}
+
+
+class TestRlooWithPooledTurnCreditContract(LossContract):
+    plugin = plasmid_grpo.plugin
+    provider = "rloo"
+    config_options = {"turn_credit": "pooled"}
