@@ -8,7 +8,7 @@ import pytest
 from plasmid_e2e import SHORT_RUN, read_metrics, run_plasmid
 
 DETERMINISTIC_KEYS = ("rollout/reward_mean", "rollout/response_length_mean", "train/loss", "train/grad_norm",
-                      "eval/accuracy")
+                      "eval/accuracy", "rollout/groups_aborted", "rollout/staleness_mean")
 
 
 @pytest.mark.slow
@@ -41,23 +41,34 @@ def plasmid_step_end(step, run_dir, metrics):
 '''
 
 
-def test_killed_and_resumed_run_matches_an_uninterrupted_one(tmp_path):
-    options = [*SHORT_RUN, "--num-rollouts", "6", "--save-interval", "3", "--eval-interval", "2"]
+#: --schedule async overlapping rollout k+1 with step k, --partial-rollout giving back groups cut
+#: mid-response (over-sampled, longer responses at a high temperature so that some are cut): the
+#: checkpoint holds the data source's state from before the in-flight rollout, with the cut groups
+ASYNC_PARTIAL = ["--schedule", "async", "--placement", "disaggregate", "--partial-rollout", "--over-sampling", "2",
+                 "--max-new-tokens", "24", "--temperature", "1.5"]
+
+
+@pytest.mark.parametrize(("schedule", "kill_at"), [([], 4), (ASYNC_PARTIAL, 3), (ASYNC_PARTIAL, 4)],
+                         ids=["sync", "async-partial-kill-3", "async-partial-kill-4"])
+def test_killed_and_resumed_run_matches_an_uninterrupted_one(tmp_path, schedule, kill_at):
+    options = [*SHORT_RUN, "--num-rollouts", "6", "--save-interval", "3", "--eval-interval", "2", *schedule]
     straight = tmp_path / "straight"
     proc = run_plasmid("train", *options, "--run-dir", str(straight))
     assert proc.returncode == 0, proc.stderr
 
     killer = tmp_path / "killer.py"
-    killer.write_text(KILL_AT_STEP.format(step=4))
+    killer.write_text(KILL_AT_STEP.format(step=kill_at))
     interrupted = tmp_path / "interrupted"
     proc = run_plasmid("train", *options, "--run-dir", str(interrupted), "--plugins", str(killer))
     assert proc.returncode == 17, proc.stderr
-    assert len(read_metrics(interrupted)) == 5  # steps 0..4 logged; the last checkpoint is after step 2
+    assert len(read_metrics(interrupted)) == kill_at + 1  # steps 0..kill_at logged; the last checkpoint: step 2
     proc = run_plasmid("train", *options, "--run-dir", str(interrupted), "--resume", "--resume-allow-changes")
     assert proc.returncode == 0, proc.stderr
 
     expected, resumed = read_metrics(straight), read_metrics(interrupted)
     assert [m["step"] for m in resumed] == list(range(6))
+    if schedule:
+        assert sum(m["rollout/groups_aborted"] for m in expected) > 0, "no group was cut: partial rollout untested"
     for want, got in zip(expected, resumed, strict=True):
         for key in DETERMINISTIC_KEYS:
             if key in want:

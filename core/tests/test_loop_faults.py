@@ -221,16 +221,22 @@ class TakingDriver(FakeDriver):
 
 
 @pytest.mark.parametrize("schedule", ["sync", "async"])
-def test_a_checkpoint_holds_the_data_position_of_its_own_step_even_with_a_rollout_in_flight(tmp_path, schedule):
-    """With ``--schedule async`` step k+1's rollout has taken its prompts when step k is saved;
-    the checkpoint must still say "k+1 groups taken", or a resume would skip step k+1's prompts."""
+def test_a_checkpoint_holds_the_data_position_of_its_own_step_or_the_rollout_in_flight(tmp_path, schedule):
+    """With ``--schedule async`` step k+1's rollout has taken its prompts when step k is saved: the
+    checkpoint holds that rollout, finished (``in_flight.json``), and the data position after it, so
+    a resume trains on those very samples (not ones generated again with newer weights) and skips
+    no prompts. Without a rollout in flight it holds "k+1 groups taken" and nothing else."""
     session = make_session(tmp_path / "run", schedule=schedule, placement="disaggregate", save_interval=2,
                            num_rollouts=4)
     session.ctx.data_source, session.driver = CountingData(), TakingDriver()
     train(session)
     for step in (1, 3):
-        meta = tmp_path / "run" / "checkpoints" / f"step_{step:06d}" / "data_source.json"
-        assert json.loads(meta.read_text()) == {"taken": step + 1}
+        checkpoint = tmp_path / "run" / "checkpoints" / f"step_{step:06d}"
+        in_flight = schedule == "async" and step < 3           # the last step starts no next rollout
+        assert json.loads((checkpoint / "data_source.json").read_text()) == {"taken": step + 1 + in_flight}
+        assert (checkpoint / "in_flight.json").is_file() == in_flight
+        if in_flight:
+            assert json.loads((checkpoint / "in_flight.json").read_text())["rollout_id"] == step + 1
 
 
 class FailingDriver(FakeDriver):

@@ -1,6 +1,7 @@
 """The single-turn generate function carries the engine's MoE routing
 (``GenerationOutput.routed_experts``) into ``Sample.metadata[ROUTED_EXPERTS_KEY]``, and drops a
-resumed sample's old routing when the engine reports none."""
+resumed sample's old routing when the engine reports none; a resumed sample keeps the weight
+version that began it."""
 
 from __future__ import annotations
 
@@ -36,3 +37,19 @@ def test_single_turn_keeps_the_engines_routing_and_drops_a_stale_one():
     plain = ScriptedEngine([Reply([72, STOP])])
     resumed = run(generate(make_context(config, plain, generate), sample, params))
     assert resumed.status == Status.COMPLETED and ROUTED_EXPERTS_KEY not in resumed.metadata
+
+
+def test_a_resumed_sample_keeps_the_weight_version_that_began_it():
+    config = make_config()
+    generate = SingleTurn(config)
+    params = SamplingParams(max_new_tokens=8, stop_token_ids=(STOP,))
+    engine = ScriptedEngine([Reply([70, 71]), Reply([72, STOP]), Reply([73, STOP])])
+    engine.weight_version = 2
+    sample = run(generate(make_context(config, engine, generate), prompt_sample("ab"), params))
+    assert sample.weight_version == 2
+    sample.status = Status.ABORTED                                   # --partial-rollout kept its 2 tokens
+    engine.weight_version = 5
+    resumed = run(generate(make_context(config, engine, generate), sample, params))
+    assert resumed.response_length == 4 and resumed.weight_version == 2   # staleness counts from version 2
+    fresh = run(generate(make_context(config, engine, generate), prompt_sample("ab"), params))
+    assert fresh.weight_version == 5

@@ -25,7 +25,8 @@ class SingleTurn:
     - ``PENDING`` (or anything unfinished without a response): generate from the prompt;
     - ``ABORTED`` with a partial response (``--partial-rollout`` kept it): continue from it
       with the remaining token budget; the old tokens keep their log-probs and, with
-      ``--mask-offpolicy-in-partial-rollout``, get ``loss_mask`` 0 (older weights made them);
+      ``--mask-offpolicy-in-partial-rollout``, get ``loss_mask`` 0 (older weights made them), and
+      the sample keeps the weight version that began it (its staleness is its oldest token's);
     - ``COMPLETED`` / ``TRUNCATED``: already finished; returned unchanged.
 
     Every newly generated token is trained on (``loss_mask`` 1). The engine's expert routing,
@@ -99,7 +100,8 @@ class SingleTurn:
         sample.loss_mask = old_mask + [1] * len(output.token_ids)
         sample.rollout_logprobs = old_logprobs + list(output.logprobs)
         sample.status = output.status
-        sample.weight_version = output.weight_version
+        began = sample.weight_version if old_length else None
+        sample.weight_version = output.weight_version if began is None else min(began, output.weight_version)
         if output.routed_experts is not None:           # the engine's routing covers prefix + response
             sample.metadata[ROUTED_EXPERTS_KEY] = output.routed_experts
         else:                                           # a resumed sample's old routing no longer fits

@@ -6,6 +6,7 @@ Layout under ``<run_dir>/checkpoints/``::
         trainer/            written by Trainer.save (HF model, optimizer, RNG)
         data_source.json    DataSource.state_dict()
         meta.json           {"rollout_id", "weight_version", "plugin_lock", ...}
+        in_flight.json      --schedule async: the next step's rollout, finished (its RolloutBatch)
     step_000020.partial/    being written; never read, removed on the next save
 
 A checkpoint is written under a ``.partial`` name, fsynced (every file and directory, the
@@ -28,7 +29,9 @@ from typing import Any
 
 from plasmid.atomic import fsync_dir, fsync_tree
 from plasmid.errors import CheckpointError
+from plasmid.groups import group_from_state, group_to_state
 from plasmid.protocols import DataSource, Trainer
+from plasmid.types import RolloutBatch
 
 PARTIAL_SUFFIX = ".partial"
 
@@ -63,7 +66,7 @@ class Checkpoints:
         return done[-1] if done else None
 
     async def save(self, rollout_id: int, trainer: Trainer, data_state: dict[str, Any],
-                   extra: dict[str, Any]) -> Path:
+                   extra: dict[str, Any], in_flight: RolloutBatch | None = None) -> Path:
         """Write the checkpoint taken after step ``rollout_id`` durably, then prune old ones.
 
         ``data_state`` is ``DataSource.state_dict()`` as it was when step ``rollout_id``'s
@@ -85,6 +88,10 @@ class Checkpoints:
             (partial / "data_source.json").write_text(json.dumps(data_state))
             meta = {"rollout_id": rollout_id, "saved_at": time.time(), **extra}
             (partial / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
+            if in_flight is not None:
+                (partial / "in_flight.json").write_text(json.dumps({
+                    "rollout_id": in_flight.rollout_id, "metrics": in_flight.metrics,
+                    "groups": [group_to_state(group) for group in in_flight.groups]}))
             fsync_tree(partial)
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
@@ -117,10 +124,15 @@ class Checkpoints:
             raise CheckpointError(f"{failure} ({left})") from exc
 
     async def restore(self, path: Path, trainer: Trainer, data_source: DataSource) -> dict[str, Any]:
-        """Load trainer and data-source state from ``path``; returns its ``meta.json``."""
+        """Load trainer and data-source state from ``path``; returns its ``meta.json``, with the
+        rollout that was in flight under ``"in_flight"`` (a :class:`RolloutBatch`) when one was saved."""
         await trainer.load(str(path / "trainer"))
         data_source.load_state_dict(json.loads((path / "data_source.json").read_text()))
         meta: dict[str, Any] = json.loads((path / "meta.json").read_text())
+        if (path / "in_flight.json").is_file():
+            flight = json.loads((path / "in_flight.json").read_text())
+            meta["in_flight"] = RolloutBatch(flight["rollout_id"], [group_from_state(g) for g in flight["groups"]],
+                                             flight["metrics"])
         return meta
 
 

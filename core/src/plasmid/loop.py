@@ -5,17 +5,8 @@ Everything it calls is a provider chosen by plugins; this file only orders the b
 ``--update-weights-interval`` steps, once the rollout in flight has finished.
 
 Every step reports ``time/rollout_seconds`` (waiting for the step's rollout), ``time/train_seconds``
-(the train step, with a colocated engine's memory release) and, when it syncs, ``time/sync_seconds``.
-With ``--profile`` it adds (:class:`plasmid.profiling.StepClock`) ``time/step_seconds``, the wall time from the point
-the previous step's metrics were taken to this step's, which is the sum of ``time/rollout_seconds``,
-``time/train_seconds``, ``time/sync_wall_seconds`` (the loop's wall time of the weight sync, with
-the wait for a rollout in flight; ``time/sync_seconds`` is the sync's own figure),
-``time/eval_seconds``, ``time/checkpoint_seconds``
-(the previous step's checkpoint, written after its metrics) and ``time/overhead_seconds``: the rest,
-the loop's own work (batch bookkeeping, metrics and observer hooks, the metrics log, engine memory
-resume). ``time/reward_seconds`` is the wall time within the rollout in which at least one group
-was being scored (it overlaps generation). The trainer adds its own (torchtrain:
-``train/forward_backward_seconds``, ``train/optimizer_seconds``).
+and, when it syncs, ``time/sync_seconds``; ``--profile`` adds the breakdown of each step's wall time
+that :class:`plasmid.profiling.StepClock` measures (README: "Where a step's time goes").
 
 The shape: :func:`train` is start (:meth:`Loop.start`: options, ``--resume``), then for each
 step its rollout (:meth:`Loop.next_batch`) and :meth:`Loop.step` (train, sync, evaluate, then
@@ -114,7 +105,7 @@ class Loop:
     saved: int = -1
     data_state: dict[str, Any] = field(default_factory=dict)
     first_metrics: dict[str, float] = field(default_factory=dict)
-    in_flight: asyncio.Task[RolloutBatch] | None = None
+    in_flight: asyncio.Future[RolloutBatch] | None = None
     stop: StopSignals | None = None
 
     @property
@@ -138,6 +129,9 @@ class Loop:
         if latest is not None:
             meta = await run.checkpoints.restore(latest, session.trainer, ctx.data_source)
             run.first, run.version, run.saved = meta["rollout_id"] + 1, meta["weight_version"], meta["rollout_id"]
+            if "in_flight" in meta:  # trained as it was, not generated again with the checkpoint's newer weights
+                run.in_flight = asyncio.get_running_loop().create_future()
+                run.in_flight.set_result(meta["in_flight"])
         if isinstance(session.weight_sync, SupportsSyncStart):
             await session.weight_sync.start(session.trainer, session.engines)
         if latest is not None:
@@ -251,10 +245,18 @@ class Loop:
         return not (stopping or done)
 
     async def save(self, rollout_id: int) -> Path:
-        """Checkpoint step ``rollout_id``, the log's entries made durable first."""
+        """Checkpoint step ``rollout_id``, the log's entries made durable first. A rollout in flight
+        (``--schedule async``) is awaited and, when it succeeded, saved with the data source's state
+        after it: a resume trains on the samples this run would have, not ones generated again."""
         self.log.make_durable()  # the metrics of the steps a checkpoint holds are on disk before it is
-        path = await self.checkpoints.save(rollout_id, self.session.trainer, self.data_state,
-                                           {"weight_version": self.version, "plugin_lock": self.config.plugin_lock})
+        data_state, in_flight = self.data_state, None
+        if self.in_flight is not None:
+            await asyncio.wait([self.in_flight])
+            if not self.in_flight.cancelled() and self.in_flight.exception() is None:
+                data_state, in_flight = self.session.data_source.state_dict(), self.in_flight.result()
+        path = await self.checkpoints.save(rollout_id, self.session.trainer, data_state,
+                                           {"weight_version": self.version, "plugin_lock": self.config.plugin_lock},
+                                           in_flight)
         self.saved = rollout_id
         return path
 

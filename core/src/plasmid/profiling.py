@@ -1,5 +1,8 @@
 """``--profile``: :class:`StepClock`, the breakdown of each step's wall time that the loop
-(:mod:`plasmid.loop`, whose docstring names the metrics) adds to the step's metrics."""
+(:mod:`plasmid.loop`) adds to the step's metrics: ``time/step_seconds``, the sum of the
+:attr:`StepClock.PARTS` and ``time/overhead_seconds`` (the loop's own work: batch bookkeeping,
+observer hooks, the metrics log), and ``time/reward_seconds``, the part of the rollout in which
+a group was being scored."""
 
 from __future__ import annotations
 

@@ -88,7 +88,7 @@ def test_an_unsupported_reasoning_gym_is_one_line_at_start_up(monkeypatch, tmp_p
             raise importlib.metadata.PackageNotFoundError(name)
         return installed
 
-    monkeypatch.setattr(importlib.metadata, "version", version)  # what plasmid.versions reads
+    monkeypatch.setattr(importlib.metadata, "version", version)  # what plasmid_torch.versions reads
     with pytest.raises(UsageError) as raised:
         make_config(plugin, run_dir=tmp_path / "run", **chosen)
     assert str(raised.value) == message

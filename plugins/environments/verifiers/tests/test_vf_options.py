@@ -49,7 +49,7 @@ def test_an_unsupported_verifiers_or_openai_stops_plasmid_train_at_start_up(tmp_
                                                                            distribution, installed, message):
     real = importlib.metadata.version
 
-    def version(name):  # what plasmid.versions reads; every other distribution as installed
+    def version(name):  # what plasmid_torch.versions reads; every other distribution as installed
         if name != distribution:
             return real(name)
         if installed is None:

@@ -17,8 +17,8 @@ from typing import Any
 
 from packaging.specifiers import SpecifierSet
 
-from plasmid import versions
 from plasmid.errors import UsageError
+from plasmid_torch import versions
 
 #: The reasoning-gym releases this adapter is tested with: the one bound, checked at start-up here and
 #: declared alike in pyproject.toml, requirements/environments.txt and the README (test_rg_options checks it).

@@ -16,8 +16,8 @@ from typing import Any
 
 from packaging.specifiers import SpecifierSet
 
-from plasmid import versions
 from plasmid.errors import UsageError
+from plasmid_torch import versions
 
 #: The verifiers releases this adapter is tested with, as pyproject.toml declares them (test_vf_options checks).
 SUPPORTED = SpecifierSet(">=0.3.1,<0.3.2")

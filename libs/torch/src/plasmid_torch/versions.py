@@ -1,7 +1,7 @@
 """Checking that a third-party distribution a plugin adapts is installed in a tested version.
 
 Adapters of fast-moving packages (reasoning-gym, verifiers) accept only the releases they were
-tested with, and say so in one line at start-up. Called by plugins, never by the kernel itself.
+tested with, and say so in one line at start-up. Called by plugins (their start-up), never by the kernel.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
-"""plasmid.versions: an adapted distribution missing, unsupported or unparsable is one line with the pip command."""
+"""plasmid_torch.versions: an adapted distribution missing, unsupported or unparsable is one line
+with the pip command."""
 
 import pytest
 from packaging.specifiers import SpecifierSet
 
 from plasmid.errors import UsageError
-from plasmid.versions import check_supported, installed_version
+from plasmid_torch.versions import check_supported, installed_version
 
 SUPPORTED = SpecifierSet(">=1.2,<1.3")
 
