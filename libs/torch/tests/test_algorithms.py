@@ -222,6 +222,31 @@ def test_leave_one_out_advantage_subtracts_the_mean_of_the_other_samples():
     assert close(advantages, [2 / 3, -2 / 3, -2 / 3, 2 / 3, -3.0, 3.0, 0.0])
 
 
+def test_turn_returns_discount_later_turns_and_keep_missing_turns_nan():
+    nan = float("nan")
+    returns = algorithms.turn_returns(torch.tensor([[1.0, -1.0, 2.0], [3.0, nan, nan]]), 0.5)
+    assert close(returns[0], [1.0 - 0.5 + 0.5, -1.0 + 1.0, 2.0]) and returns[1, 0] == 3.0
+    assert torch.isnan(returns[1, 1:]).all()
+
+
+def test_turn_group_advantages_compare_the_same_turn_or_all_turns_of_a_group():
+    nan = float("nan")
+    returns = torch.tensor([[0.0, -1.0], [-1.0, 0.0], [5.0, nan]])     # samples 0, 1 one group; 2 alone
+    groups = torch.tensor([7, 7, 3])
+    by_turn = algorithms.turn_group_advantages(returns, groups, algorithms.leave_one_out_advantages, by_turn=True)
+    assert close(by_turn, [[1.0, -1.0], [-1.0, 1.0], [0.0, 0.0]])
+    pooled = algorithms.turn_group_advantages(
+        returns, groups, lambda values, keys: algorithms.group_normalized_rewards(values, keys, scale_by_std=False),
+        by_turn=False)
+    assert close(pooled, [[0.5, -0.5], [-0.5, 0.5], [0.0, 0.0]])
+
+
+def test_turns_to_tokens_puts_each_turns_value_on_its_tokens_and_zeroes_masked_ones():
+    per_turn = torch.tensor([[2.0, -3.0]])
+    tokens = algorithms.turns_to_tokens(per_turn, torch.tensor([[0, 0, 1, 1]]), torch.tensor([[1.0, 0.0, 1.0, 1.0]]))
+    assert close(tokens, [[2.0, 0.0, -3.0, -3.0]])
+
+
 def test_whiten_uses_the_trained_tokens_of_the_whole_batch():
     # trained values 1, 2, 3: mean 2, unbiased variance 1; masked positions (9) are ignored and zeroed
     values = torch.tensor([[1.0, 2.0, 9.0], [3.0, 9.0, 9.0]])
