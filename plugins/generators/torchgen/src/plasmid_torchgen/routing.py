@@ -22,23 +22,7 @@ from typing import Any
 
 import torch
 
-
-def moe_routers(model: Any) -> list[tuple[torch.nn.Module, int]]:
-    """``(router, top_k)`` of each MoE block of ``model``, in layer order (empty for a dense model).
-
-    A block is a module with ``gate`` and ``experts`` children; ``top_k`` is the router's own
-    ``top_k`` or the model config's ``num_experts_per_tok``."""
-    default_top_k = getattr(getattr(model, "config", None), "num_experts_per_tok", None)
-    routers = []
-    for module in model.modules():
-        gate = getattr(module, "gate", None)
-        if isinstance(gate, torch.nn.Module) and isinstance(getattr(module, "experts", None), torch.nn.Module):
-            top_k = getattr(gate, "top_k", None) or getattr(module, "top_k", None) or default_top_k
-            if not top_k:
-                raise ValueError(f"torchgen routing: the MoE block {type(module).__name__} has no top_k "
-                                 f"(router attribute or config.num_experts_per_tok)")
-            routers.append((gate, int(top_k)))
-    return routers
+from plasmid_torch.routers import chosen_experts, moe_routers
 
 
 class RoutingCapture:
@@ -64,13 +48,7 @@ class RoutingCapture:
 
     def _hook(self, layer: int, top_k: int) -> Any:
         def keep(module: torch.nn.Module, inputs: Any, output: Any) -> None:
-            if isinstance(output, tuple):
-                indices = output[-1]
-                if indices.is_floating_point():          # (logits, ...) routers without indices
-                    indices = output[0].topk(top_k, dim=-1).indices
-            else:
-                indices = output.topk(top_k, dim=-1).indices
-            self._pass[layer] = indices.reshape(-1, top_k)
+            self._pass[layer] = chosen_experts(output, top_k)
         return keep
 
     def _batch_routes(self, rows: int) -> torch.Tensor:
