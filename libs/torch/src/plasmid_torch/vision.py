@@ -2,9 +2,13 @@
 become (Qwen2-VL style: ``pixel_values``, ``image_grid_thw``, the image tokens expanded in the ids),
 and log-probs and sampling with those inputs.
 
-A sample's images travel as chat messages in ``Sample.prompt`` (what the data source read) and, once
-encoded, as a :class:`VisionInputs` under ``Sample.metadata[VISION_KEY]``; the engine and the trainer
-both read that one object, so they compute with the same pixel values. Image parts accepted:
+A sample's images travel as chat messages in ``Sample.prompt`` (what the data source read) and as a
+JSON reference under ``Sample.metadata[VISION_KEY]``: ``{"images": [part, ...]}``, each part an
+``{"type": "image", "image": S}`` whose ``S`` is a data URL or an absolute path (:func:`portable_part`).
+Metadata stays JSON, so a sample with images goes into a checkpoint (given-back groups, the async
+rollout in flight) like any other. The engine and the trainer rebuild the tensors from that reference
+with the model's image processor (:class:`ImageInputs`, cached), so both compute with the same pixel
+values. Image parts accepted:
 
 - OpenAI: ``{"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}`` (a data URL, a
   ``file://`` URL or a local path);
@@ -18,6 +22,8 @@ from __future__ import annotations
 
 import base64
 import io
+import json
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -149,9 +155,80 @@ def text_only(messages: Any) -> Any:
             if isinstance(message.get("content"), list) else message for message in messages]
 
 
+def portable_part(part: dict[str, Any], base_dir: Path | None = None) -> dict[str, Any]:
+    """Image ``part`` as JSON that names the same image anywhere in this run: ``{"type": "image",
+    "image": S}`` with ``S`` a data URL (bytes and PIL images are PNG-encoded) or an absolute path
+    (relative paths resolved against ``base_dir``, ``file://`` dropped)."""
+    from PIL import Image
+
+    if part.get("type") == "image_url":
+        url = part.get("image_url")
+        source = url.get("url") if isinstance(url, dict) else url
+    else:
+        source = next((part[key] for key in ("image", "path", "url", "bytes") if part.get(key) is not None), None)
+    if isinstance(source, Image.Image):
+        buffer = io.BytesIO()
+        source.save(buffer, "PNG")
+        source = buffer.getvalue()
+    if isinstance(source, (bytes, bytearray)):
+        return {"type": "image", "image": "data:image;base64," + base64.b64encode(bytes(source)).decode("ascii")}
+    if not isinstance(source, str) or source.startswith("data:"):
+        return {"type": "image", "image": source}
+    path = Path(source.removeprefix("file://"))
+    if not path.is_absolute() and base_dir is not None:
+        path = base_dir / path
+    return {"type": "image", "image": str(path.resolve())}
+
+
+def has_images(sample: Any) -> bool:
+    """Whether ``sample`` carries images (a :data:`VISION_KEY` reference in its metadata)."""
+    return VISION_KEY in sample.metadata
+
+
+class ImageInputs:
+    """The :class:`VisionInputs` of samples, rebuilt from their ``metadata[VISION_KEY]`` reference with
+    the image processor of model directory ``model`` (``AutoImageProcessor``). The last ``cache_size``
+    references are kept (a prompt's samples and a step's passes share them)."""
+
+    def __init__(self, model: str, cache_size: int = 4096) -> None:
+        import transformers
+
+        self.image_processor = transformers.AutoImageProcessor.from_pretrained(str(model))
+        self.merge = int(getattr(self.image_processor, "merge_size", 1))
+        self._cache: OrderedDict[str, VisionInputs] = OrderedDict()
+        self._cache_size = cache_size
+
+    def process(self, images: list[Any]) -> VisionInputs:
+        """The image processor's tensors of PIL ``images`` (at least one)."""
+        processed = self.image_processor(images=images, return_tensors="pt")
+        return VisionInputs(processed["pixel_values"].to(torch.float32), processed["image_grid_thw"].to(torch.long))
+
+    def __call__(self, sample: Any) -> VisionInputs | None:
+        """``sample``'s vision inputs, or ``None`` without images; :class:`UsageError` naming the sample
+        when its reference is not ``{"images": [part, ...]}`` or an image no longer decodes."""
+        reference = sample.metadata.get(VISION_KEY)
+        if reference is None:
+            return None
+        if not isinstance(reference, dict) or not isinstance(reference.get("images"), list) \
+                or not reference["images"]:
+            raise UsageError(f"sample {sample.index}: metadata[{VISION_KEY!r}] must be {{'images': [image part, ...]}} "
+                             f"(plasmid_torch.vision.VisionEncoder.encode writes it), got {_short(reference)}")
+        key = json.dumps(reference, sort_keys=True)
+        inputs = self._cache.get(key)
+        if inputs is None:
+            messages = [{"role": "user", "content": reference["images"]}]
+            inputs = self.process(load_images(messages, f"sample {sample.index}"))
+            self._cache[key] = inputs
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(key)
+        return inputs
+
+
 class VisionEncoder:
     """Encodes chat prompts with images for the VLM in model directory ``model``: its tokenizer's
-    chat template, its image processor (``AutoImageProcessor``), and the image token expanded to each
+    chat template, its image processor (``images``, an :class:`ImageInputs`), and the image token expanded to each
     image's token count (``grid t * h * w / merge_size**2``), as ``Qwen2VLProcessor`` does."""
 
     def __init__(self, model: str) -> None:
@@ -159,13 +236,12 @@ class VisionEncoder:
 
         from plasmid_torch.hf import load_tokenizer
 
-        self.tokenizer = load_tokenizer(str(model))
-        self.image_processor = transformers.AutoImageProcessor.from_pretrained(str(model))
         config = transformers.AutoConfig.from_pretrained(str(model))
         if not is_vision_config(config):
             raise UsageError(f"--model {model}: not a vision-language model (its config has no vision_config)")
+        self.images = ImageInputs(model)
+        self.tokenizer = load_tokenizer(str(model))
         self.image_token_id: int = config.image_token_id
-        self.merge = int(getattr(self.image_processor, "merge_size", 1))
 
     def __call__(self, messages: list[dict[str, Any]], images: list[Any]) -> tuple[list[int], VisionInputs | None]:
         """``(prompt ids, vision inputs or None without images)``; :class:`ValueError` when the
@@ -177,12 +253,26 @@ class VisionEncoder:
             raise ValueError(f"the chat template placed {len(places)} image tokens for {len(images)} images")
         if not images:
             return ids, None
-        processed = self.image_processor(images=images, return_tensors="pt")
-        grid = processed["image_grid_thw"].to(torch.long)
-        counts = (grid.prod(dim=1) // self.merge ** 2).tolist()
+        inputs = self.images.process(images)
+        counts = (inputs.image_grid_thw.prod(dim=1) // self.images.merge ** 2).tolist()
         for place, count in zip(reversed(places), reversed(counts), strict=True):
             ids[place:place + 1] = [self.image_token_id] * count
-        return ids, VisionInputs(processed["pixel_values"].to(torch.float32), grid)
+        return ids, inputs
+
+    def encode(self, messages: list[dict[str, Any]], location: str, base_dir: Path | None = None,
+               max_pixels: int = MAX_IMAGE_PIXELS) -> tuple[list[int], dict[str, Any] | None]:
+        """``(prompt ids, metadata reference or None without images)`` of chat ``messages``: every image
+        decoded and checked (:func:`load_images`; a failure is one :class:`UsageError` naming
+        ``location``), the reference ``{"images": [portable_part, ...]}`` to store under
+        ``Sample.metadata[VISION_KEY]``."""
+        images = load_images(messages, location, base_dir, max_pixels)
+        try:
+            ids, _ = self(messages, images)
+        except ValueError as error:
+            raise UsageError(f"{location}: {error}") from None
+        if not images:
+            return ids, None
+        return ids, {"images": [portable_part(part, base_dir) for part in image_parts(messages)]}
 
 
 def forward_inputs(model: Any, input_ids: torch.Tensor, inputs: list[VisionInputs | None]) -> dict[str, torch.Tensor]:
@@ -198,11 +288,6 @@ def forward_inputs(model: Any, input_ids: torch.Tensor, inputs: list[VisionInput
     return {"pixel_values": torch.cat([entry.pixel_values for entry in present]).to(device),
             "image_grid_thw": torch.cat([entry.image_grid_thw for entry in present]).to(device),
             "mm_token_type_ids": (input_ids == image_token_id).to(torch.int32)}
-
-
-def sample_vision(sample: Any) -> VisionInputs | None:
-    """A sample's :class:`VisionInputs` (``metadata[VISION_KEY]``), or ``None``."""
-    return sample.metadata.get(VISION_KEY)
 
 
 def generate(model: Any, prompt_ids: list[int], vision: VisionInputs | None, params: Any,

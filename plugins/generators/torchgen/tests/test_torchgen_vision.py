@@ -118,10 +118,10 @@ def vision_samples(vlm_dir, colours, n=2):
     encoder = vision.VisionEncoder(str(vlm_dir))
     samples = []
     for index, colour in enumerate(colours):
-        messages = prompt({"type": "image", "bytes": png(colour)})
-        ids, inputs = encoder(messages, vision.load_images(messages, f"test:{index}"))
-        samples += [Sample(prompt=messages, tokens=list(ids), metadata={vision.VISION_KEY: inputs}, index=index * n + k,
-                           group_index=index) for k in range(n)]
+        messages = prompt({"type": "image_url", "image_url": {"url": data_url(png(colour))}})
+        ids, reference = encoder.encode(messages, f"test:{index}")
+        samples += [Sample(prompt=messages, tokens=list(ids), metadata={vision.VISION_KEY: reference},
+                           index=index * n + k, group_index=index) for k in range(n)]
     return encoder, samples
 
 
@@ -165,3 +165,26 @@ def test_text_samples_take_the_ordinary_path_under_the_vision_generate_function(
     testing.run(VisionSingleTurn(config)(View(engine, tokenizer), sample, SamplingParams(max_new_tokens=3)))
     assert sample.response_length == 3 and not calls
     testing.run(engine.shutdown())
+
+
+def test_samples_with_images_round_trip_a_checkpoint_as_json_and_rebuild_the_same_inputs(vlm_dir):
+    import json
+
+    from plasmid.groups import group_from_state, group_to_state
+
+    _, samples = vision_samples(vlm_dir, [(255, 0, 0), (0, 0, 255)])
+    saved = json.dumps(group_to_state(Group(samples, 0)))              # what in_flight.json / given-back hold
+    restored = group_from_state(json.loads(saved)).samples
+    images = vision.ImageInputs(str(vlm_dir))
+    for before, after in zip(samples, restored, strict=True):
+        assert after.metadata == before.metadata and after.tokens == before.tokens
+        original, rebuilt = images(before), images(after)
+        assert torch.equal(original.pixel_values, rebuilt.pixel_values)
+        assert torch.equal(original.image_grid_thw, rebuilt.image_grid_thw)
+    assert not torch.equal(images(samples[0]).pixel_values, images(samples[2]).pixel_values)
+
+
+def test_a_reference_that_is_not_a_list_of_images_is_one_line_naming_the_sample(vlm_dir):
+    sample = Sample(prompt="x", tokens=[1], metadata={vision.VISION_KEY: {"images": "red.png"}}, index=5)
+    with pytest.raises(UsageError, match=r"^sample 5: metadata\['plasmid_torch.vision'\] must be"):
+        vision.ImageInputs(str(vlm_dir))(sample)

@@ -9,6 +9,7 @@ leave when they finish; another batch's rows join by left-padding (see :mod:`.kv
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -18,6 +19,36 @@ from plasmid_torchgen import kv_cache
 from plasmid_torchgen.sampling import SamplingBatch
 
 
+class StopStrings:
+    """Whether a response's text holds one of its stop strings, checked after each new token on the
+    text of the last few tokens only.
+
+    The text of the last :attr:`window` tokens is decoded (``decode``: special tokens skipped, as the
+    agent gateway reads a reply): ``4 * len(longest stop) + 4`` tokens, enough for a stop string whose
+    every character takes several byte-level tokens. A stop string is found by the first check whose
+    window holds it, which is the check after the token that completed it, so the response ends on
+    that token. The cost is one decode of at most :attr:`window` tokens per step of such a request.
+    """
+
+    def __init__(self, stops: tuple[str, ...], decode: Callable[[list[int]], str]) -> None:
+        if not all(isinstance(stop, str) and stop for stop in stops):
+            raise ValueError(f"torchgen: stop strings must be non-empty strings, got {stops!r}")
+        self.stops = stops
+        self.decode = decode
+        self.window = 4 * max(len(stop) for stop in stops) + 4
+        #: the stop string that ended the response ('' while none did)
+        self.matched = ""
+
+    def completed_by(self, token_ids: list[int]) -> bool:
+        """Whether the text of the tail of ``token_ids`` holds a stop string (recorded in :attr:`matched`)."""
+        text = self.decode(token_ids[-self.window:])
+        for stop in self.stops:
+            if stop in text:
+                self.matched = stop
+                return True
+        return False
+
+
 @dataclass(eq=False)
 class Request:
     """One ``generate`` call: its prompt and parameters in, its response accumulating.
@@ -25,6 +56,9 @@ class Request:
     ``future`` belongs to the event loop that called ``generate``; the engine resolves it there
     (the worker thread only reads whether it is done). ``token_ids``/``logprobs`` grow on the
     engine's worker thread, one entry per decoding step.
+
+    A request with stop strings (``params.stop``) carries a :class:`StopStrings` (``stop_strings``);
+    one without has ``None`` there, and its decoding steps do no text work at all.
     """
 
     prompt_ids: list[int]
@@ -32,16 +66,23 @@ class Request:
     future: asyncio.Future
     generator: torch.Generator | None = None
     stop_token_ids: frozenset[int] = frozenset()
+    stop_strings: StopStrings | None = None
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     status: Status = Status.PENDING
 
     @classmethod
     def create(cls, prompt_ids: list[int], params: SamplingParams, future: asyncio.Future,
-               device: torch.device | str = "cpu") -> Request:
-        """A request; with a ``params.seed``, its own generator on ``device`` (where the engine samples)."""
+               device: torch.device | str = "cpu", decode: Callable[[list[int]], str] | None = None) -> Request:
+        """A request; with a ``params.seed``, its own generator on ``device`` (where the engine samples).
+        ``decode`` (token ids to text, special tokens skipped) is needed when ``params.stop`` is set."""
         generator = None if params.seed is None else torch.Generator(device=device).manual_seed(params.seed)
-        return cls(list(prompt_ids), params, future, generator, frozenset(params.stop_token_ids))
+        stop_strings = None
+        if params.stop:
+            if decode is None:
+                raise ValueError("torchgen: a request with stop strings needs the tokenizer's decode")
+            stop_strings = StopStrings(params.stop, decode)
+        return cls(list(prompt_ids), params, future, generator, frozenset(params.stop_token_ids), stop_strings)
 
     @property
     def abandoned(self) -> bool:
@@ -50,7 +91,9 @@ class Request:
 
     def finish(self) -> None:
         """Set the final status of a response that ended (a stop token, or ``max_new_tokens``)."""
-        self.status = Status.COMPLETED if self.token_ids[-1] in self.stop_token_ids else Status.TRUNCATED
+        stopped = self.token_ids[-1] in self.stop_token_ids or (self.stop_strings is not None
+                                                                  and self.stop_strings.matched)
+        self.status = Status.COMPLETED if stopped else Status.TRUNCATED
 
     def output(self, weight_version: int) -> GenerationOutput:
         return GenerationOutput(list(self.token_ids), list(self.logprobs), self.status, weight_version)
@@ -93,6 +136,8 @@ class DecodeBatch:
             request.token_ids.append(token_id)
             request.logprobs.append(logprob)
             if token_id in request.stop_token_ids or len(request.token_ids) >= request.params.max_new_tokens:
+                finished_rows.append(row)
+            elif request.stop_strings is not None and request.stop_strings.completed_by(request.token_ids):
                 finished_rows.append(row)
         self.next_tokens = tokens.unsqueeze(1)
         finished = [self.requests[row] for row in finished_rows]

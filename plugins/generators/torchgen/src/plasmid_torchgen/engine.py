@@ -24,6 +24,11 @@ The engine serves one event loop at a time; when called from a new loop (each ``
 makes one) it starts over there, dropping requests of the old loop, which can no longer be
 answered.
 
+Stop strings (``SamplingParams.stop``): a request ends at the token whose addition makes its text
+hold one of them, checked on the tail of the response after each step (:class:`.batch.StopStrings`;
+the tokenizer of ``--model`` is loaded for it by the first such request). The kept tokens end with
+that token and the status is ``COMPLETED``. Requests without stop strings do no text work.
+
 A request whose prompt and ``max_new_tokens`` do not fit the model's context
 (:mod:`plasmid.model_limits`: ``max_position_embeddings``, or a smaller tokenizer limit) is refused
 before it is queued, with :class:`~plasmid.errors.ContextLengthError` naming both lengths (vLLM's
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
@@ -49,6 +55,7 @@ from plasmid.types import GenerationOutput, SamplingParams, Status
 from plasmid_torch.compute import compute_executor
 from plasmid_torch.device import placement
 from plasmid_torch.device_options import DeviceOptions
+from plasmid_torch.vision import ImageInputs, is_vision_config
 from plasmid_torchgen.batch import DecodeBatch, Request
 from plasmid_torchgen.decoder import Decoder
 from plasmid_torchgen.options import TorchgenOptions
@@ -98,6 +105,8 @@ class TorchEngine:
         self.vocab_size: int = self.model.get_input_embeddings().num_embeddings
         #: positions the model attends over (prompt + response; plasmid.model_limits), or None if unknown
         self.context = read_model_limits(self.model_path).context
+        #: a vision-language model's image inputs, rebuilt from the samples' references (else ``None``)
+        self.images = ImageInputs(self.model_path) if is_vision_config(self.model.config) else None
         self.max_batch_size = options.torchgen_max_batch_size
         self._stats = EngineStats()
         shared_generator = torch.Generator(device=self.place.device).manual_seed(general.seed)
@@ -121,6 +130,8 @@ class TorchEngine:
         #: the process's compute thread, shared with a trainer in the same process (plasmid_torch.compute)
         self._worker = compute_executor()
         self._closed = False
+        #: the tokenizer's decode, for stop strings (loaded by the first request that has them)
+        self._decode: Any = None
         # Per-event-loop state, (re)made by _bind().
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = asyncio.Lock()
@@ -196,8 +207,9 @@ class TorchEngine:
                 raise ValueError("torchgen generate: prompt_ids is empty; a response needs at least one prompt token "
                                  "(tokenizers of plasmid models prepend <bos>)")
             self._check_context(len(prompt_ids), call_params.max_new_tokens)
+        decode = self._stop_decoder() if any(call_params.stop for call_params in params) else None
         loop = self._bind()
-        requests = [Request.create(prompt_ids, call_params, loop.create_future(), self.place.device)
+        requests = [Request.create(prompt_ids, call_params, loop.create_future(), self.place.device, decode)
                     for prompt_ids, call_params in zip(prompts, params, strict=True)]
         self._waiting.extend(requests)
         self._wakeup.set()
@@ -205,6 +217,20 @@ class TorchEngine:
             self._batcher = loop.create_task(self._serve(), name="torchgen-batcher")
             self._batcher.add_done_callback(self._batcher_stopped)
         return requests
+
+    def _stop_decoder(self) -> Any:
+        """The decode (ids to text, special tokens skipped) that stop strings are matched on: the
+        tokenizer of ``--model``, loaded by the first request with stop strings."""
+        if self._decode is None:
+            from transformers import AutoTokenizer
+
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+            except (OSError, ValueError) as error:
+                raise UsageError(f"engine 'torchgen' (plugin plasmid-torchgen): stop strings are matched on text, "
+                                 f"but the tokenizer of --model {self.model_path} cannot be loaded: {error}") from None
+            self._decode = functools.partial(tokenizer.decode, skip_special_tokens=True)
+        return self._decode
 
     async def response_logprobs(self, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
         """Log-probs of ``token_ids[prompt_length:]`` at ``temperature`` (0 counts as 1, as in

@@ -7,8 +7,9 @@ thread, under the engine's lock (so no weight update lands mid-request). The wei
 own: a weight sync or update reaches this path as it reaches the batcher.
 
 The ``vision`` generate function (:class:`VisionSingleTurn`, ``--generate vision``) calls it for a
-sample that carries :data:`plasmid_torch.vision.VISION_KEY` in its metadata and the ordinary path
-otherwise, so a text-only run is unchanged whichever generate function it names.
+sample that carries :data:`plasmid_torch.vision.VISION_KEY` in its metadata (a JSON reference to its
+images, which the engine's :class:`plasmid_torch.vision.ImageInputs` turns into tensors) and the
+ordinary path otherwise, so a text-only run is unchanged whichever generate function it names.
 """
 
 from __future__ import annotations
@@ -43,13 +44,13 @@ async def generate_with_images(engine: Any, prompt_ids: list[int], images: visio
 
 class VisionSingleTurn(SingleTurn):
     """Generate function ``vision``: :class:`plasmid.builtin.SingleTurn`, except that a sample with
-    images (``metadata[VISION_KEY]``) is answered by its engine's ``generate_with_images`` (torchgen
-    has it; another engine is an error naming it). A resumed partial response is continued with the
-    same images."""
+    images (``metadata[VISION_KEY]``) is answered by its engine's ``generate_with_images`` with the
+    inputs its ``images`` rebuilds (torchgen serving a vision-language model has both; another
+    engine or a text-only model is an error naming it). A resumed partial response is continued with
+    the same images."""
 
     async def __call__(self, ctx: RolloutView, sample: Sample, params: SamplingParams) -> Sample:
-        images = vision.sample_vision(sample)
-        if images is None:
+        if not vision.has_images(sample):
             return await super().__call__(ctx, sample, params)
         call = self._call(sample, params)
         if call is None:
@@ -60,12 +61,15 @@ class VisionSingleTurn(SingleTurn):
         if method is None:
             raise TypeError(f"--generate vision: the engine {type(engine).__name__} takes no images "
                             f"(torchgen does); choose --engine torchgen for image prompts")
-        return self._finish(ctx, sample, prefix, await method(prefix, images, budget))
+        if engine.images is None:
+            raise TypeError(f"--generate vision: sample {sample.index} has images but the engine's model "
+                            f"{engine.model_path} is not a vision-language model")
+        return self._finish(ctx, sample, prefix, await method(prefix, engine.images(sample), budget))
 
     async def generate_many(self, ctx: RolloutView, samples: list[Sample],
                             params: list[SamplingParams]) -> list[Sample]:
         """Text samples as :meth:`SingleTurn.generate_many`; samples with images one call each."""
-        with_images = [i for i, sample in enumerate(samples) if vision.sample_vision(sample) is not None]
+        with_images = [i for i, sample in enumerate(samples) if vision.has_images(sample)]
         text = [i for i in range(len(samples)) if i not in set(with_images)]
         if text:
             await super().generate_many(ctx, [samples[i] for i in text], [params[i] for i in text])

@@ -29,7 +29,7 @@ from plasmid_torch.device import Placement
 from plasmid_torch.hf import cache_argument
 from plasmid_torch.prompts import shared_prompts
 from plasmid_torch.training import check_samples, pad_rows, response_mask
-from plasmid_torch.vision import VisionInputs, forward_inputs, sample_vision
+from plasmid_torch.vision import ImageInputs, VisionInputs, forward_inputs, has_images
 
 
 @dataclass
@@ -78,8 +78,10 @@ class PaddedBatch:
                            None if self.vision is None else [self.vision[i] for i in index.tolist()])
 
 
-def pad_samples(samples: Sequence[Sample], pad_id: int) -> PaddedBatch:
-    """Pad ``samples`` into a :class:`PaddedBatch`; errors name the offending sample."""
+def pad_samples(samples: Sequence[Sample], pad_id: int, images: ImageInputs | None = None) -> PaddedBatch:
+    """Pad ``samples`` into a :class:`PaddedBatch`; errors name the offending sample. ``images`` rebuilds
+    the vision inputs of samples with images (the model's image processor); a sample with images and
+    no ``images`` (a text-only model) is a :class:`ValueError` naming it."""
     check_samples(samples)
     lengths = torch.tensor([len(s.tokens) for s in samples], dtype=torch.long)
     response_lengths = torch.tensor([s.response_length for s in samples], dtype=torch.long)
@@ -89,7 +91,13 @@ def pad_samples(samples: Sequence[Sample], pad_id: int) -> PaddedBatch:
     mask = response_mask(samples, width)
     prompt_lengths = lengths - response_lengths
     in_response = torch.arange(width).unsqueeze(0) < response_lengths.unsqueeze(1)
-    vision = [sample_vision(s) for s in samples]
+    if images is None:
+        with_images = next((s for s in samples if has_images(s)), None)
+        if with_images is not None:
+            raise ValueError(f"sample {with_images.index} has images but the policy is not a vision-language model")
+        vision: list[VisionInputs | None] = [None] * len(samples)
+    else:
+        vision = [images(s) for s in samples]
     return PaddedBatch(input_ids, attention_mask, prompt_lengths, response_lengths, mask, in_response,
                        vision if any(entry is not None for entry in vision) else None)
 

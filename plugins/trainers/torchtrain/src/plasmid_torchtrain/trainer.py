@@ -58,6 +58,7 @@ from plasmid_torch.step_guard import TorchSnapshot
 from plasmid_torch.train_step import CriticParts, StepCounters, TrainerParts, TrainStep
 from plasmid_torch.trainer_options import TrainerOptions
 from plasmid_torch.training import check_trainer_setup, timed_update
+from plasmid_torch.vision import ImageInputs, is_vision_config
 from plasmid_torchtrain import batching, checkpoint, critic, distributed, lora, schedule, weights
 from plasmid_torchtrain.options import TorchtrainOptions
 
@@ -146,6 +147,8 @@ class TorchTrainer(StepCounters):
             self.sync = distributed.ShardedSync(self.dp)
         pad_id = self.model.config.get_text_config().pad_token_id      # a VLM keeps it in its text config
         self.pad_id: int = pad_id if pad_id is not None else 0
+        #: a vision-language policy's image inputs, rebuilt from the samples' references (else ``None``)
+        self.images = ImageInputs(str(self.model_dir)) if is_vision_config(self.model.config) else None
         lr_multiplier = schedule.lr_multiplier(options, rollout)
         self.optimizer = self._adamw(self.model, options.lr)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_multiplier)
@@ -336,7 +339,7 @@ class TorchTrainer(StepCounters):
     # ---------------------------------------------------------------------------------------------
 
     def _pad(self, samples: list[Sample]) -> batching.PaddedBatch:
-        return batching.pad_samples(samples, self.pad_id)
+        return batching.pad_samples(samples, self.pad_id, self.images)
 
     def _step_logprobs(self, model: Any, padded: batching.PaddedBatch, temperature: float) -> torch.Tensor:
         """``[B, T]`` no-grad log-probs in a train step: sharded over the data-parallel ranks, gathered."""
