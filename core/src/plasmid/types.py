@@ -30,7 +30,8 @@ class SamplingParams:
     ``top_k <= 0`` and ``top_p >= 1`` disable those filters; ``temperature == 0`` is greedy.
     With both, a token is kept when it is among the ``top_k`` likeliest *and* the probability
     mass of the tokens likelier than it is below ``top_p`` (SGLang's rule).
-    ``stop_token_ids`` end a response (the stop token is kept in the response).
+    ``stop_token_ids`` end a response (the stop token is kept in the response); so does ``stop``, a string
+    in the decoded response (special tokens skipped): the tokens kept run through the one completing it.
     """
 
     temperature: float = 1.0
@@ -39,6 +40,7 @@ class SamplingParams:
     max_new_tokens: int = 16
     stop_token_ids: tuple[int, ...] = ()
     seed: int | None = None
+    stop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.temperature < 0:

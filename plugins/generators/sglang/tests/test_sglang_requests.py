@@ -100,3 +100,16 @@ def test_score_answers_drop_the_empty_first_position():
         pytest.approx([math.log(1 / 4)] * 2)
     with pytest.raises(ValueError, match="1 input log-probs for 2 scored tokens"):
         parse_score({"meta_info": {"input_token_logprobs": [[None, 0, None], [-0.5, 6, None]]}}, [1, 4, 6, 7], 2, 1.0)
+
+
+def test_stop_strings_go_to_sglang_untrimmed_and_a_stop_on_one_is_not_continued():
+    params = SamplingParams(max_new_tokens=8, stop_token_ids=(5,), stop=("\nObservation:", "END"))
+    sampling = generate_request([1, 4], params, max_new_tokens=8)["sampling_params"]
+    assert sampling["stop"] == ["\nObservation:", "END"] and sampling["no_stop_trim"] is True
+    assert sampling["stop_token_ids"] == [5]
+    plain = generate_request([1, 4], SamplingParams(max_new_tokens=8), max_new_tokens=8)["sampling_params"]
+    assert "stop" not in plain and "no_stop_trim" not in plain, "no stop strings: the body is as before"
+    # SGLang reports the string it matched; the tokens through the one that completed it are kept
+    generated = parse_generate(answer([3, 9, 4], {"type": "stop", "matched": "END"}))
+    assert (generated.status, generated.matched_text, generated.token_ids) == (Status.COMPLETED, "END", [3, 9, 4])
+    assert not needs_continuation(generated, params), "a stop string asked for ends the response"

@@ -11,6 +11,10 @@ differences that this module bridges:
   without stop tokens is sent with ``ignore_eos``; a response that SGLang ended on an
   end-of-sequence id the request did not list is continued (:func:`needs_continuation`) by a
   new request for prompt + response so far, until a listed stop token or the length limit.
+- **stop strings.** ``params.stop`` is SGLang's ``stop``, with ``no_stop_trim`` so that the answer
+  keeps the tokens through the one that completed the string (the sample's tokens stay the
+  engine's); SGLang reports the string as ``finish_reason.matched``, and such a stop is never
+  continued. A continuation (above) matches stop strings on its own new text only.
 - **log-probs at a temperature.** The log-probs SGLang reports for generated tokens are those of
   ``softmax(logits / T)`` before top-p/top-k (greedy: ``T = 1``), as plasmid's. For *given*
   tokens (``score``), SGLang reports ``softmax(logits)`` at ``T = 1`` whatever the request's
@@ -37,6 +41,7 @@ class Generated:
 
     :ivar token_ids: generated tokens. :ivar logprobs: their log-probs.
     :ivar status: COMPLETED, TRUNCATED or ABORTED. :ivar matched: the stop token SGLang matched.
+    :ivar matched_text: the stop string SGLang matched ('' when it stopped otherwise).
     :ivar weight_version: the version the server reported (``"default"`` reads as 0).
     :ivar routed_experts: ``meta_info["routed_experts"]`` as sent (base64), when there is one.
     """
@@ -47,6 +52,7 @@ class Generated:
     matched: int | None
     weight_version: int
     routed_experts: str | None = None
+    matched_text: str = ""
 
 
 def generate_request(prompt_ids: list[int], params: SamplingParams, max_new_tokens: int,
@@ -64,6 +70,9 @@ def generate_request(prompt_ids: list[int], params: SamplingParams, max_new_toke
         sampling["stop_token_ids"] = list(params.stop_token_ids)
     else:
         sampling["ignore_eos"] = True
+    if params.stop:
+        sampling["stop"] = list(params.stop)
+        sampling["no_stop_trim"] = True
     if params.seed is not None:
         sampling["sampling_seed"] = params.seed
     body: dict[str, Any] = {"input_ids": list(prompt_ids), "sampling_params": sampling, "return_logprob": True}
@@ -88,12 +97,14 @@ def parse_generate(answer: dict[str, Any]) -> Generated:
     matched = finish.get("matched") if isinstance(finish, dict) else None
     routed = meta.get("routed_experts")
     return Generated(token_ids, logprobs, FINISH_STATUS[kind], matched if isinstance(matched, int) else None,
-                     parse_version(meta.get("weight_version")), routed if isinstance(routed, str) else None)
+                     parse_version(meta.get("weight_version")), routed if isinstance(routed, str) else None,
+                     matched if isinstance(matched, str) else "")
 
 
 def needs_continuation(generated: Generated, params: SamplingParams) -> bool:
-    """Whether SGLang stopped on an end-of-sequence token that the request did not ask to stop on."""
-    return (generated.status is Status.COMPLETED and bool(generated.token_ids)
+    """Whether SGLang stopped on an end-of-sequence token that the request did not ask to stop on (not
+    on a stop token or a stop string it asked for)."""
+    return (generated.status is Status.COMPLETED and bool(generated.token_ids) and not generated.matched_text
             and generated.token_ids[-1] not in params.stop_token_ids)
 
 

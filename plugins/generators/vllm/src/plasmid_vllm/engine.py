@@ -11,8 +11,9 @@ extension; requests go to the least loaded), and waits until they are healthy.
 - ``generate``: a streamed ``/v1/completions`` request with the prompt's token ids,
   ``return_token_ids``, the sampled token's log-prob (``logprobs: 0``), the seed, and
   ``ignore_eos`` with plasmid's ``stop_token_ids`` (a response ends on the stop tokens asked for
-  only). Log-probs are vLLM's ``processed_logprobs`` (plasmid's default ``--vllm-logprobs-mode``):
-  the distribution sampled from, at the request's temperature (exactly plasmid's definition when
+  only) and its ``stop`` strings (:func:`completion_body`). Log-probs are vLLM's
+  ``processed_logprobs`` (plasmid's default ``--vllm-logprobs-mode``): the distribution sampled from,
+  at the request's temperature (exactly plasmid's definition when
   ``top_k <= 0`` and ``top_p >= 1``; with those filters on, vLLM reports the filtered
   distribution); greedy requests report log-probs at temperature 1.
 - ``score``: ``prompt_logprobs`` of the given tokens (one generated token, ignored); vLLM computes
@@ -70,6 +71,27 @@ from plasmid_serving.pool import Server
 from plasmid_serving.server_process import detect_device
 from plasmid_vllm.options import VLLMOptions
 from plasmid_vllm.server import ServerProcess, given_native, server_argv, server_values
+
+
+def completion_body(served_model: str, prompt_ids: list[int], params: SamplingParams) -> dict[str, Any]:
+    """The streamed ``/v1/completions`` body that samples one response to ``prompt_ids`` as ``params`` says.
+
+    Stop strings (``params.stop``) are vLLM's ``stop`` with ``include_stop_str_in_output``: vLLM ends the
+    response at the token that completed one and keeps every token it sampled (the text keeps the string
+    too), so the tokens are exactly the engine's.
+    """
+    body: dict[str, Any] = {
+        "model": served_model, "prompt": prompt_ids, "max_tokens": params.max_new_tokens,
+        "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k if params.top_k > 0 else 0,
+        "logprobs": 0, "return_token_ids": True, "return_tokens_as_token_ids": True, "ignore_eos": True,
+        "stop_token_ids": list(params.stop_token_ids), "stream": True, "skip_special_tokens": False}
+    if params.stop:
+        body["stop"] = list(params.stop)
+        body["include_stop_str_in_output"] = True
+    if params.seed is not None:
+        body["seed"] = params.seed
+    return body
+
 
 #: the served name of the LoRA adapter of weight version N (:meth:`VLLMEngine.load_adapter`): this prefix, then N
 ADAPTER_PREFIX = "plasmid-v"
@@ -137,13 +159,7 @@ class VLLMEngine(HttpEngine):
 
     async def _generate_on(self, server: Server, ticket: Ticket, prompt_ids: list[int],
                            params: SamplingParams) -> GenerationOutput:
-        body: dict[str, Any] = {
-            "model": self.served_model, "prompt": prompt_ids, "max_tokens": params.max_new_tokens,
-            "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k if params.top_k > 0 else 0,
-            "logprobs": 0, "return_token_ids": True, "return_tokens_as_token_ids": True, "ignore_eos": True,
-            "stop_token_ids": list(params.stop_token_ids), "stream": True, "skip_special_tokens": False}
-        if params.seed is not None:
-            body["seed"] = params.seed
+        body = completion_body(self.served_model, prompt_ids, params)
         tokens: list[int] = []
         logprobs: list[float] = []
         finish = await self._stream(server, ticket, body, tokens, logprobs)
