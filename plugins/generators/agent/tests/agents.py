@@ -30,3 +30,12 @@ async def complete_the_prompt(session):
     client = AsyncOpenAI(base_url=session.base_url, api_key=session.api_key, max_retries=0)
     reply = await client.completions.create(model=session.model, prompt=session.messages[-1]["content"])
     return float(reply.choices[0].finish_reason == "stop")
+
+
+async def stop_on_digits(session):
+    """One chat call with stop strings (the tiny model's alphabet): the engine should stop on them."""
+    client = AsyncOpenAI(base_url=session.base_url, api_key=session.api_key, max_retries=0)
+    reply = await client.chat.completions.create(model=session.model, messages=session.messages, max_tokens=24,
+                                                 stop=["1", "23", "=>"])
+    session.metadata["reply"] = reply
+    return float(reply.choices[0].finish_reason == "stop")

@@ -97,3 +97,39 @@ def test_the_client_sees_the_engines_logprobs_plain_and_streamed(tmp_path, tiny_
         tokenizer.decode(out2.token_ids, skip_special_tokens=True)
     assert chunks[0].choices[0].delta.role == "assistant"
     assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+
+
+@pytest.mark.timeout(120)
+def test_stop_strings_reach_torchgen_which_stops_on_them_and_nothing_is_generated_past_the_stop(tmp_path, tiny_model):
+    tokenizer = load_tokenizer(str(tiny_model))
+    engine_config = make_config(plasmid_torchgen.plugin, run_dir=tmp_path / "run", model=str(tiny_model))
+    generate = agent_generate(tmp_path, "stop_on_digits")
+    sessions = []
+    original = generate.func
+
+    async def spy(session):
+        sessions.append(session)
+        return await original(session)
+
+    generate.func = spy
+    sample = Sample(prompt="8+9=", tokens=tokenizer("8+9=")["input_ids"], label="17")
+    params = SamplingParams(temperature=1.0, max_new_tokens=32, stop_token_ids=(2,), seed=5)
+
+    async def main():
+        engine = RecordingEngine(build("engine", "torchgen", plasmid_torchgen.plugin, config=engine_config))
+        try:
+            return engine, await generate(make_ctx(tokenizer, engine), sample, params)
+        finally:
+            await generate.shutdown()
+            await engine.engine.shutdown()
+
+    engine, out = asyncio.run(main())
+    ((prompt, sent, output),) = engine.seen
+    assert sent.stop == ("1", "23", "=>") and sent.max_new_tokens == 24, "the request's stop went to the engine"
+    text = tokenizer.decode(output.token_ids, skip_special_tokens=True)
+    stop = next(s for s in sent.stop if text.endswith(s))
+    assert output.status == Status.COMPLETED and not any(s in text[:-1] for s in sent.stop), \
+        "the engine itself ended the response on the token that completed the first stop string"
+    reply = sessions[0].metadata["reply"]
+    assert reply.choices[0].message.content == text[:-len(stop)] and reply.choices[0].finish_reason == "stop"
+    check_token_in_token_out(out, [EngineCall(prompt, sent, output)], environment=[])  # every engine token kept

@@ -14,21 +14,23 @@ matches (the agent edited the history, or the template rewrites it), the whole t
 afresh and the call starts a sample of its own (:mod:`plasmid_agent.recorder`). ``/v1/completions``
 works the same way on the prompt text; a prompt given as token ids is used as it is.
 
-Sampling: the run's ``--temperature``, ``--top-p``, ``--top-k`` and stop tokens apply to every
-call (the request's are checked by type, then ignored: the trainer scores log-probs at the run's
+Sampling: the run's ``--temperature``, ``--top-p``, ``--top-k`` and stop tokens apply to every call
+(the request's are checked by type, then ignored: the trainer scores log-probs at the run's
 temperature); ``max_tokens`` / ``max_completion_tokens`` is honoured up to ``--max-new-tokens``.
-``n`` > 1 makes n engine calls on the same prompt (each its own seed and recorded call, so its
-own sample unless it continues an earlier call). ``stop`` strings are cut by the gateway
-(:mod:`plasmid_agent.stops`): the answer's text ends before the stop string, the record keeps the
-engine's tokens through the one that completed it. Request fields are checked by type, unknown
-ones ignored and known ones that cannot be honoured refused (:mod:`plasmid_agent.fields`); with
-``--agent-max-calls N`` a session's engine calls past N are refused with 429. A call whose prompt
-and completion budget do not fit the model's context is refused as vLLM refuses it: HTTP 400,
-``This model's maximum context length is N tokens. However, you requested M tokens (P in the
-messages, K in the completion). ...`` (:class:`~plasmid.errors.ContextLengthError`), whether the
-gateway knows the context or the engine refuses the call. ``logprobs`` are the engine's log-prob of
-each sampled token, exactly. ``top_logprobs`` (chat: 0-20, with ``logprobs: true``; completions:
-``logprobs`` 0-5) is checked as OpenAI does, but its lists are always empty: the engine protocol
+``n`` > 1 makes n engine calls on the same prompt (each its own seed and recorded call, so its own
+sample unless it continues an earlier call). ``stop`` strings go to the engine
+(``SamplingParams.stop``: torchgen, SGLang and vLLM stop on them), and the gateway cuts too
+(:mod:`plasmid_agent.stops`), for engines that ignore them: the answer's text ends before the stop
+string, the record keeps the engine's tokens through the one that completed it. Request fields are
+checked by type, unknown ones ignored and known ones that cannot be honoured refused
+(:mod:`plasmid_agent.fields`); with ``--agent-max-calls N`` a session's engine calls past N are
+refused with 429. A call whose prompt and completion budget do not fit the model's context is
+refused as vLLM refuses it: HTTP 400, ``This model's maximum context length is N tokens. However,
+you requested M tokens (P in the messages, K in the completion). ...``
+(:class:`~plasmid.errors.ContextLengthError`), whether the gateway knows the context or the engine
+refuses the call. ``logprobs`` are the engine's log-prob of each sampled token, exactly.
+``top_logprobs`` (chat: 0-20, with ``logprobs: true``; completions: ``logprobs`` 0-5) is checked as
+OpenAI does, but its lists are always empty: the engine protocol
 (:meth:`plasmid.protocols.RolloutEngine.generate`) returns only the sampled token's log-prob, no
 top-k alternatives, and the gateway does not make up ones it was not given.
 
@@ -462,7 +464,8 @@ class Gateway:
         if self.context is not None and len(prompt_ids) + budget > self.context:
             raise RequestError(ContextLengthError(self.context, len(prompt_ids), budget).openai_message)
         self._reserve(rollout, sampling.n)
-        params = [replace(rollout.params, max_new_tokens=budget, seed=rollout.next_seed()) for _ in range(sampling.n)]
+        params = [replace(rollout.params, max_new_tokens=budget, seed=rollout.next_seed(), stop=sampling.stops)
+                  for _ in range(sampling.n)]
         results = await asyncio.gather(*(rollout.engine.generate(list(prompt_ids), p) for p in params),
                                        return_exceptions=True)
         for result in results:

@@ -1,13 +1,14 @@
 """Stop strings, cut by the gateway on the engine's exact tokens.
 
-The engine protocol stops on token ids only (:attr:`plasmid.types.SamplingParams.stop_token_ids`),
-so a request's ``stop`` strings are the gateway's job: the engine generates as it would without
-them, and the gateway cuts its output at the first stop string. What the client sees is the text
-before the stop string (OpenAI leaves the stop text out); what is recorded for training are the
-engine's own tokens up to and including the token that completed the stop string, with their
-log-probs, never re-tokenised. Sampling is left to right, so those kept tokens are exactly what an
-engine that stopped on the string would have produced; the tokens after the cut are dropped (the
-engine's work on them is wasted, nothing else).
+A request's ``stop`` strings go to the engine as :attr:`plasmid.types.SamplingParams.stop`: torchgen,
+SGLang and vLLM end the response at the token that completed one and return the tokens through it.
+An engine that does not know the field generates as it would without it; for it, the gateway cuts
+the output at the first stop string itself (on an engine that stopped there, the cut keeps every
+token). What the client sees is the text before the stop string (OpenAI leaves the stop text out);
+what is recorded for training are the engine's own tokens up to and including the token that
+completed the stop string, with their log-probs, never re-tokenised. Sampling is left to right, so
+those kept tokens are exactly what an engine that stopped on the string would have produced; the
+tokens after the cut are dropped (only a fallback engine's work on them is wasted).
 """
 
 from __future__ import annotations
