@@ -78,6 +78,7 @@ class FlakyExact:
         self._hostile: queue.SimpleQueue[tuple[str, str, str]] | None = None
         self._grading = True  # until the worker has built both graders
         self._claim = threading.Lock()
+        self._hostile_drawn = 0
         if self.hostile_p > 0:
             self._hostile = queue.SimpleQueue()
             threading.Thread(target=self._hostile_worker, name="soak-hostile", daemon=True).start()
@@ -132,7 +133,8 @@ class FlakyExact:
 
     async def __call__(self, sample: Sample) -> float:
         if self._hostile is not None and self.rng.random() < self.hostile_p and self._claim_hostile():
-            family = self.rng.choice(["math", "code"])
+            self._hostile_drawn += 1
+            family = ("math", "code")[self._hostile_drawn % 2]  # in turn
             case = self.rng.choice(sorted(HOSTILE_MATH if family == "math" else HOSTILE_CODE))
             fault_id = uuid.uuid4().hex
             self._record(f"hostile-{family}", id=fault_id, case=case, injected=True)

