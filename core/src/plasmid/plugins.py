@@ -69,7 +69,7 @@ LOCAL_DISTRIBUTION = "(local)"
 KERNEL_PLUGINS = ("plasmid.kernel_options", "plasmid.builtin")
 #: This repository's distributions (core, plugins/*/*, libs/*; a test keeps it in step with their pyprojects).
 FIRST_PARTY = frozenset(("plasmid " + " ".join(f"plasmid-{name}" for name in (
-    "agent code dynamic gguf grpo gym hf hf-datasets jsonl match math megatron mlflow multiturn opd ppo ray "
+    "agent code dynamic gguf grpo gym hf hf-datasets jsonl match math megatron mlflow multiturn opd parity ppo ray "
     "reasoning-gym reinforce-pp remote rollout scaffold serving sft sglang sync tasks tensorboard tools torch torchgen "
     "torchtrain verifiers vllm wandb").split())).split())
 

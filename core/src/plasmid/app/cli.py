@@ -10,6 +10,9 @@
                                        from (from plasmid-scaffold, a package command)
     plasmid model-from-gguf SOURCE OUT_DIR   a GGUF model (a file, or a package that ships one) as a
                                        Hugging Face model directory for --model (from plasmid-gguf)
+    plasmid parity --engine E --trainer T --model DIR [--sequences FILE] [--bound B]   engine and trainer
+                                       log-probs of the same tokens; beyond the bound, the first layer
+                                       where they diverge (from plasmid-parity, a package command)
     plasmid rollout [OPTIONS] [--save-rollouts DIR]   generate and score with the train options, no training
     plasmid replay DIR [OPTIONS]       train on rollouts saved with --save-rollouts, no engine
     plasmid eval --checkpoint DIR | --model DIR [--eval-data NAME=PATH] [--eval-n-samples K]   JSON results
@@ -168,6 +171,7 @@ COMMAND_GROUP = "plasmid.commands"
 #: Package commands the README names -> the distribution that provides each and the requirements
 #: file that installs it (for the hint when it is not installed).
 PACKAGED_COMMANDS = {"new-plugin": ("plasmid-scaffold", "requirements/embedded.txt"),
+                     "parity": ("plasmid-parity", "requirements/embedded.txt"),
                      "model-from-gguf": ("plasmid-gguf", "requirements/realmodel.txt")}
 
 
