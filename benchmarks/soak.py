@@ -341,7 +341,10 @@ def soak_one_run(base: list[str], run_dir: Path, mode: str, rng: random.Random, 
                 if now < fault_at or killed or trainer_killed_at is not None:
                     continue
                 fault_at = now + rng.uniform(args.fault_min, args.fault_max)
-                trained = len(read_metrics(run_dir / "metrics.jsonl")) > before  # this attempt trained a step
+                # this attempt trained a step (a resume first cuts metrics.jsonl back to its checkpoint: the lines
+                # of steps it redoes are not this attempt's)
+                metrics = run_dir / "metrics.jsonl"
+                trained = last_step_written_at(metrics) > started and len(read_metrics(metrics)) > before
                 draw, faults = rng.random(), args.faults
                 if (mode == "ray" and draw < 0.4 and "engine-kill" in faults
                         and (pids := actor_pids("EngineHost", work))):
