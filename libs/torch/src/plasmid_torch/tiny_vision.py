@@ -13,6 +13,7 @@ Sizes: an image is resized to a multiple of ``patch_size * merge_size`` (16 pixe
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -116,10 +117,12 @@ def tiny_vision_config(vocab_size: int, hidden_size: int = 64, num_layers: int =
 
 
 def build_tiny_vlm(directory: str | os.PathLike[str], *, seed: int = 0, alphabet: str = VISION_ALPHABET,
-                   **config_kwargs: Any) -> Path:
+                   warm_start: Callable[[Any, Any, Any], None] | None = None, **config_kwargs: Any) -> Path:
     """Initialise a tiny Qwen2-VL with ``seed`` (:func:`tiny_vision_config` with ``config_kwargs``) and
     save it with its tokenizer (:func:`vision_tokenizer`) and image processor (:func:`tiny_image_processor`)
-    to ``directory``, whole or not at all (:func:`plasmid_torch.tiny.save_model_dir`).
+    to ``directory``, whole or not at all (:func:`plasmid_torch.tiny.save_model_dir`). ``warm_start``,
+    when given, is called as ``warm_start(model, tokenizer, image_processor)`` before the save (a
+    recipe's supervised steps; it leaves the model in eval mode).
 
     The directory loads with ``AutoModelForImageTextToText``, ``AutoTokenizer`` and ``AutoImageProcessor``
     (:class:`plasmid_torch.vision.VisionEncoder` does). It has no ``processor_config.json``: transformers
@@ -135,7 +138,10 @@ def build_tiny_vlm(directory: str | os.PathLike[str], *, seed: int = 0, alphabet
     config = tiny_vision_config(len(tokenizer), **config_kwargs)
     torch.manual_seed(seed)
     model = transformers.Qwen2VLForConditionalGeneration(config)
-    return save_model_dir(model, _Savers(tokenizer, tiny_image_processor()), directory)
+    image_processor = tiny_image_processor()
+    if warm_start is not None:
+        warm_start(model, tokenizer, image_processor)
+    return save_model_dir(model, _Savers(tokenizer, image_processor), directory)
 
 
 class _Savers:

@@ -188,12 +188,15 @@ def has_images(sample: Any) -> bool:
 class ImageInputs:
     """The :class:`VisionInputs` of samples, rebuilt from their ``metadata[VISION_KEY]`` reference with
     the image processor of model directory ``model`` (``AutoImageProcessor``). The last ``cache_size``
-    references are kept (a prompt's samples and a step's passes share them)."""
+    references are kept (a prompt's samples and a step's passes share them). ``image_processor``, when
+    given, is used instead of loading one from ``model``."""
 
-    def __init__(self, model: str, cache_size: int = 4096) -> None:
-        import transformers
+    def __init__(self, model: str | None = None, cache_size: int = 4096, *, image_processor: Any = None) -> None:
+        if image_processor is None:
+            import transformers
 
-        self.image_processor = transformers.AutoImageProcessor.from_pretrained(str(model))
+            image_processor = transformers.AutoImageProcessor.from_pretrained(str(model))
+        self.image_processor = image_processor
         self.merge = int(getattr(self.image_processor, "merge_size", 1))
         self._cache: OrderedDict[str, VisionInputs] = OrderedDict()
         self._cache_size = cache_size
@@ -239,9 +242,19 @@ class VisionEncoder:
         config = transformers.AutoConfig.from_pretrained(str(model))
         if not is_vision_config(config):
             raise UsageError(f"--model {model}: not a vision-language model (its config has no vision_config)")
-        self.images = ImageInputs(model)
-        self.tokenizer = load_tokenizer(str(model))
-        self.image_token_id: int = config.image_token_id
+        self._setup(load_tokenizer(str(model)), ImageInputs(model), config.image_token_id)
+
+    @classmethod
+    def of(cls, tokenizer: Any, image_processor: Any, image_token_id: int) -> VisionEncoder:
+        """The encoder of a model not saved yet: its ``tokenizer``, ``image_processor`` and image token."""
+        encoder = cls.__new__(cls)
+        encoder._setup(tokenizer, ImageInputs(image_processor=image_processor), image_token_id)
+        return encoder
+
+    def _setup(self, tokenizer: Any, images: ImageInputs, image_token_id: int) -> None:
+        self.tokenizer = tokenizer
+        self.images = images
+        self.image_token_id = image_token_id
 
     def __call__(self, messages: list[dict[str, Any]], images: list[Any]) -> tuple[list[int], VisionInputs | None]:
         """``(prompt ids, vision inputs or None without images)``; :class:`ValueError` when the

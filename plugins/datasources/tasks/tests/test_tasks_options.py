@@ -24,7 +24,7 @@ def test_the_typed_read_gives_the_declared_defaults():
     ({"task_length": 0}, "--task-length 0: must be >= 1"),
     ({"task_digits": 0}, "--task-digits 0: must be >= 1"),
     ({"task_eval_size": 0}, "--task-eval-size 0: must be >= 1"),
-    ({"task": "mul"}, "--task 'mul': choose one of mod10, reverse, digitsum, addition, toolcalc"),
+    ({"task": "mul"}, "--task 'mul': choose one of mod10, reverse, digitsum, addition, toolcalc, colours"),
     ({"task_arch": "gpt2"}, "--task-arch 'gpt2': choose one of qwen2, llama"),
     ({"task_length": "three"}, "--task-length: expected int, got 'three'"),
 ])

@@ -21,6 +21,12 @@ tiny model has the toolcalc tokenizer and a short supervised warm start (``--too
 the longest model turn (the call) and ``--max-response-tokens`` the whole right conversation
 (call, tool answer, final answer); and, with any model, ``--max-turns 2`` (the call, then the
 answer), ``--tool-call-format compact`` and ``--reward final-answer``.
+
+``--task colours`` (:mod:`plasmid_tasks.colours`), prompts with an image: the tiny model is the tiny
+Qwen2-VL (:func:`plasmid_torch.tiny_vision.build_tiny_vlm`, seed ``--seed``) after a warm start that
+teaches the answer's form (``--colours-warmup-steps``); ``--lr`` :data:`COLOURS_LR`; and, with any
+model, ``--generate vision`` (torchgen's path for images) and ``--max-new-tokens`` 7 (the longest
+colour and ``<eos>``, which ends a shorter one).
 """
 
 from __future__ import annotations
@@ -37,6 +43,10 @@ from plasmid_tasks.tasks import Task
 QUICKSTART_LR = 5e-4
 TOOLCALC_LR = 1e-3
 TOOLCALC_DIGITS = 3
+#: ``--lr`` of the colours task's tiny VLM (see examples/tiny-vlm.yaml for what it was measured with).
+COLOURS_LR = 2e-3
+#: Training items the colours warm start draws its prompts from.
+WARMUP_ITEMS = 4096
 #: The tiny model's shape (its FFN is 4 x hidden = 256, fixed by :func:`plasmid_torch.tiny.tiny_config`).
 TINY_MODEL_SHAPE = {"hidden_size": 64, "num_layers": 2, "num_heads": 4, "max_positions": 64,
                     "tie_word_embeddings": True}
@@ -52,6 +62,13 @@ def apply_quickstart_recipe(config: Config) -> None:
     TaskSplit(task, tasks.task_eval_size, general.seed)  # a bad --task-eval-size fails now, not at build
     if task.name == "toolcalc":
         _apply_toolcalc_recipe(config, task, tiny=general.model is None)
+        return
+    if task.name == "colours":
+        if general.model is None:
+            config.set_default("model", str(tiny_model_dir(config)))
+            config.set_default("lr", COLOURS_LR)
+        config.set_default("generate", "vision")
+        config.set_default("max_new_tokens", task.answer_length + 1)
         return
     if general.model is None:
         _check_fits_tiny_model(task.key, len(task.example(0)[0]), task.answer_length)
@@ -101,10 +118,29 @@ def prepare_tiny_model(config: Config) -> None:
         build_toolcalc_model(model_dir, seed=GeneralOptions.of(config).seed, arch=tasks.task_arch, task=task,
                              held_out=held_out, warmup_steps=tasks.toolcalc_warmup_steps, shape=TINY_MODEL_SHAPE)
         return
+    if tasks.task == "colours":
+        _build_colours_model(config, model_dir)
+        return
     from plasmid_torch.tiny import build_tiny_model
 
     build_tiny_model(model_dir, seed=GeneralOptions.of(config).seed, arch=TaskOptions.of(config).task_arch,
                      **TINY_MODEL_SHAPE)
+
+
+def _build_colours_model(config: Config, model_dir: Path) -> None:
+    """The tiny VLM, warm-started on training items (:func:`plasmid_tasks.colours.warm_start`)."""
+    import functools
+
+    from plasmid_tasks.colours import warm_start
+    from plasmid_torch.tiny_vision import build_tiny_vlm
+
+    tasks, seed = TaskOptions.of(config), GeneralOptions.of(config).seed
+    split = TaskSplit(tasks.build_task(), tasks.task_eval_size, seed)
+    held_out = frozenset(split.eval_items)
+    items = [item for item in range(4 * WARMUP_ITEMS) if item not in held_out][:WARMUP_ITEMS]
+    steps = tasks.colours_warmup_steps
+    build_tiny_vlm(model_dir, seed=seed,
+                   warm_start=functools.partial(warm_start, items=items, steps=steps, seed=seed) if steps else None)
 
 
 def _check_fits_tiny_model(task_key: str, prompt_chars: int, answer_length: int) -> None:

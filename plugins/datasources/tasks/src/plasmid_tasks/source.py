@@ -15,6 +15,7 @@ from plasmid_tasks.encoding import PromptEncoder
 from plasmid_tasks.options import TaskOptions
 from plasmid_tasks.recipe import prepare_tiny_model
 from plasmid_tasks.split import TaskSplit
+from plasmid_tasks.tasks import IMAGE_TASKS
 from plasmid_tasks.toolcalc import TOOLCALC_ALPHABET
 from plasmid_torch.tiny import DIGITS_ALPHABET
 
@@ -28,7 +29,10 @@ class TaskSource(GroupStream):
     Each sample has ``prompt`` (the task's text), ``tokens`` (the prompt's ids under ``--model``'s
     tokenizer, or the char tokenizer when there is no model), ``label`` (the exact answer string)
     and ``metadata = {"task": name}``; with ``--task-apply-chat-template`` the ids are the prompt
-    as a user message in the model's chat template. Training walks the split's epochs endlessly
+    as a user message in the model's chat template. A task with images (``colours``) has chat
+    messages as ``prompt``, their ids with the image tokens expanded, and the images' reference
+    under ``metadata[plasmid_torch.vision.VISION_KEY]`` (:class:`plasmid_torch.vision.VisionEncoder`;
+    ``--model`` must be a vision-language model). Training walks the split's epochs endlessly
     (see :mod:`plasmid_tasks.split`). At construction the eval split and the first training
     prompts are encoded and checked against ``--max-prompt-length`` (:meth:`_check_prompts`).
     """
@@ -50,6 +54,11 @@ class TaskSource(GroupStream):
         self.split = TaskSplit(self.task, tasks.task_eval_size, general.seed)
         self.encode = PromptEncoder(general.model, TOOLCALC_ALPHABET if self.task.name == "toolcalc" else
                                     DIGITS_ALPHABET, chat=tasks.task_apply_chat_template)
+        self.vision: Any = None
+        if self.task.name in IMAGE_TASKS:
+            from plasmid_torch.vision import VisionEncoder
+
+            self.vision = VisionEncoder(str(general.model))
         self.checked = self._check_prompts(PromptLimit.of(config) if general.model is not None else None)
 
     # ------------------------------------------------------------------------------- start-up
@@ -62,9 +71,9 @@ class TaskSource(GroupStream):
                                                                             self.split.domain_size)))
         items = dict.fromkeys([*self.split.eval_items, *(item for item in train if item is not None)])
         for item in items:
-            prompt = self.task.example(item)[0]
+            prompt = self.task.example(item)[0] if self.vision is None else f"item {item}"
             try:
-                length = len(self.encode(prompt))
+                length = len(self._encoded(item)[1])
             except UsageError as exc:
                 raise UsageError(f"--task {self.task.key}, prompt {prompt!r}: {exc}") from None
             if limit is not None and not limit.fits(length):
@@ -84,8 +93,17 @@ class TaskSource(GroupStream):
     def next_prompt(self) -> tuple[str, list[int], str, dict[str, Any]]:
         """The next training item of the split's current epoch order (``position`` indexes the
         whole domain; eval items are skipped)."""
-        prompt, label = self.task.example(self._next_train_item())
-        return prompt, self.encode(prompt), label, {"task": self.task.name}
+        return self._encoded(self._next_train_item())
+
+    def _encoded(self, item: int) -> tuple[Any, list[int], str, dict[str, Any]]:
+        """``(prompt, token ids, label, metadata)`` of ``item`` (see the class docstring)."""
+        prompt, label = self.task.example(item)
+        if self.vision is None:
+            return prompt, self.encode(prompt), label, {"task": self.task.name}
+        from plasmid_torch.vision import VISION_KEY
+
+        ids, reference = self.vision.encode(prompt, f"item {item}")
+        return prompt, ids, label, {"task": self.task.name, VISION_KEY: reference}
 
     def _next_train_item(self) -> int:
         while True:
@@ -97,9 +115,9 @@ class TaskSource(GroupStream):
                 return item
 
     def _group(self, item: int, *, copies: int, first_sample_index: int, group_index: int) -> Group:
-        prompt, label = self.task.example(item)
-        return make_group(prompt, self.encode(prompt), label, {"task": self.task.name}, copies=copies,
-                          first_sample_index=first_sample_index, group_index=group_index)
+        prompt, ids, label, metadata = self._encoded(item)
+        return make_group(prompt, ids, label, metadata, copies=copies, first_sample_index=first_sample_index,
+                          group_index=group_index)
 
     # ------------------------------------------------------------------------------- eval
     def eval_groups(self) -> list[Group]:

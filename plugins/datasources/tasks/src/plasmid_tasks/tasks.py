@@ -17,7 +17,12 @@ toolcalc   ``a*b=``            ``a * b`` in digits, with D-digit       2D
                                operands whose product has 2D digits
                                (317 to 999 for D = 3, D is
                                ``--task-digits``, 3 unless given)
+colours    a 32x32 image and   the colour covering most of the image:  3 to 6
+           a question          red, green, blue or yellow
 =========  ==================  ======================================  ===================
+
+colours' prompt is chat messages with an image part, for a vision-language model and ``--generate
+vision`` (see :mod:`plasmid_tasks.colours`).
 
 toolcalc is meant for ``--generate multiturn --tools calculator``: a model that cannot multiply
 (the quickstart's tiny one) answers right only by calling the calculator and copying its answer
@@ -29,7 +34,7 @@ from __future__ import annotations
 import math
 import typing
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from plasmid.errors import UsageError
 
@@ -52,8 +57,9 @@ class Task:
     answer_length: int
     holds_out_eval: bool = True
 
-    def example(self, item: int) -> tuple[str, str]:
-        """``(prompt, label)`` of ``item``."""
+    def example(self, item: int) -> tuple[Any, str]:
+        """``(prompt, label)`` of ``item``: the prompt is text, or chat messages for a task in
+        :data:`IMAGE_TASKS`."""
         raise NotImplementedError
 
 
@@ -120,9 +126,21 @@ class ToolCalc(Task):
         return f"{a}*{b}=", str(a * b)
 
 
+@dataclass(frozen=True)
+class Colours(Task):
+    """An image of coloured cells -> the colour covering most of it (:mod:`plasmid_tasks.colours`)."""
+
+    def example(self, item: int) -> tuple[Any, str]:
+        from plasmid_tasks.colours import example
+
+        return example(item)
+
+
 #: The ``--task`` choices.
-TaskName = Literal["mod10", "reverse", "digitsum", "addition", "toolcalc"]
+TaskName = Literal["mod10", "reverse", "digitsum", "addition", "toolcalc", "colours"]
 TASK_NAMES: tuple[str, ...] = typing.get_args(TaskName)
+#: The tasks whose prompts are chat messages with images.
+IMAGE_TASKS: tuple[str, ...] = ("colours",)
 
 
 def make_task(name: str, length: int = 3, digits: int = 2) -> Task:
@@ -142,4 +160,8 @@ def make_task(name: str, length: int = 3, digits: int = 2) -> Task:
     if name == "toolcalc":
         return ToolCalc(name, f"toolcalc(digits={digits})", domain_size=(10**digits - toolcalc_low(digits)) ** 2,
                         answer_length=2 * digits, digits=digits)
+    if name == "colours":
+        from plasmid_tasks.colours import COLOURS, DOMAIN_SIZE
+
+        return Colours(name, "colours", domain_size=DOMAIN_SIZE, answer_length=max(map(len, COLOURS)))
     raise UsageError(f"unknown --task {name!r}; choose one of {', '.join(TASK_NAMES)}")
