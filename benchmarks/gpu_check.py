@@ -4,7 +4,9 @@ Needs only what a bare GPU image has (PyTorch, transformers, peft, safetensors, 
 packaging). Install the project's packages without an index, from the repository root::
 
     pip install --no-index --no-deps --no-build-isolation ./core ./libs/torch \\
-        ./plugins/generators/torchgen ./plugins/trainers/torchtrain
+        ./plugins/generators/torchgen ./plugins/trainers/torchtrain ./plugins/commands/parity \\
+        ./plugins/tokenizers/hf ./plugins/datasources/tasks ./plugins/rollouts/rollout ./plugins/losses/grpo \\
+        ./plugins/syncs/sync
     python benchmarks/gpu_check.py --out gpu_check.json          # < 10 min on one H100/H200
 
 For each model (Qwen2.5-0.5B-sized and Qwen2.5-1.5B-sized: the real configs' shapes, random
@@ -29,6 +31,11 @@ the issue-19 target of 2x: batch 256 x 16 tokens on the quickstart's tiny model 
 distinct prompts and groups of 8, fp32 and bf16; the lean step eager and as CUDA graphs, and the
 Hugging Face step) and records the ratios under ``torchgen_vs_generate`` (``--no-torchgen-bench``
 skips it). The first model's loop also runs with ``--torchgen-cuda-graphs`` (``full+cuda-graphs``).
+
+Then ``plasmid parity`` (plasmid-parity) checks torchgen against torchtrain on the first model at
+``--precision`` with its default bound: ``--prompts`` sequences of random ids (``--prompt-tokens`` +
+``--new-tokens``), exit status, maximum and mean log-prob difference and the report's lines under
+``parity`` (``--no-parity`` skips it; a status other than 0 fails the check).
 
 ``--device cpu --tiny`` runs the same loop on the CPU with the quickstart's tiny model (what the
 test suite runs, < 60 s; the engine-vs-generate part at a toy size); MFU is then not reported.
@@ -218,6 +225,39 @@ def torchgen_vs_generate(args: argparse.Namespace) -> dict[str, Any]:
     return figures
 
 
+def parity_check(args: argparse.Namespace, model_dir: Path, work: Path) -> dict[str, Any]:
+    """``plasmid parity --engine torchgen --trainer torchtrain`` on ``model_dir`` at ``--precision`` and
+    ``--device``, in this process, over ``--prompts`` sequences of random ids: ``{"status", "max", "mean",
+    "report"}`` (``report``: its output lines; ``error`` instead of the figures when it exits 2). A model
+    directory without a tokenizer (the random Qwen shapes) gets the tiny models' character tokenizer,
+    which ``plasmid parity`` never uses on given sequences but its start-up checks for."""
+    import contextlib
+    import io
+
+    from plasmid.app.cli import main as plasmid_main
+    from plasmid_torch.tiny import char_tokenizer
+
+    if not any((model_dir / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        char_tokenizer().save_pretrained(model_dir)
+    vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
+    rng = random.Random(0)
+    sequences = work / "parity_sequences.jsonl"
+    length = args.prompt_tokens + args.new_tokens
+    sequences.write_text("".join(json.dumps({"token_ids": [rng.randrange(3, vocab) for _ in range(length)],
+                                             "prompt_length": args.prompt_tokens}) + "\n" for _ in range(args.prompts)))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        status = plasmid_main(["parity", "--engine", "torchgen", "--trainer", "torchtrain", "--model", str(model_dir),
+                               "--plugins", "hf,tasks,torchgen,torchtrain,grpo,rollout,sync", "--sequences",
+                               str(sequences), "--device", args.device, "--precision", args.precision])
+    lines = out.getvalue().splitlines()
+    summary = next((line for line in lines if line.startswith("log-prob |engine - trainer|")), None)
+    if status == 2 or summary is None:
+        return {"status": status, "error": " ".join(lines[-1:]), "report": lines}
+    return {"status": status, "max": float(summary.split(": max ")[1].split()[0]),
+            "mean": float(summary.split(", mean ")[1].split(":")[0]), "report": lines}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
@@ -233,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peak-tflops", type=float, default=None, help="peak dense bf16 TFLOP/s of the GPU")
     parser.add_argument("--no-torchgen-bench", dest="torchgen_bench", action="store_false",
                         help="skip timing torchgen against model.generate")
+    parser.add_argument("--no-parity", dest="parity", action="store_false",
+                        help="skip plasmid parity (torchgen against torchtrain)")
     parser.add_argument("--out", type=Path, default=Path("gpu_check.json"))
     args = parser.parse_args(argv)
     if args.tiny:
@@ -273,6 +315,16 @@ def main(argv: list[str] | None = None) -> int:
                                      "sync_seconds", "train_rollout_logprob_abs_diff") if result.get(field) is not None)
                 print(f"{key}: {figures}" + (f"; BAD STEPS {result['bad_steps']}" if result["bad_steps"] else ""),
                       flush=True)
+            if args.parity and name == args.models[0]:
+                try:
+                    report["parity"] = parity_check(args, model_dir, Path(tmp))
+                except Exception as error:  # noqa: BLE001 - reported; the other checks still run
+                    report["parity"] = {"error": f"{type(error).__name__}: {error}"}
+                args.out.write_text(json.dumps(report, indent=2))
+                parity = report["parity"]
+                print(f"{name}/parity: " + (f"FAILED {parity['error']}" if "error" in parity else
+                                            f"status {parity['status']}, max {parity['max']:.3g}, mean "
+                                            f"{parity['mean']:.3g}"), flush=True)
     if args.torchgen_bench:
         report["torchgen_vs_generate"] = torchgen_vs_generate(args)
     report["seconds"] = time.perf_counter() - started
@@ -280,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {args.out} ({report['seconds']:.0f} s)")
     failed = [run for run in (*report["runs"].values(), *report.get("torchgen_vs_generate", {}).values())
               if run.get("error") or run.get("bad_steps")]
-    return 1 if failed else 0
+    parity_failed = "parity" in report and report["parity"].get("status") != 0
+    return 1 if failed or parity_failed else 0
 
 
 if __name__ == "__main__":

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from plasmid_parity.report import LogprobDiff, bucket_label, bucket_of
 
 from plasmid.app.cli import main
-from plasmid_parity.report import LogprobDiff, bucket_label, bucket_of
 
 #: the plugins a run of torchgen and torchtrain resolves (every single-provider family has one)
 PLUGINS = ["--plugins", "hf,tasks,torchgen,torchtrain,grpo,rollout,sync"]

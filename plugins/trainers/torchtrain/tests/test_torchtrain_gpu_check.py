@@ -34,6 +34,8 @@ def test_the_device_check_runs_on_the_cpu_and_writes_its_figures(tmp_path):
         assert run["train_rollout_logprob_abs_diff"] is not None
         assert 0 <= run["train_rollout_logprob_abs_diff"] <= 5e-3
         assert run["sync_seconds"] >= 0 and "mfu" not in run
+    parity = report["parity"]           # plasmid parity, torchgen against torchtrain, bf16's default bound
+    assert parity["status"] == 0 and 0 <= parity["max"] <= 5e-2, parity
     (shape, figures), = report["torchgen_vs_generate"].items()      # engine vs generate, at a toy size
     assert shape == "tiny x1 fp32" and figures["batch"] == 16 and figures["generate_tokens_per_second"] > 0
     assert figures["lean"] > 0 and figures["hf"] > 0

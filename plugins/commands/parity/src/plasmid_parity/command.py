@@ -83,9 +83,14 @@ def parity_command(argv: list[str]) -> int:
     """The command (entry point ``parity`` of group ``plasmid.commands``; the module docstring is its
     contract). Returns 0 within the bound, 1 beyond it; refusals raise :class:`UsageError`."""
     startup = start(command_line(argv), prog="plasmid parity", own_options=(ParityOptions,),
-                    description="Score the same token sequences through an engine and a trainer and report the "
-                                "log-prob difference (max, mean, by position); beyond --bound, the first layer "
-                                "where they diverge. Exit 0 within the bound, 1 beyond it, 2 for bad input.")
+                    description="Score the same token sequences through --engine and --trainer (built as plasmid "
+                                "train builds them, from --model) and report the log-prob difference (max, mean, "
+                                "by response position); beyond --bound, the first layer and sublayer where they "
+                                "diverge (engines and trainers that hold a Hugging Face module in this process: "
+                                "torchgen, torchtrain) and, for a MoE model, the routing decisions that differ. "
+                                "Without --sequences, each --prompt gets one response sampled by the engine at "
+                                "--temperature, --max-new-tokens long, seeded by --seed. Exit 0 within the bound, "
+                                "1 beyond it, 2 for bad input.")
     return asyncio.run(run_parity(startup.config, startup.registry))
 
 
