@@ -341,3 +341,71 @@ def generate(model: Any, prompt_ids: list[int], vision: VisionInputs | None, par
     logprobs = torch.log_softmax(logits / temperature, dim=-1).gather(1, chosen.unsqueeze(1)).squeeze(1)
     end = next((i + 1 for i, token in enumerate(tokens) if token in stop), len(tokens))
     return tokens[:end], logprobs[:end].tolist(), end <= len(tokens) and bool(tokens) and tokens[end - 1] in stop
+
+
+def portable_prompt(messages: Any, base_dir: Path | None = None) -> Any:
+    """``messages`` with each image part replaced by its :func:`portable_part` (the same image
+    wherever the prompt is read again: no relative path, no bytes)."""
+    if not image_parts(messages):
+        return messages
+    return [{**message, "content": [portable_part(part, base_dir) if isinstance(part, dict) and part.get("type")
+                                    in IMAGE_PART_TYPES else part for part in message["content"]]}
+            if isinstance(message, dict) and isinstance(message.get("content"), list) else message
+            for message in messages]
+
+
+class ImagePromptEncoder:
+    """Token ids of a data source's prompts, some of which may have images: ``text`` (a
+    :class:`plasmid_torch.prompts.PromptEncoder` of ``model``) encodes prompts without images; a prompt
+    with images goes through a :class:`VisionEncoder` of ``model`` (built when first needed, so a
+    text-only run never loads an image processor; a text-only ``model`` is then a :class:`UsageError`).
+    """
+
+    def __init__(self, text: Any, model: str) -> None:
+        self.text = text
+        self.model = model
+        self._vision: VisionEncoder | None = None
+
+    @property
+    def chat_template_flag(self) -> str:
+        return str(self.text.chat_template_flag)
+
+    def check(self, prompt: Any, location: str) -> Any:
+        """The prompt as stored on samples: the text encoder's check, or for messages with images,
+        ``{"role", "content"}`` messages whose content is a string or a list of typed parts (chat
+        mode needed); errors name ``location``."""
+        if not image_parts(prompt):
+            return self.text.check(prompt, location)
+        if not self.text.chat:
+            raise UsageError(f"{location}: the prompt is chat messages with images; add {self.text.flag}")
+        for message in prompt:
+            content = message.get("content") if isinstance(message, dict) else None
+            if not isinstance(message, dict) or not isinstance(message.get("role"), str) or not (
+                    isinstance(content, str) or isinstance(content, list)
+                    and all(isinstance(part, dict) and isinstance(part.get("type"), str) for part in content)):
+                raise UsageError(f"{location}: a message must be {{'role': str, 'content': str or a list of "
+                                 f"{{'type': ...}} parts}}, got {_short(message)}")
+        return [{"role": message["role"], "content": message["content"]} for message in prompt]
+
+    def prepare(self, prompt: Any, metadata: dict[str, Any], location: str,
+                base_dir: Path | None = None) -> tuple[Any, dict[str, Any]]:
+        """``(prompt, metadata)`` of a row read from a file in ``base_dir``: a prompt with images has
+        every image decoded and checked (a failure is one :class:`UsageError` naming ``location`` and
+        the image), its image parts made portable (:func:`portable_prompt`) and the reference added to
+        ``metadata`` under :data:`VISION_KEY`; other prompts come back as they are."""
+        if not image_parts(prompt):
+            return prompt, metadata
+        _, reference = self.vision.encode(prompt, location, base_dir)
+        return portable_prompt(prompt, base_dir), {**metadata, VISION_KEY: reference}
+
+    @property
+    def vision(self) -> VisionEncoder:
+        if self._vision is None:
+            self._vision = VisionEncoder(self.model)
+        return self._vision
+
+    def __call__(self, prompt: Any) -> list[int]:
+        """The prompt's ids; with images, the image tokens expanded (its images as :meth:`prepare` left them)."""
+        if not image_parts(prompt):
+            return list(self.text(prompt))
+        return self.vision.encode(prompt, "a prompt with images")[0]

@@ -15,6 +15,7 @@ from plasmid.records import Keys, Record, RecordStream
 from plasmid_jsonl.options import JsonlOptions
 from plasmid_jsonl.prompts import PromptEncoder
 from plasmid_jsonl.reader import read_records
+from plasmid_torch.vision import ImagePromptEncoder
 
 
 class JsonlSource(RecordStream):
@@ -23,7 +24,12 @@ class JsonlSource(RecordStream):
     Each sample has ``prompt`` (the row's text, or its chat messages with
     ``--apply-chat-template``), ``tokens`` (the prompt's ids under ``--model``'s tokenizer),
     ``label`` (the row's ``--label-key`` value as stored; keys may be dotted, see
-    :mod:`plasmid_jsonl.reader`) and ``metadata`` (its ``--metadata-key`` object). Every row is
+    :mod:`plasmid_jsonl.reader`) and ``metadata`` (its ``--metadata-key`` object). Chat messages may
+    have image parts (OpenAI ``image_url`` with a data URL, file URL or path; Hugging Face ``image``
+    with ``image``/``path``/``bytes``; paths relative to the file) for a vision-language ``--model``:
+    each image is decoded and checked at start-up (one-line errors naming file and row), the image
+    tokens are expanded in ``tokens`` and ``metadata["plasmid_torch.vision"]`` holds a JSON reference
+    to the images (:mod:`plasmid_torch.vision`); use ``--generate vision``. Every row is
     read and checked at construction: a row without the label is an error when ``--label-key``
     is given or other rows have one (with the default key, a file without any ``label`` gives
     ``None`` labels). Every prompt is tokenized then too (text the tokenizer cannot encode is an
@@ -49,7 +55,7 @@ class JsonlSource(RecordStream):
         if not general.model:
             raise UsageError("the jsonl data source needs --model: its tokenizer encodes the prompts")
         self.path = str(options.prompt_data)
-        encoder = PromptEncoder(general.model, chat=options.apply_chat_template)
+        encoder = ImagePromptEncoder(PromptEncoder(general.model, chat=options.apply_chat_template), general.model)
         keys = dataclasses.replace(options.keys, label_required=config.is_given("label_key"))
         train = self._read(encoder, options.prompt_data, keys, "--prompt-data")
         eval_records = (self._read(encoder, options.eval_prompt_data, keys, "--eval-prompt-data")
@@ -62,6 +68,12 @@ class JsonlSource(RecordStream):
                          chat_template_flag=encoder.chat_template_flag)
 
     @staticmethod
-    def _read(encoder: PromptEncoder, path: Path, keys: Keys, flag: str) -> list[Record]:
-        return [dataclasses.replace(record, prompt=encoder.check(record.prompt, record.location))
-                for record in read_records(path, keys, flag)]
+    def _read(encoder: ImagePromptEncoder, path: Path, keys: Keys, flag: str) -> list[Record]:
+        """The rows of ``path`` with checked prompts; a prompt's images are decoded and checked now,
+        relative paths resolved against the file's directory (see :meth:`ImagePromptEncoder.prepare`)."""
+        records = []
+        for record in read_records(path, keys, flag):
+            prompt = encoder.check(record.prompt, record.location)
+            prompt, metadata = encoder.prepare(prompt, record.metadata, record.location, Path(path).resolve().parent)
+            records.append(dataclasses.replace(record, prompt=prompt, metadata=metadata))
+        return records
