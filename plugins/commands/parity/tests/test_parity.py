@@ -129,3 +129,18 @@ def test_position_buckets_double_and_the_maximum_names_its_token():
     assert LogprobDiff.of([[float("nan")]], [[-1.0]]).max == float("inf")
     with pytest.raises(ValueError, match="sequence 0: the engine scored 1 response tokens, the trainer 2"):
         LogprobDiff.of([[-1.0]], [[-1.0, -2.0]])
+
+
+def test_an_engine_serving_elsewhere_gets_the_log_prob_report_and_says_the_layer_search_cannot_run():
+    from types import SimpleNamespace
+
+    from plasmid_parity.command import search_lines
+    from plasmid_parity.layers import hf_module
+
+    remote = SimpleNamespace(base_url="http://127.0.0.1:30000")          # an HTTP engine: no module here
+    model, why = hf_module(remote, "engine", "sglang")
+    assert model is None and "engine 'sglang' holds no Hugging Face module in this process" in why
+    config = SimpleNamespace(option=SimpleNamespace(engine="sglang", trainer="torchtrain"))
+    lines = search_lines(config, remote, SimpleNamespace(model=None), [], 1e-4, within=False)
+    assert lines == [f"layer search unavailable: {why}"]
+    assert search_lines(config, remote, SimpleNamespace(model=None), [], 1e-4, within=True) == []

@@ -196,8 +196,12 @@ def search_lines(config: Config, engine: Any, trainer: Any, sequences: Sequence[
     if within and not moe:
         return []
     search = LayerSearch()
-    for sequence in sequences:
-        search.add(replay(engine, engine_model, sequence.token_ids), replay(trainer, trainer_model, sequence.token_ids))
+    try:
+        for sequence in sequences:
+            search.add(replay(engine, engine_model, sequence.token_ids),
+                       replay(trainer, trainer_model, sequence.token_ids))
+    except Exception as exc:  # noqa: BLE001 - the log-prob report stands; say why the search could not run
+        return [f"layer search failed: replaying the sequences raised {type(exc).__name__}: {exc}"]
     lines = [] if within else search.lines(bound)
     if moe:
         lines += routing_lines(config, search, sequences)

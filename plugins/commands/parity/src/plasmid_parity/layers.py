@@ -38,8 +38,11 @@ def hf_module(side: Any, role: str, name: str) -> tuple[torch.nn.Module | None, 
     if not isinstance(model, torch.nn.Module):
         return None, (f"{role} '{name}' holds no Hugging Face module in this process (it serves or trains "
                       f"elsewhere, or in its own layout), so its layers cannot be hooked")
+    if not callable(getattr(model, "get_input_embeddings", None)) or getattr(model, "config", None) is None:
+        return None, (f"the model of {role} '{name}' ({type(model).__name__}) is not a Hugging Face model, so it "
+                      f"cannot be replayed beside the other side's")
     if decoder_layers(model) is None:
-        return None, f"{role} '{name}''s model {type(model).__name__} has no list of decoder layers to hook"
+        return None, f"the model of {role} '{name}' ({type(model).__name__}) has no list of decoder layers to hook"
     return model, ""
 
 
