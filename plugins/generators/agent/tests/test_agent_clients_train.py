@@ -77,3 +77,26 @@ def test_an_openai_client_agent_with_tools_n_stop_and_streaming_trains_on_exactl
     check_run(metrics, samples, client, min_samples=16)
     assert sum(step["rollout/reward/agent.tool_calls"] for step in metrics) > 0, "the model called the tool"
     assert sum(step["rollout/reward/agent.stops"] for step in metrics) > 0, "a choice ended on the stop string"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("agent", ["sdk_chat", "sdk_responses"])
+def test_an_openai_agents_sdk_agent_trains_on_exactly_what_it_was_sent(tmp_path, agent):
+    pytest.importorskip("agents", reason="the OpenAI Agents SDK (pip install openai-agents)")
+    metrics, samples, client = train(tmp_path, agent)
+    if agent == "sdk_chat":
+        check_run(metrics, samples, client, min_samples=8)
+    else:  # /v1/responses carries no log-probs for the tap to read: the samples and the trainer's check
+        assert not client and len(metrics) == 2 and all(s["rollout_logprobs"] for s in samples)
+        assert all(step["train/train_rollout_logprob_abs_diff"] <= 1e-4 for step in metrics)
+        assert all(step["rollout/agent/errors_fraction"] == 0.0 for step in metrics)
+    assert sum(step["rollout/reward/agent.tool_calls"] for step in metrics) > 0, "the SDK ran the tool"
+    assert sum(step["rollout/agent/calls_mean"] for step in metrics) > 2, "tool results went back to the model"
+
+
+@pytest.mark.timeout(300)
+def test_a_pydantic_ai_agent_trains_on_exactly_what_it_was_sent(tmp_path):
+    pytest.importorskip("pydantic_ai", reason="PydanticAI (pip install 'pydantic-ai-slim[openai]')")
+    metrics, samples, client = train(tmp_path, "pydantic_ai_agent")
+    check_run(metrics, samples, client, min_samples=8)
+    assert sum(step["rollout/reward/agent.tool_calls"] for step in metrics) > 0, "PydanticAI ran the tool"
