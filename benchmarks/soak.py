@@ -411,7 +411,7 @@ def soak_one_run(base: list[str], run_dir: Path, mode: str, rng: random.Random, 
                                       f"{fault['seconds']} s (budget {fault['budget']} s)")
             elif wrote_at > float(fault["time"]) + args.reward_timeout or code == 0:
                 tally.survived[kind] += 1
-            elif killed:
+            elif killed or trainer_killed_at is not None:  # its step was thrown away by an injected kill
                 tally.superseded[kind] += 1
             else:
                 tally.failures.append(f"{run_dir.name}: a {kind} was not survived (exit {code})")
