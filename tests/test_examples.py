@@ -28,11 +28,12 @@ SMALL = ["--num-rollouts", "2", "--prompts-per-step", "4", "--n-samples-per-prom
 #: Extra flags per CPU recipe that only shorten it (the toolcalc recipe's warm start; the code
 #: recipe's sandboxed runs, one per response).
 SHORTER = {"toolcalc-multiturn.yaml": ["--toolcalc-warmup-steps", "5"],
-           "tiny-programs-code.yaml": ["--prompts-per-step", "2"]}
+           "tiny-programs-code.yaml": ["--prompts-per-step", "2"],
+           "tiny-vlm.yaml": ["--colours-warmup-steps", "2"]}
 #: The plugin providing each provider a recipe names (family option -> provider -> plugin).
 PROVIDERS = {"torchgen": "torchgen", "torchtrain": "torchtrain", "grpo": "grpo", "dapo": "grpo", "ppo": "ppo",
              "tasks": "tasks", "jsonl": "jsonl", "exact": "match", "math": "math", "calculator": "tools",
-             "multiturn": "multiturn", "zero-std": "dynamic", "code": "code", "sglang": "sglang",
+             "multiturn": "multiturn", "vision": "torchgen", "zero-std": "dynamic", "code": "code", "sglang": "sglang",
              "sglang-tensor": "sglang", "sglang-distributed": "sglang", "megatron": "megatron", "ray": "ray"}
 BASE = ["hf", "rollout", "sync"]
 
@@ -50,7 +51,7 @@ def recipe_plugins(recipe: Path) -> list[str]:
 
 def test_the_recipes_are_there():
     assert {p.name for p in CPU_RECIPES} == {"quickstart-grpo.yaml", "toolcalc-multiturn.yaml",
-                                             "tiny-programs-code.yaml"}
+                                             "tiny-programs-code.yaml", "tiny-vlm.yaml"}
     assert {p.name for p in GPU_RECIPES} == {"grpo-gsm8k-torchtrain.yaml", "grpo-gsm8k-sglang.yaml",
                                              "dapo-math-dynamic-sampling.yaml", "ppo-megatron-critic.yaml"}
     for recipe in CPU_RECIPES + GPU_RECIPES:

@@ -303,6 +303,24 @@ def forward_inputs(model: Any, input_ids: torch.Tensor, inputs: list[VisionInput
             "mm_token_type_ids": (input_ids == image_token_id).to(torch.int32)}
 
 
+def vision_tower(model: Any) -> torch.nn.Module:
+    """The vision tower of a Hugging Face VLM (``model.visual`` or ``model.model.visual`` in Qwen2-VL and
+    its kind, which holds the patch encoder and the merger into the text model); :class:`ValueError`
+    naming the model's class when it has none of these."""
+    for owner in (model, getattr(model, "model", None)):
+        for name in ("visual", "vision_tower", "vision_model"):
+            tower = getattr(owner, name, None) if owner is not None else None
+            if isinstance(tower, torch.nn.Module):
+                return tower
+    raise ValueError(f"{type(model).__name__} has no vision tower (visual, vision_tower or vision_model)")
+
+
+def vision_token_ids(config: Any) -> list[int]:
+    """The ids of a VLM config's vision special tokens (image, video, vision start and end) that it names."""
+    names = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+    return [value for value in (getattr(config, name, None) for name in names) if isinstance(value, int)]
+
+
 def generate(model: Any, prompt_ids: list[int], vision: VisionInputs | None, params: Any,
              generator: torch.Generator | None = None) -> tuple[list[int], list[float], bool]:
     """Sample one response of the vision-language ``model`` to ``prompt_ids`` with the images
@@ -310,7 +328,8 @@ def generate(model: Any, prompt_ids: list[int], vision: VisionInputs | None, par
 
     Sampling follows ``params`` (a :class:`plasmid.types.SamplingParams`): greedy at temperature 0,
     else ``do_sample`` at ``temperature`` with transformers' ``top_k`` then ``top_p`` warpers (applied
-    one after the other, which can keep fewer tokens than SGLang's joint rule); ``params.seed`` or
+    one after the other, which can keep fewer tokens than SGLang's joint rule), never a vision special
+    token (:func:`vision_token_ids`: an image token in a response would not match any image); ``params.seed`` or
     ``generator`` seeds it (the global torch RNG is forked, so other draws are unaffected). The
     response ends at the first of ``params.stop_token_ids`` (kept) or after ``max_new_tokens``.
 
@@ -322,7 +341,8 @@ def generate(model: Any, prompt_ids: list[int], vision: VisionInputs | None, par
     stop = list(params.stop_token_ids)
     settings: dict[str, Any] = dict(max_new_tokens=params.max_new_tokens, do_sample=params.temperature > 0,
                                     return_dict_in_generate=True, output_logits=True,
-                                    eos_token_id=stop or None, pad_token_id=model.config.get_text_config().pad_token_id)
+                                    eos_token_id=stop or None, pad_token_id=model.config.get_text_config().pad_token_id,
+                                    suppress_tokens=vision_token_ids(model.config) or None)
     if params.temperature > 0:
         settings.update(temperature=params.temperature, top_k=params.top_k if params.top_k > 0 else None,
                         top_p=params.top_p)

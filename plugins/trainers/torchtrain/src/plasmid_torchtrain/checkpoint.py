@@ -4,7 +4,9 @@ Layout of ``<path>/``::
 
     model/               a complete Hugging Face model directory (safetensors weights, config,
                          generation config, and the tokenizer files of --model): loads with
-                         AutoModelForCausalLM / AutoTokenizer.from_pretrained
+                         AutoModelForCausalLM / AutoTokenizer.from_pretrained (a vision-language
+                         model: AutoModelForImageTextToText / AutoImageProcessor, its processor
+                         configs copied too)
     trainer_state.pt     optimizer and LR-scheduler state (the critic's too), RNG states
                          (torch, random, numpy), and the trainer's counters (torch.save; our
                          own file, loaded with weights_only=False)
@@ -38,9 +40,11 @@ import torch
 MODEL_SUBDIR = "model"
 DCP_SUBDIR = "dcp"
 STATE_FILE = "trainer_state.pt"
-#: Files of a model directory that belong to its tokenizer (copied into checkpoints).
+#: Files of a model directory that belong to its tokenizer, and a vision-language model's image/video
+#: processor configs (copied into checkpoints and exports, so they load as the VLM they are).
 TOKENIZER_PATTERNS = ("tokenizer*", "special_tokens_map.json", "added_tokens.json", "vocab.*", "merges.txt",
-                      "chat_template*", "spiece.model", "sentencepiece*.model")
+                      "chat_template*", "spiece.model", "sentencepiece*.model", "preprocessor_config.json",
+                      "processor_config.json", "video_preprocessor_config.json")
 
 
 def rng_state() -> dict[str, Any]:

@@ -32,6 +32,11 @@ class TorchtrainOptions(Options, group="torchtrain", description="the plain-PyTo
         "plasmid_torch.packing), a prompt that several samples share packed once, when that feeds fewer token "
         "positions than padding them or sharing their prompts' passes on a KV cache; models with sliding-window "
         "layers or --attn-implementation eager are never packed")
+    freeze_vision_tower: bool = option(
+        False, "vision-language policies: leave the vision tower (the image encoder and its merger into the text "
+        "model) out of training, no gradient and no optimizer state, as for a pretrained VLM whose image features "
+        "should stay as they are; off by default because a VLM built from scratch (the tiny one of --task "
+        "colours) must learn to see; ignored for a text-only model")
     gradient_checkpointing: bool = option(False, "recompute each transformer layer's activations in the backward "
                                           "pass instead of keeping them (less memory, ~1/3 more compute)")
     lora_rank: int = option(0, "train LoRA adapters of this rank instead of every weight (0: full training; needs "

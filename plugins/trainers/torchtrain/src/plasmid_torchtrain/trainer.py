@@ -58,7 +58,7 @@ from plasmid_torch.step_guard import TorchSnapshot
 from plasmid_torch.train_step import CriticParts, StepCounters, TrainerParts, TrainStep
 from plasmid_torch.trainer_options import TrainerOptions
 from plasmid_torch.training import check_trainer_setup, timed_update
-from plasmid_torch.vision import ImageInputs, is_vision_config
+from plasmid_torch.vision import ImageInputs, is_vision_config, vision_tower
 from plasmid_torchtrain import batching, checkpoint, critic, distributed, lora, schedule, weights
 from plasmid_torchtrain.options import TorchtrainOptions
 
@@ -120,6 +120,8 @@ class TorchTrainer(StepCounters):
             heap.map_large_blocks(own.mmap_threshold())                  # the system (plasmid_torch.heap)
         self.model = self.place.load_causal_lm(str(self.model_dir))
         self.model.requires_grad_(True)
+        if own.freeze_vision_tower and is_vision_config(self.model.config):
+            vision_tower(self.model).requires_grad_(False)       # before the optimizer: no state for it
         #: the exported tensors' names (each once: tied ones under the first name)
         self.export_names = [name for name, _ in weights.hf_named_tensors(self.model)]
         #: whether the policy trains LoRA adapters (``--lora-rank`` > 0; :mod:`.lora`)
