@@ -98,6 +98,7 @@ FIELD_NOTES: dict[str, dict[str, str]] = {
         "max_new_tokens": "longest response, in tokens (>= 1)",
         "stop_token_ids": "ids that end the response (kept in it)",
         "seed": "a request's seed, for engines that take one; None: unseeded",
+        "stop": "strings that end the response once its text contains one (the token completing it kept)",
     },
 }
 
