@@ -1,5 +1,6 @@
 """The ``agent`` generate function: each prompt sample is one run of the user's agent function
-against the gateway; its recorded calls become the sample(s), its return value the reward."""
+against the gateway; its recorded calls become the sample(s), its return value the reward (and,
+when it gives one reward per call, each sample's per-turn rewards)."""
 
 from __future__ import annotations
 
@@ -26,10 +27,11 @@ from plasmid_agent.gateway import Gateway, Rollout
 from plasmid_agent.httpserver import Limits
 from plasmid_agent.loader import load_agent
 from plasmid_agent.options import AgentOptions
-from plasmid_agent.recorder import Call, build_samples
+from plasmid_agent.recorder import Call, RecordedSample, record_samples
 from plasmid_agent.session import AgentSession
 from plasmid_agent.toolcalls import parsers_of
 from plasmid_serving.parsers.options import ParserOptions
+from plasmid_serving.turns import TURN_REWARDS_KEY, checked_turn_rewards
 
 #: Where a finished sample carries the agent's reward (read by the ``agent`` reward).
 REWARD_KEY = "agent_reward"
@@ -39,6 +41,12 @@ CALLS_KEY = "agent_calls"
 ERROR_KEY = "agent_error"
 #: Per-sample metric values, averaged by the rollout driver into ``rollout/<name>`` (see :func:`session_metrics`).
 METRICS_KEY = "rollout_metrics"
+#: The entry of an agent's dict reward that holds one reward per model call (see :func:`checked_reward`);
+#: the same name as the samples' metadata key of per-turn rewards (:mod:`plasmid_serving.turns`).
+TURNS_KEY = TURN_REWARDS_KEY
+
+#: What an agent function may return, once checked (:func:`checked_reward`).
+AgentValue = float | list[float] | dict[str, float | list[float]]
 
 
 def session_metrics(calls: Sequence[Call], samples: int, seconds: float, failed: bool,
@@ -72,19 +80,85 @@ def prompt_messages(prompt: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
     return copy.deepcopy(list(prompt))
 
 
-def checked_reward(value: Any, where: str) -> float | dict[str, float]:
-    """The agent's return value as a reward: a finite real number, or a non-empty dict of named
-    finite ones; anything else is a ``TypeError``/``ValueError`` naming ``where``."""
-    if isinstance(value, dict):
-        if not value or not all(isinstance(key, str) for key in value):
-            raise TypeError(f"{where} returned {value!r}; a dict reward needs string keys and at least one entry")
-        return {key: float(checked_reward(item, f"{where}[{key!r}]")) for key, item in value.items()}  # type: ignore[arg-type]
+def checked_number(value: Any, where: str) -> float:
+    """``value`` as a finite float; anything else is a ``TypeError``/``ValueError`` naming ``where``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{where} returned {type(value).__name__} {value!r}; return the reward, a float or a dict "
-                        f"of named floats")
+        raise TypeError(f"{where} returned {type(value).__name__} {value!r}; return the reward: a float, a list of "
+                        f"one float per model call, or a dict of named floats")
     if not math.isfinite(float(value)):
         raise ValueError(f"{where} returned the non-finite reward {value!r}")
     return float(value)
+
+
+def checked_call_rewards(value: Any, where: str) -> list[float]:
+    """``value`` as a non-empty list of finite floats (one per model call), or an error naming ``where``."""
+    if not isinstance(value, (list, tuple)) or not value:
+        raise TypeError(f"{where} returned {value!r}; per-call rewards are a non-empty list of floats, one per model "
+                        f"call")
+    return [checked_number(item, f"{where}[{position}]") for position, item in enumerate(value)]
+
+
+def checked_reward(value: Any, where: str) -> AgentValue:
+    """The agent's return value as a reward, one of:
+
+    - a finite real number: the reward of each of the session's samples;
+    - a non-empty list of finite numbers, one per model call the gateway recorded for the session,
+      in the order they were made (a request with ``n`` choices is ``n`` calls): per-call rewards
+      (see :func:`sample_turn_rewards`);
+    - a non-empty dict of named finite numbers, of which the entry :data:`TURNS_KEY`
+      (``"turn_rewards"``) may instead be such a list.
+
+    Anything else is a ``TypeError``/``ValueError`` naming ``where`` (and the entry or position)."""
+    if isinstance(value, dict):
+        if not value or not all(isinstance(key, str) for key in value):
+            raise TypeError(f"{where} returned {value!r}; a dict reward needs string keys and at least one entry")
+        return {key: (checked_call_rewards(item, f"{where}[{key!r}]") if key == TURNS_KEY
+                      else checked_number(item, f"{where}[{key!r}]")) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return checked_call_rewards(value, where)
+    return checked_number(value, where)
+
+
+def call_rewards_of(reward: AgentValue) -> list[float] | None:
+    """The per-call rewards in a checked agent value, or ``None`` when it gives none."""
+    if isinstance(reward, list):
+        return reward
+    if isinstance(reward, dict) and isinstance(reward.get(TURNS_KEY), list):
+        return reward[TURNS_KEY]  # type: ignore[return-value]
+    return None
+
+
+def sample_turn_rewards(recorded: RecordedSample, calls: Sequence[Call],
+                        call_rewards: Sequence[float]) -> list[list[float]]:
+    """``[[offset, reward], ...]`` of one sample (``metadata["turn_rewards"]``, :mod:`plasmid_serving.turns`):
+    the reward of each call the sample holds, at the response position where its completion starts.
+    A call that produced no token has no turn of its own: its reward joins the turn before it (the
+    following turn when it comes first), so the turns add up to the rewards of the sample's calls."""
+    turns: list[list[float]] = []
+    pending = 0.0
+    for position, offset in zip(recorded.calls, recorded.offsets, strict=True):
+        reward = call_rewards[position]
+        if not calls[position].completion_ids:
+            if turns:
+                turns[-1][1] += reward
+            else:
+                pending += reward
+            continue
+        turns.append([offset, reward + pending])
+        pending = 0.0
+    return turns
+
+
+def sample_reward(reward: AgentValue, turns: list[list[float]] | None) -> float | dict[str, float]:
+    """What one sample stores as ``metadata["agent_reward"]``: ``reward`` with its per-call rewards
+    replaced by the sum of the sample's turns (a list becomes that float; a dict keeps its other
+    entries, its :data:`TURNS_KEY` entry becomes the sum)."""
+    total = math.fsum(turn_reward for _, turn_reward in turns) if turns is not None else 0.0
+    if isinstance(reward, list):
+        return total
+    if isinstance(reward, dict):
+        return {key: (total if isinstance(item, list) else float(item)) for key, item in reward.items()}
+    return float(reward)
 
 
 class AgentGenerate:
@@ -92,10 +166,15 @@ class AgentGenerate:
     ``def`` runs in a thread) with an :class:`AgentSession` of its own, at most
     ``--agent-concurrency`` at once and each for at most ``--agent-timeout`` seconds.
 
-    Returns the samples :func:`plasmid_agent.recorder.build_samples` makes of the agent's calls
+    Returns the samples :func:`plasmid_agent.recorder.record_samples` makes of the agent's calls
     (one, or more when the agent branched; all in the prompt's group), each with the agent's
     reward in ``metadata["agent_reward"]`` and the session's metrics in
-    ``metadata["rollout_metrics"]`` (:func:`session_metrics`). When the driver aborts the step
+    ``metadata["rollout_metrics"]`` (:func:`session_metrics`). When the agent returns one reward
+    per call (a list, or a dict's ``"turn_rewards"`` entry: :func:`checked_reward`), each sample
+    gets ``metadata["turn_rewards"]`` (:func:`sample_turn_rewards`: the rewards of its calls at
+    their completions' offsets), and its reward is their sum: ``metadata["agent_reward"]`` holds
+    that sum in place of the list (:func:`sample_reward`). A list whose length is not the number
+    of recorded calls is a failed agent. When the driver aborts the step
     (``ctx.aborting``, see :class:`plasmid.protocols.GenerateFn`) the agent is cancelled at once,
     and the gateway refuses its later calls, as it does once an engine call comes back aborted;
     the sample comes back as its prompt with status ``ABORTED``, to be run again from the start
@@ -183,14 +262,21 @@ class AgentGenerate:
         if rollout.aborted:
             return self._aborted(sample)
         where = f"agent {self.spec} (--agent) on sample {sample.index}"
-        reward: float | dict[str, float] = 0.0
+        reward: AgentValue = 0.0
         if failure is None:
             try:
                 reward = checked_reward(value, where)
             except (TypeError, ValueError) as exc:
                 failure = ProviderError(str(exc), provider="agent", plugin="plasmid-agent")
-        samples = build_samples(sample, rollout.calls,
-                                lambda ids: ctx.tokenizer.decode(ids, skip_special_tokens=True))
+        call_rewards = call_rewards_of(reward)
+        if failure is None and call_rewards is not None and len(call_rewards) != len(rollout.calls):
+            failure = ProviderError(f"{where} returned {len(call_rewards)} per-call rewards for the "
+                                    f"{len(rollout.calls)} model calls the gateway recorded; return one reward per "
+                                    f"call, in the order made (a request with n choices is n calls)",
+                                    provider="agent", plugin="plasmid-agent")
+        recorded = record_samples(sample, rollout.calls,
+                                  lambda ids: ctx.tokenizer.decode(ids, skip_special_tokens=True))
+        samples = [made.sample for made in recorded]
         if not samples and failure is None:
             failure = ProviderError(f"{where} made no model call through the gateway that produced a token, so "
                                     f"there is nothing to train on; call session.base_url with session.api_key"
@@ -204,8 +290,13 @@ class AgentGenerate:
             if not samples:
                 samples = [self._nothing_to_train(sample, ctx.tokenizer, ctx.engine_for(sample).weight_version)]
         metrics = session_metrics(rollout.calls, len(samples), seconds, failure is not None, rollout.capped)
-        for out in samples:
-            out.metadata[REWARD_KEY] = copy.deepcopy(reward)
+        for position, out in enumerate(samples):
+            turns = None
+            if failure is None and call_rewards is not None:
+                turns = sample_turn_rewards(recorded[position], rollout.calls, call_rewards)
+                checked_turn_rewards(turns, out.response_length, where)
+                out.metadata[TURN_REWARDS_KEY] = turns
+            out.metadata[REWARD_KEY] = sample_reward(reward, turns)
             out.metadata[CALLS_KEY] = len(rollout.calls)
             out.metadata[METRICS_KEY] = dict(metrics)
             if failure is not None:
@@ -289,4 +380,4 @@ class AgentGenerate:
         return replace(sample, tokens=sample.prompt_tokens, response="", response_length=0, loss_mask=[],
                        rollout_logprobs=[], status=Status.ABORTED,
                        metadata={k: v for k, v in sample.metadata.items()
-                                 if k not in (REWARD_KEY, CALLS_KEY, ERROR_KEY, METRICS_KEY)})
+                                 if k not in (REWARD_KEY, CALLS_KEY, ERROR_KEY, METRICS_KEY, TURN_REWARDS_KEY)})

@@ -68,31 +68,56 @@ def chains(calls: Sequence[Call]) -> list[list[int]]:
     return result
 
 
-def build_samples(template: Sample, calls: Sequence[Call], decode: Callable[[list[int]], str]) -> list[Sample]:
+@dataclass
+class RecordedSample:
+    """A sample :func:`record_samples` built, and where its calls are in it.
+
+    :ivar calls: the positions (in the rollout's call list) of the calls the sample holds, in order.
+    :ivar offsets: for each of those calls, the response position (an index into ``sample.loss_mask``)
+        where its completion starts; a call that produced no token has the position its completion
+        would have had (the next call's offset, or ``response_length`` after the last).
+    """
+
+    sample: Sample
+    calls: list[int]
+    offsets: list[int]
+
+
+def record_samples(template: Sample, calls: Sequence[Call],
+                   decode: Callable[[list[int]], str]) -> list[RecordedSample]:
     """One finished sample per chain of ``calls`` (see the module docstring), each a copy of
     ``template`` (prompt, label, metadata, index, group) with ``tokens``, ``response``,
     ``response_length``, ``loss_mask``, ``rollout_logprobs``, ``status`` (the last call's) and
-    ``weight_version`` (the oldest call's) set. ``decode(ids)`` gives the response text. A chain
-    whose calls produced no token at all makes no sample."""
-    samples: list[Sample] = []
+    ``weight_version`` (the oldest call's) set, with the calls it holds and their completions'
+    offsets. ``decode(ids)`` gives the response text. A chain whose calls produced no token at all
+    makes no sample."""
+    recorded: list[RecordedSample] = []
     for chain in chains(calls):
         first = calls[chain[0]]
         tokens = list(first.full_ids)
         mask = [1] * len(first.completion_ids)
         logprobs = list(first.logprobs)
+        offsets = [0]
         for position in chain[1:]:
             call = calls[position]
             between = call.prompt_ids[len(tokens):]
+            offsets.append(len(tokens) + len(between) - len(first.prompt_ids))
             tokens += between + call.completion_ids
             mask += [0] * len(between) + [1] * len(call.completion_ids)
             logprobs += [0.0] * len(between) + list(call.logprobs)
         if not any(mask):
             continue
         response = tokens[len(first.prompt_ids):]
-        samples.append(replace(
+        sample = replace(
             template, tokens=tokens, response=decode(response), response_length=len(response), loss_mask=mask,
             rollout_logprobs=logprobs, status=calls[chain[-1]].status,
             weight_version=min(calls[p].weight_version for p in chain), metadata=dict(template.metadata),
             reward=None, reward_components={},
-        ))
-    return samples
+        )
+        recorded.append(RecordedSample(sample, list(chain), offsets))
+    return recorded
+
+
+def build_samples(template: Sample, calls: Sequence[Call], decode: Callable[[list[int]], str]) -> list[Sample]:
+    """The samples of :func:`record_samples`, without where their calls are."""
+    return [recorded.sample for recorded in record_samples(template, calls, decode)]

@@ -8,18 +8,21 @@ from plasmid.config import Config
 from plasmid.kernel_options import RolloutOptions
 from plasmid.options import Options
 from plasmid.types import RewardParts, Sample
-from plasmid_agent.generate import REWARD_KEY
+from plasmid_agent.generate import REWARD_KEY, TURNS_KEY
 
 
 class AgentReward:
     """Reward ``agent`` (the default with ``--generate agent``): ``sample.metadata["agent_reward"]``
     as the agent returned it.
 
-    A float is the reward. A dict of named floats is a :class:`plasmid.types.RewardParts`: its
-    value is the entry ``--reward-key`` names (the only entry when the dict has one), and every
-    entry is a part, so each key the agent returned is logged as ``rollout/reward/agent.<key>``.
-    A dict of several entries without ``--reward-key``, or without the key it names, is a
-    ``ValueError`` listing the keys. A sample without a reward was not made by ``--generate agent``:
+    A float is the reward (an agent that returned one reward per call has the sum of the sample's
+    turns stored here: :class:`plasmid_agent.generate.AgentGenerate`). A dict of named floats is a
+    :class:`plasmid.types.RewardParts`: its value is the entry ``--reward-key`` names (without it:
+    the ``"turn_rewards"`` entry, the sum of the sample's turns, when the agent returned per-call
+    rewards in the dict, else the only entry), and every entry is a part, so each key the agent
+    returned is logged as ``rollout/reward/agent.<key>``. A dict of several entries and no
+    ``"turn_rewards"`` without ``--reward-key``, or without the key it names, is a ``ValueError``
+    listing the keys. A sample without a reward was not made by ``--generate agent``:
     a ``ValueError`` that says so."""
 
     option_classes: ClassVar[tuple[type[Options], ...]] = (RolloutOptions,)
@@ -37,6 +40,8 @@ class AgentReward:
             return float(value)
         parts = {str(key): float(item) for key, item in value.items()}
         key = self.reward_key
+        if key is None and TURNS_KEY in parts:
+            key = TURNS_KEY
         if key is None:
             if len(parts) != 1:
                 raise ValueError(f"sample {sample.index}: the agent returned the keys {sorted(parts)}; choose the "
