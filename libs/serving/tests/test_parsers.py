@@ -231,3 +231,66 @@ def test_a_call_inside_the_reasoning_is_not_a_call():
     text = '<think><tool_call>{"name": "f"}</tool_call></think><tool_call>{"name": "g"}</tool_call>'
     parsed = parse_message(text, TOOL_PARSERS.get("hermes"), REASONING_PARSERS.get("qwen3"))
     assert [c["function"]["name"] for c in parsed.tool_calls] == ["g"] and parsed.content is None
+
+
+# ---------------------------------------------------------------------------------- harmony (gpt-oss)
+#: How gpt-oss writes a call itself: the recipient in the channel header, the content type constrained.
+HARMONY_CALL = ("<|channel|>analysis<|message|>Use f.<|end|><|start|>assistant<|channel|>commentary "
+                "to=functions.f <|constrain|>json<|message|>{\"x\": 1}<|call|>")
+
+
+def test_harmony_calls_in_either_header_form_are_final_spans():
+    harmony = TOOL_PARSERS.get("openai")
+    (span,) = harmony.spans(HARMONY_CALL)
+    assert span.ok and span.final and span.calls == (ToolCall("f", {"x": 1}),)
+    assert HARMONY_CALL[span.start:span.end].startswith("<|start|>assistant<|channel|>commentary to=")
+    rendered = "<|start|>assistant to=functions.g<|channel|>commentary json<|message|>{}<|call|>"
+    assert [s.calls for s in harmony.spans("<|channel|>commentary<|message|>Checking.<|end|>" + rendered)] == [
+        (ToolCall("g", {}),)]
+    assert harmony.parse("<|channel|>commentary<|message|>Checking.<|end|>" + rendered)[0] == "Checking."
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ("<|channel|>commentary to=functions.f <|constrain|>json<|message|>{x<|call|>", "not valid JSON"),
+    ("<|channel|>commentary to=functions.f json<|message|>[1]<|call|>", "arguments must be a JSON object"),
+    ("<|channel|>commentary to=functions. json<|message|>{}<|call|>", "to=functions.NAME"),
+])
+def test_a_malformed_harmony_call_is_a_span_with_a_reason_and_no_call(text, error):
+    harmony = TOOL_PARSERS.get("openai")
+    (span,) = harmony.spans(text)
+    assert not span.ok and error in (span.error or span.calls[0].error)
+    assert harmony.parse(text)[1] == []
+
+
+def test_a_harmony_call_is_complete_only_at_its_call_marker_and_stays_found():
+    harmony = TOOL_PARSERS.get("openai")
+    closed = HARMONY_CALL.index("<|call|>") + len("<|call|>")
+    for i in range(len(HARMONY_CALL) + 1):
+        spans = harmony.spans(HARMONY_CALL[:i] + " tail")
+        assert bool(spans) == (i >= closed), HARMONY_CALL[:i]
+    assert harmony.spans(HARMONY_CALL.replace("<|call|>", "<|end|>")) == []  # a message, not a call
+    assert harmony.spans(HARMONY_CALL.replace("functions.f", "browser.search")) == []  # not a function tool
+    assert harmony.parse("plain text, no harmony") == ("plain text, no harmony", [])
+
+
+@pytest.mark.parametrize(("text", "reasoning", "content"), [
+    ("<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>final<|message|>b<|return|>", "a",
+     "b<|return|>"),
+    ("<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>analysis<|message|>b<|end|>", "a\nb", None),
+    ("<|channel|>analysis<|message|>still thinki", "still thinki", None),
+    ("<|channel|>final<|message|>no thinking<|return|>", None, "<|channel|>final<|message|>no thinking<|return|>"),
+    ("plain", None, "plain"),
+])
+def test_gpt_oss_reasoning_is_the_opening_analysis_messages(text, reasoning, content):
+    parsed = parse_message(text, None, REASONING_PARSERS.get("openai_gptoss"))
+    assert (parsed.reasoning, parsed.content) == (reasoning, content)
+
+
+def test_a_harmony_call_after_the_reasoning_is_read_even_when_the_analysis_was_cut_short():
+    parsed = parse_message(HARMONY_CALL, TOOL_PARSERS.get("openai"), REASONING_PARSERS.get("openai_gptoss"))
+    assert parsed.reasoning == "Use f." and names_and_arguments(parsed.tool_calls) == [("f", {"x": 1})]
+    assert parsed.content is None
+    cut = ("<|channel|>analysis<|message|>maybe <|start|>assistant to=functions.g<|channel|>commentary<|message|>"
+           "{}<|call|>")  # a new message ends the unclosed analysis
+    parsed = parse_message(cut, TOOL_PARSERS.get("openai"), REASONING_PARSERS.get("gpt-oss"))
+    assert parsed.reasoning == "maybe" and names_and_arguments(parsed.tool_calls) == [("g", {})]

@@ -179,3 +179,68 @@ def test_qwen3_coder_values_are_typed_by_the_tool_schema():
     assert json.loads(call["function"]["arguments"]) == {"city": "42", "days": 7, "units": ["C"]}
     (untyped,) = TOOL_PARSERS.get("qwen3_coder").parse(text)[1]  # no schema: JSON where the text is JSON
     assert json.loads(untyped["function"]["arguments"]) == {"city": 42, "days": 7, "units": ["C"]}
+
+
+# ---------------------------------------------------------------------------------- gpt-oss (harmony)
+HARMONY_SPECIAL = ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|constrain|>"]
+
+#: gpt-oss's rendering, written small: an assistant's thinking as an analysis message, each call a
+#: commentary message to=functions.NAME closed by <|call|>, content a final message, tool answers as
+#: messages from functions.NAME; the generation prompt is <|start|>assistant.
+GPT_OSS = (
+    "{%- for m in messages %}"
+    "{%- if m.role == 'user' %}<|start|>user<|message|>{{ m.content }}<|end|>"
+    "{%- elif m.role == 'tool' %}<|start|>functions.{{ m.name }} to=assistant<|channel|>commentary<|message|>"
+    "{{ m.content | tojson }}<|end|>"
+    "{%- else %}{%- if m.thinking %}<|start|>assistant<|channel|>analysis<|message|>{{ m.thinking }}<|end|>{%- endif %}"
+    "{%- for tc in m.tool_calls or [] %}<|start|>assistant to=functions.{{ tc.function.name }}<|channel|>commentary "
+    "json<|message|>{{ tc.function.arguments | tojson }}<|call|>{%- endfor %}"
+    "{%- if m.content %}<|start|>assistant<|channel|>final<|message|>{{ m.content }}"
+    "{{ '<|return|>' if loop.last else '<|end|>' }}{%- endif %}{%- endif %}"
+    "{%- endfor %}{%- if add_generation_prompt %}<|start|>assistant{% endif %}"
+)
+
+
+def harmony_tokenizer(text: str):
+    """The character tokenizer of :func:`tokenizer_with` with harmony's markers as special tokens."""
+    tokenizer = tokenizer_with(GPT_OSS, text)
+    tokenizer.add_special_tokens({"additional_special_tokens": HARMONY_SPECIAL})
+    return tokenizer
+
+
+def harmony_turn(message: dict) -> tuple[object, list[int], str]:
+    """The tokenizer, the assistant turn's ids as gpt-oss writes them (its closing marker kept: the
+    engine returns it) and their text decoded with the special tokens kept."""
+    user = [{"role": "user", "content": "Weather in Zürich?"}]
+    draft = harmony_tokenizer("")
+    full = draft.apply_chat_template([*user, {"role": "assistant", **message}], tools=TOOLS, tokenize=False)
+    prompt = draft.apply_chat_template(user, tools=TOOLS, tokenize=False, add_generation_prompt=True)
+    assert full.startswith(prompt), (prompt, full)
+    tokenizer = harmony_tokenizer(full)
+    ids = tokenizer.encode(full[len(prompt):], add_special_tokens=False)
+    return tokenizer, ids, tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def test_gpt_oss_calls_and_reasoning_parse_back_from_the_template_tokens_exact():
+    message = {"thinking": "Need the weather tool.", "content": "",
+               "tool_calls": calls(("get_weather", WEATHER))}
+    tokenizer, ids, text = harmony_turn(message)
+    before = list(ids)
+    assert tokenizer.convert_tokens_to_ids("<|call|>") == ids[-1]  # one special token each
+    assert "<|channel|>" not in tokenizer.decode(ids, skip_special_tokens=True)  # why the gateway keeps them
+    parsed = parse_message(text, TOOL_PARSERS.get("openai"), REASONING_PARSERS.get("openai_gptoss"), TOOLS)
+    assert parsed.reasoning == "Need the weather tool."
+    assert parsed.content is None
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in parsed.tool_calls] == [
+        ("get_weather", WEATHER)]
+    assert ids == before and tokenizer.decode(ids, skip_special_tokens=False) == text
+    assert tokenizer.encode(text, add_special_tokens=False) == ids  # the text round-trips to the same ids
+
+
+def test_gpt_oss_final_answer_is_the_content_and_analysis_the_reasoning():
+    _, _, text = harmony_turn({"thinking": "Easy.", "content": "It is 12 °C."})
+    parsed = parse_message(text, TOOL_PARSERS.get("openai"), REASONING_PARSERS.get("openai_gptoss"), TOOLS)
+    assert (parsed.reasoning, parsed.tool_calls) == ("Easy.", [])
+    assert parsed.content == "It is 12 °C.<|return|>"  # the closer is a special token: the gateway drops it
+    content, found = TOOL_PARSERS.get("gpt-oss").parse(text, TOOLS)  # without a reasoning parser
+    assert (content, found) == ("It is 12 °C.", [])

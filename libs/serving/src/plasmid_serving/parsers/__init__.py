@@ -3,8 +3,8 @@
 
 - :mod:`~plasmid_serving.parsers.base`: what a parser gives (:class:`ToolCall`, :class:`CallSpan`,
   :class:`ParsedMessage`), the :class:`ToolParser` base and :func:`parse_message`;
-- :mod:`~plasmid_serving.parsers.tools` and :mod:`~plasmid_serving.parsers.reasoning`: the
-  built-in parsers;
+- :mod:`~plasmid_serving.parsers.tools`, :mod:`~plasmid_serving.parsers.reasoning` and
+  :mod:`~plasmid_serving.parsers.harmony` (gpt-oss): the built-in parsers;
 - :mod:`~plasmid_serving.parsers.registry`: the parsers by name, and the entry-point groups
   ``plasmid.tool_parsers`` and ``plasmid.reasoning_parsers`` through which packages add theirs;
 - :mod:`~plasmid_serving.parsers.options`: ``--tool-parser`` and ``--reasoning-parser``.

@@ -52,12 +52,16 @@ class CallSpan:
         several; most have one).
     :ivar error: why the whole span is malformed (say, a tagged block that is not JSON), one line;
         then ``calls`` is empty.
+    :ivar final: the syntax closes the turn's calls here (a Mistral list, DeepSeek's calls block, a
+        harmony ``<|call|>``): no call of the same turn follows it. ``False`` where the syntax lets
+        more calls follow (hermes blocks, Llama's ``;``): the turn's calls are complete when it ends.
     """
 
     start: int
     end: int
     calls: tuple[ToolCall, ...] = ()
     error: str = ""
+    final: bool = False
 
     @property
     def ok(self) -> bool:
@@ -96,15 +100,17 @@ class ToolParser:
         Contract: never raises; a first span found in a prefix of a text is found, with the same
         first call, in every longer text that starts with that prefix (a multi-turn loop finds the
         fewest tokens that hold a call by bisection); its ``end`` may grow over a closing marker
-        that follows (``deepseek_v3``'s end of the calls block). ``tools`` are the tools offered
-        (may be ``None``); only parsers whose syntax writes every value as text read them.
+        that follows (``deepseek_v3``'s end of the calls block), and it may then become ``final``.
+        ``tools`` are the tools offered (may be ``None``); only parsers whose syntax writes every
+        value as text read them.
         """
         raise NotImplementedError
 
     def parse(self, text: str, tools: list[ToolSpec] | None = None) -> tuple[str | None, list[dict[str, Any]]]:
         """``(content, tool_calls)``: the text outside the well-formed spans, stripped (``None`` when
         empty and there are calls), and their calls in OpenAI's form. Without a well-formed span the
-        content is ``text`` unchanged."""
+        content is ``text`` unchanged (a parser whose format wraps all text in markup, harmony's
+        ``openai``, overrides this and gives the text of the messages meant for the user)."""
         kept: list[str] = []
         calls: list[dict[str, Any]] = []
         position = 0

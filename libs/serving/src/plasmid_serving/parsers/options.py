@@ -14,13 +14,14 @@ class ParserOptions(Options, group="parsers", description="how a model's tool ca
                                                           "its text (the agent gateway, --generate multiturn)"):
     tool_parser: str | None = option(
         None, "the model family's tool-call syntax, by vLLM's --tool-call-parser name: hermes (SGLang's qwen25), "
-              "llama3_json (llama3), mistral, deepseek_v3 (deepseekv3), qwen3_coder, pythonic, or one a package "
-              "registers (entry-point group plasmid.tool_parsers); unset: the agent gateway reads hermes, "
-              "multiturn its --tool-call-format's own syntax", metavar="NAME")
+              "llama3_json (llama3), mistral, deepseek_v3 (deepseekv3), qwen3_coder, pythonic, openai (gpt-oss's "
+              "harmony; SGLang's gpt-oss), or one a package registers (entry-point group plasmid.tool_parsers); "
+              "unset: the agent gateway reads hermes, multiturn its --tool-call-format's own syntax", metavar="NAME")
     reasoning_parser: str | None = option(
-        None, "split the model's <think> reasoning from its answer, by vLLM's and SGLang's --reasoning-parser name: "
-              "deepseek_r1 (deepseek-r1), qwen3, or one a package registers (entry-point group "
-              "plasmid.reasoning_parsers); the gateway returns it as reasoning_content, and no call inside it is run",
+        None, "split the model's reasoning (<think>, or harmony's analysis channel) from its answer, by vLLM's and "
+              "SGLang's --reasoning-parser name: deepseek_r1 (deepseek-r1), qwen3, openai_gptoss (gpt-oss), or one a "
+              "package registers (entry-point group plasmid.reasoning_parsers); the gateway returns it as "
+              "reasoning_content, and no call inside it is run",
         metavar="NAME")
 
     def check(self) -> None:

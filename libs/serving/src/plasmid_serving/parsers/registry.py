@@ -12,8 +12,9 @@ A tool parser extends :class:`plasmid_serving.parsers.base.ToolParser` (it imple
 reasoning parser has ``split`` (:class:`plasmid_serving.parsers.base.ReasoningParser`). Code may
 also register one in its own process with :meth:`ParserRegistry.register` (a test, a ``--plugins``
 module). The built-in parsers (:mod:`plasmid_serving.parsers.tools`,
-:mod:`plasmid_serving.parsers.reasoning`) are registered under vLLM's names and SGLang's where they
-differ. A name given twice (by two packages, or a package and a built-in) is an error naming both.
+:mod:`plasmid_serving.parsers.reasoning`, :mod:`plasmid_serving.parsers.harmony`) are registered
+under vLLM's names and SGLang's where they differ. A name given twice (by two packages, or a
+package and a built-in) is an error naming both.
 Entry points are read at each lookup and imported only when their parser is asked for: lookups
 happen at start-up, not per request.
 """
@@ -32,6 +33,7 @@ BUILT_IN = "plasmid-serving (built in)"
 
 _TOOLS = "plasmid_serving.parsers.tools"
 _REASONING = "plasmid_serving.parsers.reasoning"
+_HARMONY = "plasmid_serving.parsers.harmony"
 
 
 class ParserRegistry:
@@ -123,10 +125,12 @@ TOOL_PARSERS = ParserRegistry("tool", TOOL_PARSER_GROUP, "--tool-parser", "spans
     "deepseek_v3": f"{_TOOLS}:DeepSeekV3", "deepseekv3": f"{_TOOLS}:DeepSeekV3",
     "qwen3_coder": f"{_TOOLS}:Qwen3Coder",
     "pythonic": f"{_TOOLS}:Pythonic",
+    "openai": f"{_HARMONY}:Harmony", "gpt-oss": f"{_HARMONY}:Harmony",
 })
 
 #: The reasoning parsers (``--reasoning-parser``).
 REASONING_PARSERS = ParserRegistry("reasoning", REASONING_PARSER_GROUP, "--reasoning-parser", "split", {
     "deepseek_r1": f"{_REASONING}:DeepSeekR1", "deepseek-r1": f"{_REASONING}:DeepSeekR1",
     "qwen3": f"{_REASONING}:Qwen3",
+    "openai_gptoss": f"{_HARMONY}:GptOss", "gpt-oss": f"{_HARMONY}:GptOss",
 })

@@ -126,8 +126,9 @@ class Mistral(ToolParser):
                 return None
             entries = payload if isinstance(payload, list) else [payload]
             if not entries:
-                return CallSpan(start, end, error="[TOOL_CALLS] holds an empty list; give at least one call")
-            return CallSpan(start, end, tuple(call_from_json(entry) for entry in entries))
+                return CallSpan(start, end, error="[TOOL_CALLS] holds an empty list; give at least one call",
+                                final=True)
+            return CallSpan(start, end, tuple(call_from_json(entry) for entry in entries), final=True)
         name_end = _NAME.match(text, body).end()  # type: ignore[union-attr]  # matches the empty string
         if position > body or name_end == body:
             return CallSpan(start, position, error='[TOOL_CALLS] is followed by a JSON list of calls, [{"name": '
@@ -173,21 +174,22 @@ class DeepSeekV3(ToolParser):
             if not spans and before.endswith(DS_CALLS_BEGIN):
                 start = len(before) - len(DS_CALLS_BEGIN)
             after = _skip_space(text, end)
-            if text.startswith(DS_CALLS_END, after):
+            final = text.startswith(DS_CALLS_END, after)
+            if final:
                 end = after + len(DS_CALLS_END)
             inside = _DS_INSIDE.fullmatch(match.group(1))
             if inside is None:
                 spans.append(CallSpan(start, end, error="a deepseek_v3 tool call is TYPE<｜tool▁sep｜>NAME, a "
-                                                        "newline, and its arguments in a ```json block"))
+                                                        "newline, and its arguments in a ```json block", final=final))
                 continue
             try:
                 arguments = json.loads(inside["arguments"])
             except json.JSONDecodeError as exc:
                 spans.append(CallSpan(start, end, error=f"the tool call's arguments are not valid JSON ({exc.msg} "
-                                                        f"at character {exc.pos})"))
+                                                        f"at character {exc.pos})", final=final))
                 continue
             spans.append(CallSpan(start, end, (call_from_json({"name": inside["name"].strip(),
-                                                               "arguments": arguments}),)))
+                                                               "arguments": arguments}),), final=final))
         return spans
 
 
@@ -275,7 +277,8 @@ class Pythonic(ToolParser):
             items = tree.body.elts if isinstance(tree.body, ast.List) else []
             if not items or not all(isinstance(item, ast.Call) and isinstance(item.func, ast.Name) for item in items):
                 return []
-            return [CallSpan(start, close + 1, tuple(_python_call(item) for item in items))]  # type: ignore[arg-type]
+            return [CallSpan(start, close + 1, tuple(_python_call(item) for item in items),  # type: ignore[arg-type]
+                             final=True)]
         return []
 
 
