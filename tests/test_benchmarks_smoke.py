@@ -129,7 +129,7 @@ def test_run_plans_vs_trl_with_three_seeds():
 
 #: what benchmarks/run.py runs, each in an env without pytest (requirements/bench.txt has none)
 RUN_SCRIPTS = ("run.py", "bench_torchgen.py", "bench_quickstart.py", "bench_vs_trl.py", "bench_weight_sync.py",
-               "bench_scaling.py", "bench_engines.py", "bench_real_model.py")
+               "bench_scaling.py", "bench_engines.py", "bench_real_model.py", "bench_rewards.py")
 
 
 @pytest.mark.parametrize("script", RUN_SCRIPTS)
@@ -181,3 +181,18 @@ def test_bench_real_model_measures_a_process_peak_and_its_children(tmp_path):
     assert own > 0.2 and tree > 0.2, (own, tree)
     with pytest.raises(bench.BenchError, match="toy exited with status 3"):
         bench.measured([sys.executable, "-c", "import sys; sys.exit(3)"], dict(os.environ), "toy")
+
+
+def test_bench_rewards_compares_the_math_grader_with_its_baseline_from_git():
+    """One round over the math reward's labelled set, this tree against the graders before the
+    hardening (exported from git): both score every case and the baseline really is the old source."""
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "bench_rewards.py"), "--rounds", "1", "--rewards", "math"],
+                          capture_output=True, text=True, timeout=300, cwd=BENCHMARKS)
+    if done.returncode == 2 and "is not a commit of this clone" in done.stderr:
+        pytest.skip("the baseline commit is not in this (shallow) clone")
+    assert done.returncode == 0, done.stderr[-2000:]
+    header, row = done.stdout.strip().splitlines()[-2:]
+    assert header.split()[:5] == ["reward", "samples", "this", "/s", "baseline"]
+    name, samples, now, before, ratio = row.split()[:5]
+    assert name == "math" and int(samples) >= 100 and float(now) > 0 and float(before) > 0
+    assert float(ratio) == pytest.approx(float(now) / float(before), rel=0.02)
