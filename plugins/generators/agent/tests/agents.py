@@ -39,3 +39,15 @@ async def stop_on_digits(session):
                                                  stop=["1", "23", "=>"])
     session.metadata["reply"] = reply
     return float(reply.choices[0].finish_reason == "stop")
+
+
+async def two_calls_rewarded_per_call(session):
+    """Two chat calls, the second on the first's reply and a new question (one sample), and one
+    reward per call: the first call earns 0, the second 1."""
+    client = AsyncOpenAI(base_url=session.base_url, api_key=session.api_key, max_retries=0)
+    messages = list(session.messages)
+    first = await client.chat.completions.create(model=session.model, messages=messages, max_tokens=3)
+    messages += [{"role": "assistant", "content": first.choices[0].message.content},
+                 {"role": "user", "content": "1+1="}]
+    await client.chat.completions.create(model=session.model, messages=messages, max_tokens=3)
+    return [0.0, 1.0]

@@ -105,8 +105,8 @@ def checked_reward(value: Any, where: str) -> AgentValue:
     - a non-empty list of finite numbers, one per model call the gateway recorded for the session,
       in the order they were made (a request with ``n`` choices is ``n`` calls): per-call rewards
       (see :func:`sample_turn_rewards`);
-    - a non-empty dict of named finite numbers, of which the entry :data:`TURNS_KEY`
-      (``"turn_rewards"``) may instead be such a list.
+    - a non-empty dict of named finite numbers, except the entry :data:`TURNS_KEY`
+      (``"turn_rewards"``), which when present is such a list.
 
     Anything else is a ``TypeError``/``ValueError`` naming ``where`` (and the entry or position)."""
     if isinstance(value, dict):
@@ -123,7 +123,7 @@ def call_rewards_of(reward: AgentValue) -> list[float] | None:
     """The per-call rewards in a checked agent value, or ``None`` when it gives none."""
     if isinstance(reward, list):
         return reward
-    if isinstance(reward, dict) and isinstance(reward.get(TURNS_KEY), list):
+    if isinstance(reward, dict) and TURNS_KEY in reward:
         return reward[TURNS_KEY]  # type: ignore[return-value]
     return None
 
@@ -157,7 +157,7 @@ def sample_reward(reward: AgentValue, turns: list[list[float]] | None) -> float 
     if isinstance(reward, list):
         return total
     if isinstance(reward, dict):
-        return {key: (total if isinstance(item, list) else float(item)) for key, item in reward.items()}
+        return {key: (total if key == TURNS_KEY else float(item)) for key, item in reward.items()}  # type: ignore[arg-type]
     return float(reward)
 
 
