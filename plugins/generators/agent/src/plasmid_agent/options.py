@@ -11,7 +11,9 @@ from plasmid.options import Options, option
 class AgentOptions(Options, group="agent", description="the agent gateway (--generate agent)"):
     agent: str | None = option(None, "the agent: MODULE:FUNC or ./file.py:FUNC, an `async def FUNC(session)` "
                                      "that drives the conversation through the gateway and returns the reward "
-                                     "(a float or a dict of named floats)", metavar="MODULE:FUNC")
+                                     "(a float; a list of one float per model call, which become the samples' "
+                                     "per-turn rewards; or a dict of named floats, whose 'turn_rewards' entry may "
+                                     "be such a list)", metavar="MODULE:FUNC")
     agent_concurrency: int = option(64, "at most this many agents run at once", min=1)
     agent_timeout: float = option(600.0, "seconds one agent may run before its rollout fails", gt=0)
     agent_model: str = option("plasmid", "the model name the gateway serves (session.model)")
