@@ -625,3 +625,93 @@ def test_the_compact_format_refuses_the_parser_options_in_one_line():
 def test_an_unknown_parser_name_is_a_usage_error_naming_the_flag():
     with pytest.raises(UsageError, match="^--tool-parser 'hermez': choose one of"):
         make_context(ScriptedEngine([]), [], tool_parser="hermez")
+
+
+# ---------------------------------------------------------------------------------- several calls in one turn
+# A turn's calls are all its complete calls, in order, up to one whose syntax closes the turn's
+# calls; each runs in order, the answers are appended in order as the format answers several
+# calls, and the turn is cut after its last call (the engine's end of turn too): the sample keeps
+# the engine's own tokens.
+def llama(a, b):
+    return json.dumps({"name": "add", "parameters": {"a": a, "b": b}})
+
+
+def deepseek(*pairs):
+    return ("<｜tool▁calls▁begin｜>" + "".join(
+        f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>add\n```json\n{json.dumps({'a': a, 'b': b})}\n```"
+        "<｜tool▁call▁end｜>" for a, b in pairs) + "<｜tool▁calls▁end｜>")
+
+
+def harmony(a, b):
+    return ("<|channel|>analysis<|message|>Add them.<|end|><|start|>assistant<|channel|>commentary to=functions.add "
+            f"<|constrain|>json<|message|>{json.dumps({'a': a, 'b': b})}<|call|>")
+
+
+# format, parser, the turn as the model writes it (its calls and what follows them: cut), its calls' (a, b)
+SEVERAL = {
+    "hermes": ("tagged", None, f"{call('add', a=2, b=3)}\n{call('add', a=10, b=20)}", " done", [(2, 3), (10, 20)]),
+    "llama3_json": ("tagged", "llama3_json", f"<|python_tag|>{llama(2, 3)}; {llama(10, 20)}", "", [(2, 3), (10, 20)]),
+    "mistral-v11": ("mistral", None, '[TOOL_CALLS]add[ARGS]{"a": 2, "b": 3}[TOOL_CALLS]add[ARGS]{"a": 10, "b": 20}',
+                    "", [(2, 3), (10, 20)]),
+    # a list closes the turn's calls: a second [TOOL_CALLS] after it is cut, not run
+    "mistral-v3": ("mistral", None, mistral_calls(("add", {"a": 2, "b": 3}), ("add", {"a": 10, "b": 20})),
+                   mistral_calls(("add", {"a": 7, "b": 7})), [(2, 3), (10, 20)]),
+    # the calls block ends at its closing marker, which the turn keeps; a later block is cut
+    "deepseek_v3": ("tagged", "deepseek_v3", deepseek((2, 3), (10, 20)), deepseek((7, 7)), [(2, 3), (10, 20)]),
+    # gpt-oss ends its turn at <|call|>: one call per turn, what follows is cut
+    "openai": ("tagged", "openai", harmony(2, 3), harmony(7, 7), [(2, 3)]),
+}
+MARKERS = ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>",
+           "<｜tool▁sep｜>", "<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|constrain|>",
+           "[TOOL_CALLS]", "[ARGS]", "<|python_tag|>")
+
+
+@pytest.mark.parametrize("case", sorted(SEVERAL))
+def test_every_call_of_a_turn_runs_in_order_and_the_tokens_stay_the_engines(case):
+    fmt, parser, turn, after, expected = SEVERAL[case]
+    tokenizer = CharTokenizer(specials=MARKERS)
+    first = tokenizer.encode(turn, add_special_tokens=False)
+    rest = tokenizer.encode(after, add_special_tokens=False) + [EOS]
+    second = tokenizer.encode("done", add_special_tokens=False) + [EOS]
+    engine = ScriptedEngine([Reply(first + rest, logprobs(len(first + rest), 1)),
+                             Reply(second, logprobs(len(second), 100))])
+    tool = Recording()
+    options = {"tool_call_format": fmt} | ({"tool_parser": parser} if parser else {})
+    ctx, _ = make_context(engine, [tool], tokenizer=tokenizer, **options)
+    sample = run_one(ctx, prompt_sample())
+
+    assert tool.seen == [{"a": a, "b": b} for a, b in expected]
+    sums = [str(a + b) for a, b in expected]
+    told_text = mistral_results(*sums) if fmt == "mistral" else "".join(answer(s) for s in sums)
+    told = tokenizer.encode(told_text, add_special_tokens=False)
+    prompt = [BOS, *ids("Q:")]
+    assert sample.tokens == prompt + first + told + second  # the engine's ids, cut after the turn's last call
+    assert sample.loss_mask == [1] * len(first) + [0] * len(told) + [1] * len(second)
+    assert sample.rollout_logprobs == logprobs(len(first), 1) + [0.0] * len(told) + logprobs(len(second), 100)
+    assert [c.prompt_ids for c in engine.calls] == [prompt, prompt + first + told]
+    assert sample.metadata["rollout_metrics"]["tool_calls_mean"] == float(len(expected))
+
+
+def test_a_turn_cut_short_runs_its_complete_calls_and_drops_the_unfinished_one():
+    done, unfinished = call("add", a=2, b=3) + " ", '<tool_call>{"name": "add", "arguments": {"a"'
+    first = ids(done + unfinished)
+    keep = len(ids(call("add", a=2, b=3)))
+    engine = ScriptedEngine([Reply(first), Reply(ids("5") + [EOS])])
+    tool = Recording()
+    ctx, _ = make_context(engine, [tool])
+    sample = run_one(ctx, prompt_sample(), SamplingParams(max_new_tokens=len(first), stop_token_ids=(EOS,), seed=1))
+    assert tool.seen == [{"a": 2, "b": 3}]
+    assert sample.response_tokens[:keep + len(ids(answer("5")))] == first[:keep] + ids(answer("5"))
+
+
+def test_a_malformed_call_among_several_is_answered_with_its_error_and_the_others_run():
+    turn = f"{call('add', a=1, b=1)}<tool_call>{{nope}}</tool_call>{call('add', a=2, b=2)}"
+    engine = ScriptedEngine([Reply(ids(turn) + [EOS]), Reply(ids("ok") + [EOS])])
+    tool = Recording()
+    ctx, _ = make_context(engine, [tool])
+    sample = run_one(ctx, prompt_sample())
+    assert tool.seen == [{"a": 1, "b": 1}, {"a": 2, "b": 2}]
+    told = TOKENIZER.decode(engine.calls[1].prompt_ids[len(prompt_sample().tokens) + len(ids(turn)):])
+    assert told.startswith(answer("2") + "<tool_response>error: the tool call is not valid JSON")
+    assert told.endswith(answer("4"))
+    assert sample.metadata["rollout_metrics"]["tool_errors_mean"] == 1.0

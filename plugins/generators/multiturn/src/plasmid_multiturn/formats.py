@@ -6,9 +6,9 @@ A format is a small provider (``--tool-call-format``, :data:`FORMATS`) with four
 - :meth:`ToolCallFormat.stop_token_ids`: extra stop tokens that end a model turn at a call (the
   closing tag, when the tokenizer has it as one token; otherwise the turn runs on and the loop
   cuts it after the call);
-- :meth:`ToolCallFormat.find_call`: the first complete call in a turn's text, parsed (with the
-  further calls of the same turn, :attr:`FoundCall.siblings`, for a format that makes several at
-  once);
+- :meth:`ToolCallFormat.find_call`: the complete calls of a turn's text, parsed: the first, with
+  the further calls of the same turn as :attr:`FoundCall.siblings` (every complete span up to one
+  whose syntax closes the turn's calls, see :func:`found_call`);
 - :meth:`ToolCallFormat.tool_turn`: the text appended after the model's call(s), with the tools'
   answers in order, up to where the model speaks again. Its token ids are appended as they are:
   the history is never decoded and encoded again.
@@ -24,7 +24,7 @@ while thinking is not run, and a turn still thinking has no call). ``compact`` i
 JSON (the quickstart's tiny model on ``--task toolcalc``): ``<call>12*34</call>`` calls the
 ``calculator`` tool with that expression. ``mistral`` is Mistral's syntax (the ``mistral`` parser),
 several calls in one turn: ``[TOOL_CALLS][{"name": NAME, "arguments": {...}}, ...]`` (or the newer
-``[TOOL_CALLS]NAME[ARGS]{...}``, one call), each answer appended in order as
+``[TOOL_CALLS]NAME[ARGS]{...}`` per call), each answer appended in order as
 ``[TOOL_RESULTS]{"content": ANSWER}[/TOOL_RESULTS]``. ``compact`` reads its own syntax and takes
 neither parser option.
 """
@@ -50,14 +50,14 @@ RESPONSE_OPEN, RESPONSE_CLOSE = "<tool_response>", "</tool_response>"
 
 @dataclass(frozen=True)
 class FoundCall:
-    """The first complete call in a turn's text.
+    """The (first) complete call of a turn's text; the turn's further calls are its siblings.
 
-    :ivar end: characters of the text up to the end of the call's closing tag (the turn ends there).
+    :ivar end: characters of the text up to the end of the turn's last call (the turn ends there).
     :ivar name: the called tool's name ('' when the call could not be parsed).
     :ivar arguments: its decoded arguments.
     :ivar error: why the call could not be parsed ('' when it could); told to the model.
-    :ivar siblings: the further calls the model made in the same turn (formats with several calls
-        per turn), run after this one, in order; their ``end`` is this call's.
+    :ivar siblings: the further calls the model made in the same turn, run after this one, in
+        order; their ``end`` is this call's.
     """
 
     end: int
@@ -124,7 +124,8 @@ class ToolCallFormat(Protocol):
     def stop_token_ids(self, tokenizer: Tokenizer) -> tuple[int, ...]: ...
 
     def find_call(self, text: str, tools: list[dict[str, Any]] | None = None) -> FoundCall | None:
-        """The first complete call in ``text`` (``tools``: the tools offered, as OpenAI specs)."""
+        """The complete calls of the turn ``text``, the first with the others as its siblings
+        (``tools``: the tools offered, as OpenAI specs); ``None`` when it has none."""
         ...
 
     def tool_turn(self, tokenizer: Tokenizer, conversation: Conversation, turn_text: str, calls: list[FoundCall],
@@ -136,22 +137,36 @@ class ToolCallFormat(Protocol):
 
 def found_call(parser: ToolParser, text: str, tools: list[dict[str, Any]] | None = None,
                reasoning: ReasoningParser | None = None) -> FoundCall | None:
-    """The first complete call ``parser`` finds in ``text`` (after the reasoning ``reasoning`` splits
-    off, when given), as a :class:`FoundCall` ending where its span ends; the span's further calls
-    are its siblings. ``None`` when there is none (yet)."""
+    """The calls of the turn ``text`` as ``parser`` reads them (after the reasoning ``reasoning``
+    splits off, when given): every complete span, in order, up to the first the syntax marks
+    :attr:`~plasmid_serving.parsers.CallSpan.final` (no call of the turn follows it). The first
+    call is the :class:`FoundCall`, the others its siblings, all ending where the last span taken
+    ends; a malformed span is one call with its error (told to the model), the others still run.
+    ``None`` when there is no complete span (yet).
+
+    Which spans are the turn's is the loop's to decide from the text it passes: the whole turn
+    once the engine has ended it (a stop token, ``--max-new-tokens``, an abort); what comes after
+    the last span is cut."""
     offset = 0
     if reasoning is not None:
         thought, offset = reasoning.split(text)
         if thought is None:
             offset = 0
-    spans = parser.spans(text[offset:], tools)
-    if not spans:
+    taken: list[CallSpan] = []
+    for span in parser.spans(text[offset:], tools):
+        taken.append(span)
+        if span.final:
+            break
+    if not taken:
         return None
-    span: CallSpan = spans[0]
-    end = offset + span.end
-    if span.error or not span.calls:
-        return FoundCall(end, error=span.error or "a tool call holds no call")
-    first, *rest = (_found(call, end) for call in span.calls)
+    end = offset + taken[-1].end
+    found: list[FoundCall] = []
+    for span in taken:
+        if span.error or not span.calls:
+            found.append(FoundCall(end, error=span.error or "a tool call holds no call"))
+        else:
+            found.extend(_found(call, end) for call in span.calls)
+    first, *rest = found
     return replace(first, siblings=tuple(rest))
 
 
@@ -309,15 +324,16 @@ class Mistral(Parsed):
 
     The model writes ``[TOOL_CALLS]`` and a JSON list of calls, ``[{"name": NAME, "arguments":
     {...}}, ...]`` (one object alone is one call; ``arguments`` may be a JSON string, and other keys
-    such as ``id`` are ignored), or ``[TOOL_CALLS]NAME[ARGS]{...}``; the call is complete, and the
-    turn cut, where that JSON value ends (see the ``mistral`` parser,
+    such as ``id`` are ignored), or, with v11 and later tokenizers, ``[TOOL_CALLS]NAME[ARGS]{...}``
+    once per call (several in one turn). A call is complete where its JSON value ends; a list
+    closes the turn's calls (the turn is cut after it), while ``NAME[ARGS]`` calls are all read
+    when the turn ends and it is cut after the last (see the ``mistral`` parser,
     :class:`plasmid_serving.parsers.tools.Mistral`, for what is malformed: told to the model).
-    Every call of the list is run, in order (a malformed entry is answered with an error and
-    the others still run), and each answer is appended, in the same order, as
+    Every call is run, in order (a malformed entry is answered with an error and the others still
+    run), and each answer is appended, in the same order, as
     ``[TOOL_RESULTS]{"content": ANSWER}[/TOOL_RESULTS]`` (the answer JSON-encoded). A
     ``[TOOL_CALLS]`` whose JSON never completes before the turn ends is no call: the turn is the
-    model's answer. The prompt's tokens are the data source's; no stop token is added (the loop
-    cuts the turn after the list).
+    model's answer. The prompt's tokens are the data source's; no stop token is added.
     """
 
     default_parser: ToolParser = MistralParser()

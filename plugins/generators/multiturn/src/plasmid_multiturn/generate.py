@@ -11,12 +11,17 @@ Token in, token out. A finished sample's ``tokens`` are exactly, in order:
 
 Nothing is decoded and encoded again: each turn's prompt to the engine is the previous prompt plus
 the tokens appended since (a prefix-extension), and only the appended text is ever encoded. A
-turn ends at EOS (or another stop token), at ``--max-new-tokens``, or at the end of its first
-complete tool call: **tokens the engine generated after a complete call in the same turn are cut**
-(they are not in the sample, and not trained on), so the model's turn ends at the call. A format
-with several calls per turn (``mistral``: one ``[TOOL_CALLS]`` list) makes them one "call" that
-ends with the list: every call in it is run, one after the other, in order, and all the answers
-are appended together (each counts as a tool call in the metrics). How calls are read is the
+turn ends at EOS (or another stop token) or at ``--max-new-tokens``. Its calls are every complete
+call in it, in order, up to one whose syntax closes the turn's calls (a Mistral ``[TOOL_CALLS]``
+list, DeepSeek's calls block, harmony's ``<|call|>``; see
+:attr:`plasmid_serving.parsers.CallSpan.final`): several ``<tool_call>`` blocks, Llama's
+``{...}; {...}``, several Mistral ``[TOOL_CALLS]NAME[ARGS]{...}``. **Tokens the engine generated
+after the turn's last call are cut** (they are not in the sample, and not trained on: its end of
+turn token, anything it made up past the call), so the model's turn ends at its calls. Every
+call is run, one after the other, in order, and all the answers are appended together as the
+format answers several calls (each counts as a tool call in the metrics). A format whose closing
+tag is one token of the tokenizer (``tagged`` and ``chat-template``: ``</tool_call>``) makes it a
+stop token, so there the engine ends the turn at its first call. How calls are read is the
 format's own syntax, or ``--tool-parser NAME`` of the shared parser family
 (:mod:`plasmid_serving.parsers`), after ``--reasoning-parser NAME`` splits off the reasoning (a call
 inside the reasoning is not run): parsing reads the text, and the tokens stay the engine's.
@@ -88,19 +93,30 @@ STATE_KEY, METRICS_KEY = "multiturn", "rollout_metrics"
 
 def find_call_in_tokens(fmt: ToolCallFormat, tokenizer: Tokenizer, ids: list[int],
                         tools: list[dict[str, Any]] | None = None) -> tuple[int, FoundCall] | None:
-    """``(k, call)``: the first complete tool call in the text of ``ids`` and the fewest leading
-    tokens ``ids[:k]`` whose text holds it whole (the turn is cut there), or ``None``. ``tools``:
-    the tools offered, as OpenAI specs (a parser may type values by their schemas)."""
-    if not ids or fmt.find_call(tokenizer.decode(ids, skip_special_tokens=False), tools) is None:
+    """``(k, call)``: the tool calls of the turn whose tokens are ``ids`` (``call`` and its
+    siblings, :meth:`~plasmid_multiturn.formats.ToolCallFormat.find_call`) and the fewest leading
+    tokens ``ids[:k]`` whose text holds them all, through the end of the last (the turn is cut
+    there), or ``None``. ``tools``: the tools offered, as OpenAI specs (a parser may type values by
+    their schemas)."""
+    if not ids:
         return None
-    low, high = 1, len(ids)  # the smallest k whose prefix holds a complete call (monotone in k)
+    whole = fmt.find_call(tokenizer.decode(ids, skip_special_tokens=False), tools)
+    if whole is None:
+        return None
+    count = len(whole.all)
+
+    def holds(k: int) -> FoundCall | None:
+        found = fmt.find_call(tokenizer.decode(ids[:k], skip_special_tokens=False), tools)
+        return found if found is not None and len(found.all) >= count and found.end >= whole.end else None
+
+    low, high = 1, len(ids)  # the smallest k whose prefix holds every call (monotone in k)
     while low < high:
         middle = (low + high) // 2
-        if fmt.find_call(tokenizer.decode(ids[:middle], skip_special_tokens=False), tools) is None:
+        if holds(middle) is None:
             low = middle + 1
         else:
             high = middle
-    call = fmt.find_call(tokenizer.decode(ids[:low], skip_special_tokens=False), tools)
+    call = holds(low)
     assert call is not None
     return low, call
 
