@@ -42,11 +42,11 @@ class ScriptedEngine:
         return 0
 
 
-def rollout(tmp_path, model: str, env_name: str, texts: list[str]):
+def rollout(tmp_path, model: str, env_name: str, texts: list[str], **options):
     """``(sample, out, engine, source, config)``: one prompt of ``env_name`` rolled out by
-    ``--generate agent`` with the recipe's agent and the scripted engine."""
+    ``--generate agent`` with the recipe's agent and the scripted engine (``options``: more options)."""
     config = make_config(plugin, AGENT_PLUGIN, run_dir=tmp_path, datasource="verifiers", vf_env=env_name,
-                         max_new_tokens=128, model=model)
+                         max_new_tokens=128, model=model, **options)
     source = build("datasource", "verifiers", plugin, config=config)
     sample = source.get_groups(1)[0].samples[0]
     generate = build("generate", "agent", AGENT_PLUGIN, config=config)
@@ -150,3 +150,26 @@ def test_tool_environment_calls_the_tool_and_its_reward_equals_verifiers_rubric(
     assert out.metadata["agent_reward"]["exact"] == metrics["exact"] == float(right)
     assert out.metadata["agent_reward"]["add_calls"] == metrics["add_calls"] == 1.0
     assert vf.reward_names(vf.load_env("vf_plasmid_tool"))[0] == "exact"
+
+
+@pytest.mark.timeout(120)
+def test_the_environments_step_rewards_become_the_samples_turn_rewards(tmp_path, tiny_model):
+    """vf_plasmid_tool with ``tool_step_reward``: the turn that calls ``add`` earns 0.5 in verifiers'
+    trajectory, the answer's turn nothing; the sample carries both at their calls' offsets, and its
+    reward stays the rubric's score."""
+    args = '{"tool_step_reward": 0.5}'
+    config = make_config(plugin, run_dir=tmp_path / "probe", datasource="verifiers", vf_env="vf_plasmid_tool",
+                         vf_env_args=args, model=tiny_model)
+    row = build("datasource", "verifiers", plugin, config=config).get_groups(1)[0].samples[0].label["row"]
+    a, b = (int(x) for x in row["question"].rstrip("=").split("+"))
+    call = f'<tool_call>{{"name": "add", "arguments": {{"a": {a}, "b": {b}}}}}</tool_call>'
+    _, out, engine, _, config = rollout(tmp_path / "run", tiny_model, "vf_plasmid_tool", [call, str(a + b)],
+                                        vf_env_args=args)
+    second_offset = len(engine.prompts[1]) - len(engine.prompts[0])
+    assert out.loss_mask[second_offset - 1:second_offset + 1] == [0, 1], "the answer's turn starts at its tokens"
+    assert out.metadata["turn_rewards"] == [[0, 0.5], [second_offset, 0.0]]
+    reward = run(build("reward", "verifiers", plugin, config=config)(out))
+    assert reward.value == reward.parts["exact"] == 1.0, "the rubric's score is still the reward"
+    assert reward.parts["turn_rewards"] == 0.5, "the sum of the step rewards is logged beside the rubric's"
+    plain = rollout(tmp_path / "plain", tiny_model, "vf_plasmid_tool", [call, str(a + b)])[1]
+    assert "turn_rewards" not in plain.metadata, "an environment that sets no step reward gives no turns"

@@ -78,6 +78,8 @@ class FirstTurnCalls:
 
 @pytest.mark.timeout(300)
 def test_plasmid_train_with_a_verifiers_tool_environment_masks_the_tool_turns(tmp_path, capsys, monkeypatch):
+    """The tool turns are masked, and the environment's per-step rewards (0.5 for the turn that called
+    ``add``) are the saved samples' per-turn rewards, which ``--turn-credit by-turn`` trains on."""
     from plasmid_torchgen.engine import TorchEngine
 
     engine = FirstTurnCalls(TorchEngine.generate)
@@ -90,7 +92,8 @@ def test_plasmid_train_with_a_verifiers_tool_environment_masks_the_tool_turns(tm
     code = main(["train", "--datasource", "verifiers", "--vf-env", "vf_plasmid_tool", "--num-rollouts", "2",
                  "--prompts-per-step", "2", "--n-samples-per-prompt", "2", "--max-new-tokens", "128",
                  "--eval-interval", "0", "--save-interval", "0", "--run-dir", str(run_dir),
-                 "--save-rollouts", str(saved)])
+                 "--save-rollouts", str(saved), "--vf-env-args", '{"tool_step_reward": 0.5}',
+                 "--turn-credit", "by-turn"])
     err = capsys.readouterr().err
     assert code == 0, err[-3000:]
     assert "datasource=verifiers" in err and "generate=agent" in err and "reward=verifiers" in err
@@ -102,6 +105,7 @@ def test_plasmid_train_with_a_verifiers_tool_environment_masks_the_tool_turns(tm
         assert step["train/samples"] == 4.0
         assert "rollout/reward/verifiers.exact" in step, "the rubric's function is logged as a reward component"
         assert step["rollout/reward/verifiers.add_calls"] == 1.0, "ToolEnv's own tool-call count, logged too"
+        assert step["rollout/reward/verifiers.turn_rewards"] == 0.5, "the sum of the step rewards, logged too"
         # the call, then the answer after the tool's turn: two gateway calls, one sample, no branch
         assert (step["rollout/agent/calls_mean"], step["rollout/agent/samples_mean"],
                 step["rollout/agent/branches_mean"]) == (2.0, 1.0, 0.0)
@@ -121,6 +125,8 @@ def test_plasmid_train_with_a_verifiers_tool_environment_masks_the_tool_turns(tm
             rest = response[len(call) + len(tool_turn):]
             rest_logprobs = next(logprobs for ids, logprobs in engine.sampled[second_prompt] if ids == rest)
             assert sample.loss_mask == [1] * len(call) + [0] * len(tool_turn) + [1] * len(rest)
+            assert sample.metadata["turn_rewards"] == [[0, 0.5], [len(call) + len(tool_turn), 0.0]], \
+                "verifiers' step rewards, at the offsets of the call's and the answer's turns"
             assert sample.rollout_logprobs == call_logprobs + [0.0] * len(tool_turn) + rest_logprobs
             assert sample.reward_components["verifiers.add_calls"] == 1.0
             assert sample.reward_components["verifiers.exact"] == float(

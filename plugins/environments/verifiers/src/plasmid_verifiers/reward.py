@@ -22,7 +22,8 @@ class VerifiersReward:
 
     A sample made by the environment's rollout (``--generate agent`` with
     :func:`plasmid_verifiers.rollout.run`) carries the score of its whole rollout state in
-    ``metadata["agent_reward"]["reward"]``, which is returned. Any other sample (another generate
+    ``metadata["agent_reward"]["reward"]``, which is returned (with the sum of the sample's per-step
+    rewards, when the environment gave some, as the part ``turn_rewards``). Any other sample (another generate
     function, ``plasmid score``) is scored as a one-turn conversation: its response as the one
     assistant message of the completion, with the dataset row of its label
     (``{"env", "env_args", "row"}``, as the ``verifiers`` data source makes it). A label that is

@@ -6,22 +6,39 @@ engine and records the exact token ids and log-probs of every call; it turns the
 sample(s) (a turn that extends the previous one extends its sample: no re-tokenisation). This
 module owns only the messages and the score: verifiers' ``Environment.rollout`` (single-turn,
 multi-turn, tool environments alike) with an ``OpenAIChatCompletionsClient`` over an
-``AsyncOpenAI`` at the session's base URL, then ``rubric.score_rollout`` on the final state.
+``AsyncOpenAI`` at the session's base URL, then ``rubric.score_rollout`` on the final state, and
+the per-step rewards of its trajectory, one per model call, which plasmid-agent turns into the
+samples' per-turn rewards.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from plasmid_serving.turns import TURN_REWARDS_KEY
 from plasmid_verifiers import vf
 
 #: The key of the returned dict (the agent reward) holding the rubric's weighted score.
 TOTAL_KEY = "reward"
 
 
-async def run(session: Any) -> dict[str, float]:
+def step_rewards(state: Any) -> list[float] | None:
+    """The reward of each step of ``state["trajectory"]`` (one step per model call; verifiers'
+    ``TrajectoryStep.reward``, which an environment sets in ``add_trajectory_step`` or with
+    ``State.add_step_reward``), a step without one as 0.0; ``None`` when no step has one."""
+    rewards = [step.get("reward") for step in state.get("trajectory") or []]
+    if all(reward is None for reward in rewards):
+        return None
+    return [0.0 if reward is None else float(reward) for reward in rewards]
+
+
+async def run(session: Any) -> dict[str, float | list[float]]:
     """One rollout of the sample's dataset row (``session.label``, made by the ``verifiers`` data
-    source); returns ``{"reward": the rubric's weighted score, FUNC: each function's score}``.
+    source); returns ``{"reward": the rubric's weighted score, FUNC: each function's score}``, and
+    when the environment gave per-step rewards, ``"turn_rewards"``: one per model call
+    (:func:`step_rewards`), which plasmid-agent writes as each sample's ``metadata["turn_rewards"]``
+    at its calls' offsets (``--turn-credit`` reads them; the sample's reward stays the rubric's
+    score, and their sum is logged as ``rollout/reward/verifiers.turn_rewards``).
     A rollout that verifiers ends with an error raises (the run stops naming the sample)."""
     from openai import AsyncOpenAI
     from verifiers.clients import OpenAIChatCompletionsClient
@@ -40,4 +57,9 @@ async def run(session: Any) -> dict[str, float]:
         raise RuntimeError(f"verifiers environment {label['env']} ended the rollout with "
                            f"{type(error).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}")
     total, metrics = await vf.score_state(env, state)
-    return {TOTAL_KEY: total, **{name: value for name, value in metrics.items() if name != TOTAL_KEY}}
+    result: dict[str, float | list[float]] = {
+        TOTAL_KEY: total, **{name: value for name, value in metrics.items() if name != TOTAL_KEY}}
+    per_step = step_rewards(state)
+    if per_step is not None:
+        result[TURN_REWARDS_KEY] = per_step
+    return result
