@@ -119,3 +119,12 @@ def test_checked_reward_keeps_the_three_forms():
     assert checked_reward(1, "w") == 1.0
     assert checked_reward((0, 1.5), "w") == [0.0, 1.5]
     assert checked_reward({TURN_REWARDS_KEY: [0, 1], "a": 2}, "w") == {TURN_REWARDS_KEY: [0.0, 1.0], "a": 2.0}
+
+
+def test_the_generate_function_and_reward_write_turns_without_importing_torch():
+    """plasmid-agent depends on plasmid and plasmid-serving only: the turn key comes from plasmid_serving.turns."""
+    import subprocess
+    import sys
+
+    code = "import sys, plasmid_agent.generate, plasmid_agent.reward; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
