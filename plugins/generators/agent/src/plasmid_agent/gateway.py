@@ -57,7 +57,7 @@ from plasmid_agent.fields import RequestError, Sampling
 from plasmid_agent.httpserver import Limits, Request, Response, error_response, serve
 from plasmid_agent.recorder import Call
 from plasmid_agent.stops import cut_at_stop
-from plasmid_agent.toolcalls import parse_reply
+from plasmid_agent.toolcalls import parse_reply, special_tokens, without_special
 from plasmid_serving.parsers import ReasoningParser, ToolParser, parse_message
 
 __all__ = ["Choice", "Gateway", "RequestError", "Rollout"]
@@ -103,11 +103,14 @@ class Rollout:
 @dataclass
 class Choice:
     """One completion of a request: its recorded call, the text the client is shown (before a
-    stop string; special tokens skipped) and OpenAI's finish reason (``stop`` or ``length``)."""
+    stop string; special tokens skipped), OpenAI's finish reason (``stop`` or ``length``) and
+    ``raw``, the text before the stop string with the special tokens kept (what parsers read: a
+    tokenizer may make a format's markers special tokens, ``[TOOL_CALLS]``, harmony's ``<|channel|>``)."""
 
     call: Call
     text: str
     finish: str
+    raw: str = ""
 
 
 class Gateway:
@@ -248,7 +251,7 @@ class Gateway:
         usage = usage_of(prompt_ids, choices)
         answers = []
         for choice in choices:
-            content, tool_calls, reasoning = self.parse(choice.text, tools, tool_choice)
+            content, tool_calls, reasoning = self.parse(choice, tools, tool_choice)
             answers.append((choice, content, tool_calls, reasoning, "tool_calls" if tool_calls else choice.finish))
 
         def logprobs_of(ids: list[int], lps: list[float]) -> dict[str, Any] | None:
@@ -278,7 +281,7 @@ class Gateway:
             for index, (choice, content, tool_calls, reasoning, finish) in enumerate(answers):
                 yield chunk(index, {"role": "assistant", "content": ""})
                 call = choice.call
-                if tool_calls or reasoning is not None:  # parsed views go whole, in one chunk each
+                if tool_calls or reasoning is not None or content != choice.text:  # parsed views go whole
                     whole = logprobs_of(call.completion_ids, call.logprobs)
                     if reasoning is not None:
                         yield chunk(index, {"reasoning_content": reasoning})
@@ -373,27 +376,37 @@ class Gateway:
         text = self.render(request.messages, request.tools)
         prompt_ids = self.prompt_ids(rollout, text, chat=True)
         (choice,) = await self.generate(rollout, prompt_ids, text, Sampling(max_tokens=request.max_output_tokens))
-        content, tool_calls, reasoning = self.parse(choice.text, request.tools, request.tool_choice)
+        content, tool_calls, reasoning = self.parse(choice, request.tools, request.tool_choice)
         response = responses.response_object(body, request, self.model, content, tool_calls, choice,
                                              len(prompt_ids), reasoning)
         if not request.stream:
             return Response(200, response)
         call = choice.call
         pieces = [piece for piece, _, _ in self.pieces(call.completion_ids, call.logprobs, choice.text)]
-        plain = not tool_calls and reasoning is None
+        plain = not tool_calls and reasoning is None and content == choice.text
         return Response(200, events=responses.stream_events(response, pieces if plain else [content or ""]))
 
-    def parse(self, text: str, tools: list[dict[str, Any]] | None,
+    def parse(self, choice: Choice, tools: list[dict[str, Any]] | None,
               tool_choice: str) -> tuple[str | None, list[dict[str, Any]], str | None]:
-        """``(content, tool_calls, reasoning)``: the agent's view of a reply's ``text`` (the
-        record keeps the engine's ids). Calls are read only with ``tools`` and ``tool_choice`` not
-        ``none``; reasoning only with a reasoning parser (calls inside it are not calls)."""
-        if tools and tool_choice != "none":
-            return parse_reply(text, self.tool_parser, self.reasoning_parser, tools)
-        if self.reasoning_parser is None:
-            return text, [], None
-        parsed = parse_message(text, None, self.reasoning_parser)
-        return parsed.content, [], parsed.reasoning
+        """``(content, tool_calls, reasoning)``: the agent's view of a reply (the record keeps the
+        engine's ids). Calls are read only with ``tools`` and ``tool_choice`` not ``none``;
+        reasoning only with a reasoning parser (calls inside it are not calls). The parsers read
+        :attr:`Choice.raw`, special tokens kept; the content and reasoning they leave are shown
+        without the tokenizer's special tokens. A reply in which they find neither calls nor
+        reasoning, and whose text they leave as it is, is the client's text, :attr:`Choice.text`
+        (a harmony reply's final answer is its message's body, the markers gone)."""
+        calls_wanted = bool(tools) and tool_choice != "none"
+        if not calls_wanted and self.reasoning_parser is None:
+            return choice.text, [], None
+        if calls_wanted:
+            content, calls, reasoning = parse_reply(choice.raw, self.tool_parser, self.reasoning_parser, tools)
+        else:
+            parsed = parse_message(choice.raw, None, self.reasoning_parser)
+            content, calls, reasoning = parsed.content, [], parsed.reasoning
+        if not calls and reasoning is None and content == choice.raw:
+            return choice.text, [], None
+        specials = special_tokens(self.tokenizer)
+        return without_special(content, specials), calls, without_special(reasoning, specials)
 
     # ------------------------------------------------------------------ pieces
     def render(self, messages: list[dict[str, Any]], tools: Any) -> str:
@@ -491,10 +504,13 @@ class Gateway:
         cut = cut_at_stop(lambda part: self.tokenizer.decode(part, skip_special_tokens=True), ids, stops)
         if cut is not None:
             ids, logprobs, status, shown = ids[:cut.kept], logprobs[:cut.kept], Status.COMPLETED, cut.text
+        raw = self.tokenizer.decode(ids, skip_special_tokens=False)
+        if cut is not None and (at := raw.rfind(cut.stop)) >= 0:
+            raw = raw[:at]
         call = Call(prompt_ids=prompt_ids, completion_ids=ids, logprobs=logprobs, status=status,
                     weight_version=output.weight_version, prompt_text=text,
                     completion_text=self.completion_text(prompt_ids, ids))
-        return Choice(call, shown, finish_reason(status))
+        return Choice(call, shown, finish_reason(status), raw)
 
     def logprob_entry(self, token_id: int, logprob: float) -> dict[str, Any]:
         token = self.tokenizer.decode([token_id], skip_special_tokens=False)

@@ -8,10 +8,16 @@ Hermes' chat templates: ``<tool_call>{"name": "calculator", "arguments": {"expre
 (``arguments`` may be an object or a JSON string; ``parameters`` is accepted for it too). A call
 that is not well-formed stays in the text. Parsing gives the agent's view only: the sample keeps the
 engine's token ids.
+
+The gateway parses the reply decoded with its special tokens kept (a tokenizer may make a format's
+markers special tokens: Mistral's ``[TOOL_CALLS]``, DeepSeek's, harmony's ``<|channel|>``, which
+``skip_special_tokens=True`` would drop), then removes the special tokens the parsers left in the
+content and reasoning (:func:`without_special`), as the client would see them otherwise.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from plasmid.options import HoldsOptions
@@ -46,3 +52,24 @@ def parse_tool_calls(text: str, tool_parser: ToolParser | None = None) -> tuple[
     """``(content, tool_calls)`` of :func:`parse_reply` without a reasoning parser."""
     content, calls, _ = parse_reply(text, tool_parser)
     return content, calls
+
+
+def special_tokens(tokenizer: Any) -> tuple[str, ...]:
+    """The text of every special token of ``tokenizer`` (a Hugging Face tokenizer's
+    ``all_special_tokens`` and its added tokens marked special), longest first; ``()`` for a
+    tokenizer that names none."""
+    found = set(getattr(tokenizer, "all_special_tokens", None) or ())
+    for token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+        if getattr(token, "special", False):
+            found.add(str(token.content))
+    return tuple(sorted((t for t in found if t), key=lambda t: (-len(t), t)))
+
+
+def without_special(text: str | None, specials: tuple[str, ...]) -> str | None:
+    """``text`` without any of ``specials`` (what ``skip_special_tokens=True`` would have left of
+    it), stripped; ``None`` when that is empty or ``text`` is ``None``."""
+    if text is None:
+        return None
+    if specials:
+        text = re.sub("|".join(re.escape(token) for token in specials), "", text)
+    return text.strip() or None
