@@ -12,7 +12,9 @@
 - ``pythonic``: ``[name(key=value, ...), ...]`` with Python literals (Llama 3.2 and 4 style).
 
 A call is only complete where its syntax closes: an unterminated call is no call (a multi-turn loop
-waits for more text; the agent gateway returns it as content).
+waits for more text; the agent gateway returns it as content). A Mistral list, DeepSeek's calls
+block (with its closing marker) and a pythonic list close the turn's calls: their spans are
+``final``.
 """
 
 from __future__ import annotations
