@@ -13,7 +13,8 @@ class GRPOOptions(Options, group="grpo", description="the GRPO family (--loss gr
     disable_std_normalization: bool = option(False, "group-relative advantages are r - mean, not divided by the "
                                              "group's std (dr-grpo never divides)")
     turn_credit: Literal["none", "by-turn", "pooled"] = option(
-        "none", "per-turn credit for multi-turn samples that carry per-turn rewards (gym, verifiers): none = one "
+        "none", "per-turn credit for multi-turn samples that carry per-turn rewards (gym, verifiers, an agent "
+        "returning one reward per call): none = one "
         "advantage per sample from its reward; by-turn = each turn's tokens get the advantage of that turn's "
         "return (its reward plus the later turns', discounted by --turn-discount) against the same turn of the "
         "group's other samples; pooled = against all turns of the group. A sample without per-turn rewards is "
