@@ -1,4 +1,5 @@
-"""Refactors keep behaviour: the quickstart's first steps reproduce recorded metrics bit for bit.
+"""Refactors keep behaviour: the quickstart's first steps reproduce recorded metrics bit for bit
+(up to a CPU's float rounding, ``ROUNDING``).
 
 The golden files were written by ``plasmid train --seed 0`` on main before the kernel diet
 (issue 12), with every wall-clock metric (``time/*``, ``*seconds*``, ``*per_second*``) left out, and
@@ -48,6 +49,17 @@ In session 13 both files gained two keys and one value changed, all else bit-ide
 new ``sync/shared_bytes`` 531200: the same weights, handed over instead of copied), and the rollout
 driver reports ``rollout/reward_out_of_range_fraction`` (0.0 at every step: the quickstart's rewards
 are in [0, 1]).
+In session 15 a machine (AMD EPYC, AVX-512) reproduced the PPO run bit for bit and the GRPO run up
+to float rounding from step 11 on, with the code of the recording (d8178e8) as well: every token,
+reward and length equal; ``train/grad_norm``, ``train/entropy`` and ``train/token_prob_ratio_max``
+within 3e-7 relative; the values that are rounding noise around an exact zero or a tiny gap
+(``train/advantage_mean``, ``train/loss``, ``train/pg_loss``: 5e-9; the train/rollout log-prob gap:
+~1e-7; ``train/mismatch_kl``: 1e-14) within 7e-8 absolute. The pins above do not fix every
+kernel's summation order on every CPU. So a value now matches when it is bit-identical or within
+``ROUNDING`` of the recording (relative, and absolute below 1): far below what any change of a
+token, a reward or an update rule moves, far above what a CPU's summation order does.
+The GRPO file gained one key in the same session, ``sync/verified_tensors`` 8.0 at step 49:
+the 50th sync reads 8 sampled tensors back from the engine (``--verify-sync-every 50``).
 To re-record: ``python tests/test_golden_metrics.py``.
 """
 
@@ -63,6 +75,9 @@ GOLDEN = Path(__file__).parent / "golden"
 #: environment that makes the runs' floating point the same on every x86-64 CPU (see the module doc)
 PORTABLE_NUMERICS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41",
                      "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+#: how far a value may be from the recording by float rounding alone: relative, absolute below 1
+#: (see the module docstring)
+ROUNDING = 1e-6
 GRPO_RUN = ("train", "--seed", "0", "--num-rollouts", "50")
 PPO_RUN = ("train", "--seed", "0", "--num-rollouts", "20", "--loss", "ppo", "--critic-warmup-steps", "3")
 
@@ -86,17 +101,22 @@ def _compare(got: list[dict], golden: Path) -> None:
     assert len(got) == len(expected)
     for want, have in zip(expected, got, strict=True):
         differing = {key: (want.get(key), have.get(key)) for key in sorted(set(want) | set(have))
-                     if want.get(key) != have.get(key)}
+                     if want.get(key) != have.get(key) and not _rounding_apart(want.get(key), have.get(key))}
         assert not differing, f"step {want['step']} differs from {golden.name}: {differing}"
 
 
+def _rounding_apart(want: object, have: object) -> bool:
+    return (isinstance(want, float) and isinstance(have, float)
+            and abs(have - want) <= ROUNDING * max(1.0, abs(want)))
+
+
 @pytest.mark.slow
-def test_quickstart_grpo_first_50_steps_are_bit_identical_to_the_recording(tmp_path):
+def test_quickstart_grpo_first_50_steps_reproduce_the_recording(tmp_path):
     _compare(_run(GRPO_RUN, tmp_path / "grpo"), GOLDEN / "quickstart_grpo_seed0_50steps.jsonl")
 
 
 @pytest.mark.slow
-def test_quickstart_ppo_with_critic_warmup_is_bit_identical_to_the_recording(tmp_path):
+def test_quickstart_ppo_with_critic_warmup_reproduces_the_recording(tmp_path):
     _compare(_run(PPO_RUN, tmp_path / "ppo"), GOLDEN / "quickstart_ppo_warmup3_seed0_20steps.jsonl")
 
 
