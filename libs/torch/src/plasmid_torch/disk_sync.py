@@ -133,7 +133,8 @@ def write_version(trainer: Any, root: str, weight_version: int, bucket_bytes: in
     final = version_dir(root, weight_version)
     staging = final.with_name(f"{final.name}.tmp-{uuid.uuid4().hex[:8]}")
     staging.mkdir(parents=True)
-    written, shards, checksums = 0, [], {}
+    written, shards = 0, []
+    checksums: dict[str, int] = {}
     for number, bucket in enumerate(trainer.export_weights(bucket_bytes), start=1):
         tensors = {name: as_torch(tensor).contiguous() for name, tensor in bucket}
         checksums.update(zip(tensors, bucket_checksums(list(tensors.items())), strict=True))

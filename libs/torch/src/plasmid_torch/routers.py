@@ -38,7 +38,7 @@ def chosen_experts(output: Any, top_k: int) -> torch.Tensor:
             indices = output[0].topk(top_k, dim=-1).indices
     else:
         indices = output.topk(top_k, dim=-1).indices
-    return indices.reshape(-1, top_k)
+    return torch.as_tensor(indices).reshape(-1, top_k)
 
 
 __all__ = ["chosen_experts", "moe_routers"]

@@ -208,7 +208,8 @@ def sampled_weights(trainer: Any, bucket_bytes: int, count: int, seed: int) -> d
     exact), by name."""
     from plasmid_torch.tensors import as_numpy
 
-    rng, picked, seen = random.Random(seed), {}, 0
+    rng, seen = random.Random(seed), 0
+    picked: dict[str, Any] = {}
     for bucket in trainer.export_weights(bucket_bytes):
         for name, tensor in bucket:
             seen += 1

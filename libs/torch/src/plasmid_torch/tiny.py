@@ -129,7 +129,7 @@ def build_tiny_model(directory: str | os.PathLike[str], *, alphabet: str = DIGIT
     return save_model_dir(model, tokenizer, target)
 
 
-def save_model_dir(model: Any, tokenizer: Any, directory: str | Path) -> Path:
+def save_model_dir(model: Any, tokenizer: Any, directory: str | os.PathLike[str]) -> Path:
     """Write ``model`` and ``tokenizer`` as the Hugging Face directory ``directory``, whole or not
     at all: into a staging directory beside it, renamed into place (``FileExistsError`` if
     ``directory`` exists; never overwritten)."""

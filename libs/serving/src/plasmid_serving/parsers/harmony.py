@@ -142,7 +142,7 @@ class GptOss:
     def split(self, text: str) -> tuple[str | None, int]:
         """``(reasoning, content_start)``; see :meth:`plasmid_serving.parsers.base.ReasoningParser.split`."""
         found = messages(text)
-        thoughts = []
+        thoughts: list[str] = []
         for message in found:
             if message.channel != "analysis" or message.recipient:
                 if not thoughts:
