@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -43,6 +42,7 @@ from plasmid.registry import Registry
 from plasmid_parity.layers import LayerSearch, hf_module, replay
 from plasmid_parity.report import LogprobDiff
 from plasmid_parity.sequences import DEFAULT_PROMPTS, ScoredSequence, encode_prompts, read_sequences, sample_responses
+from plasmid_torch.scoring import model_vocab
 
 #: The default ``--bound`` by ``--precision``: float32 log-probs of the same weights agree to ~1e-6,
 #: so 1e-4 leaves room for a different kernel or batch shape and none for a wrong weight; bfloat16
@@ -99,17 +99,6 @@ def bound_of(config: Config, options: ParityOptions) -> float:
     if options.bound is not None:
         return options.bound
     return BOUNDS.get(str(getattr(config.option, "precision", "fp32")), BOUNDS["fp32"])
-
-
-def model_vocab(model_dir: str) -> int | None:
-    """``vocab_size`` of ``model_dir``'s ``config.json`` (its ``text_config``'s for a vision-language
-    model), or ``None`` when it names none."""
-    try:
-        config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    size = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
-    return int(size) if size else None
 
 
 async def run_parity(config: Config, registry: Registry, out: Any = None) -> int:

@@ -35,6 +35,9 @@ And that a sync can neither hang nor lie (:mod:`plasmid_torch.sync_guard`):
 - an engine that loads something else than it was sent (a value changed in every tensor) is caught
   by ``--verify-sync-every 1``: :class:`~plasmid_torch.sync_guard.SyncMismatch` naming a tensor and
   the transport (engines in this process only: the fault is injected here);
+- an engine that loads what it was sent and then changes one tensor is caught by the probe
+  (``--verify-sync-check probe``, the check of engines that cannot read weights back), and an
+  honest sync passes it (engines in this process only);
 - a bucket corrupted on its way is refused by the receiver's checksums, where the subclass says how
   to corrupt one (:meth:`WeightSyncContract.sync_with_corrupted_bucket`; skipped otherwise).
 
@@ -63,7 +66,7 @@ from plasmid.protocols import RolloutEngine, Trainer, WeightSync
 from plasmid.providers import adopt_legacy_score
 from plasmid.remote import is_remote
 from plasmid.types import Sample
-from plasmid_torch.sync_guard import SyncGuardOptions, SyncMismatch, SyncTimeout
+from plasmid_torch.sync_guard import SyncGuard, SyncGuardOptions, SyncMismatch, SyncTimeout
 from plasmid_torch.testing.batches import make_rollout_batch
 from plasmid_torch.testing.contracts.trainer import as_numpy, exported, tensor_nbytes
 from plasmid_torch.tiny import build_tiny_model
@@ -278,6 +281,31 @@ class WeightSyncContract:
             self.close(setup)
         assert report.metrics["sync/verified_tensors"] == 3 * self.engine_count
 
+    def test_the_probe_catches_an_engine_that_loaded_other_weights(self, model_dir: Path, tmp_path: Path) -> None:
+        setup = self.build_setup(model_dir, tmp_path, verify_sync_every=1, verify_sync_check="probe")
+        honest = setup.engines[0]
+        if is_remote(honest):
+            self.close(setup)
+            pytest.skip("the engine is a proxy of another process: the perturbation is injected in this one")
+        setup.engines[0] = PerturbedEngine(honest)
+        try:
+            with pytest.raises(SyncMismatch, match=rf"weight sync '{self.provider}': the probe's log-probs from "
+                                                   r"engine 0 \(.* beyond --verify-sync-bound "):
+                testing.run(self.train_then_sync(setup, 1))
+        finally:
+            setup.engines[0] = honest
+            self.close(setup)
+
+    def test_the_probe_passes_after_an_honest_sync(self, model_dir: Path, tmp_path: Path) -> None:
+        setup = self.build_setup(model_dir, tmp_path, verify_sync_every=1, verify_sync_check="probe")
+        try:
+            report = testing.run(self.train_then_sync(setup, 1))
+        finally:
+            self.close(setup)
+        assert report.metrics["sync/probed_engines"] == self.engine_count
+        assert report.metrics["sync/probe_max_diff"] <= SyncGuard(setup.config, self.provider).bound
+        assert "sync/verified_tensors" not in report.metrics
+
     def test_a_bucket_corrupted_in_transit_is_refused(self, setup: SyncSetup) -> None:
         async def scenario() -> Any:
             await setup.trainer.train_step(make_rollout_batch(self.vocab_size(setup)))
@@ -318,6 +346,37 @@ class StuckRemoteEngine(StuckEngine):
 
     async def plasmid_call(self, fn: Any, *args: Any) -> Any:
         await _forever()
+
+
+class PerturbedEngine:
+    """An engine of this process that loads what it is sent, then changes one tensor per sync (the
+    first it received for that version; seeded noise of standard deviation 0.05 added), as an
+    engine whose load went wrong after the transport delivered would; it does not share the
+    trainer's tensors."""
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+        self._perturbed: int | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("share_weights", "load_weights_from_disk"):
+            raise AttributeError(name)
+        return getattr(self._engine, name)
+
+    async def update_weights(self, named_tensors: Any, weight_version: int) -> None:
+        import torch
+
+        from plasmid_torch.tensors import as_torch
+
+        bucket = list(named_tensors)
+        await self._engine.update_weights(bucket, weight_version)
+        if self._perturbed == weight_version or not bucket:
+            return
+        self._perturbed = weight_version
+        name, tensor = bucket[0]
+        value = as_torch(tensor).detach().clone()
+        noise = torch.randn(value.shape, generator=torch.Generator().manual_seed(0)).to(value.dtype)
+        await self._engine.update_weights([(name, value + 0.05 * noise.to(value.device))], weight_version)
 
 
 class MisloadingEngine:
