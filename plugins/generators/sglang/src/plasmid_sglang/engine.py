@@ -32,7 +32,9 @@ an SGLang router fronts them (:mod:`plasmid_sglang.router`).
   saver (plasmid turns it on with ``--placement colocate``); on CPU servers nothing is called
   (releasing killed a CPU server in sglang 0.5.23).
 - ``get_weights``: ``/get_weights_by_name`` (SGLang implements it for some model classes only,
-  e.g. Llama; Qwen2 lacks it in 0.5.23).
+  e.g. Llama; Qwen2 lacks it in 0.5.23, and the engine then raises
+  :class:`plasmid_torch.sync_guard.ReadBackUnsupported`: the syncs' ``--verify-sync-every`` checks
+  such an engine with the scored probe instead).
 
 What every engine over HTTP servers does (the pool, the monitor, retries, bookkeeping, the
 weight journal) is :class:`plasmid_serving.engine.HttpEngine`; this module holds what is SGLang's.
@@ -60,12 +62,15 @@ from plasmid_serving.names import EngineNames
 from plasmid_serving.pool import Server
 from plasmid_sglang.options import SGLangOptions
 from plasmid_sglang.requests import (
+    READBACK_REFUSED,
     generate_request,
     needs_continuation,
     parse_generate,
     parse_score,
     parse_version,
+    readback_refused,
     score_request,
+    weights_request,
 )
 from plasmid_sglang.router import Router
 from plasmid_sglang.routing import RoutingLayout
@@ -227,7 +232,11 @@ class SGLangEngine(HttpEngine):
 
     async def get_weights(self, names: Sequence[str]) -> dict[str, Any]:
         """The served values of the named tensors as float32 numpy arrays, read from one server
-        (of a tensor-parallel server, SGLang answers its first rank's part)."""
+        (of a tensor-parallel server, SGLang answers its first rank's part).
+
+        :raises plasmid_torch.sync_guard.ReadBackUnsupported: the served model class has no
+            ``get_weights_by_name`` (:func:`plasmid_sglang.requests.readback_refused`); the sync
+            guard then checks this engine with its probe."""
         import numpy as np
 
         self._check_open("get_weights")
@@ -237,8 +246,13 @@ class SGLangEngine(HttpEngine):
             shape = self.table.shape_of(name)
 
             async def call(server: Server, name: str = name, rows: int = max(shape[:1] or (1,))) -> Any:
-                status, text = await request(server.url, "/get_weights_by_name",
-                                             {"name": name, "truncate_size": rows})
+                status, text = await request(server.url, "/get_weights_by_name", weights_request(name, rows))
+                if readback_refused(status, text):
+                    from plasmid_torch.sync_guard import ReadBackUnsupported
+
+                    raise ReadBackUnsupported(f"{server.name}: /get_weights_by_name {name}: SGLang cannot read this "
+                                              f"model class's weights back ({READBACK_REFUSED!r}); the weight syncs "
+                                              f"check this engine with the scored probe instead")
                 if status != 200:
                     raise self._failed(f"{server.name}: /get_weights_by_name {name} failed (HTTP {status}): "
                                        f"{text.strip()}; SGLang implements it for some model classes only "

@@ -148,3 +148,21 @@ def parse_score(answer: dict[str, Any], token_ids: list[int], prompt_length: int
 
 def _at_temperature_one(temperature: float) -> bool:
     return temperature == 0 or temperature == 1.0
+
+
+#: How SGLang answers (HTTP 400) ``/get_weights_by_name`` when the served model class cannot read a
+#: weight back: its model runner calls the model's own ``get_weights_by_name`` (Llama has one, Qwen2
+#: in 0.5.23 not), logs the exception and answers nothing, which the HTTP server turns into this.
+READBACK_REFUSED = "Get parameter by name failed"
+
+
+def weights_request(name: str, rows: int) -> dict[str, Any]:
+    """The body of ``/get_weights_by_name`` for tensor ``name`` (Hugging Face name) with its first
+    ``rows`` rows (SGLang truncates the first dimension to ``truncate_size``: ask for all of them)."""
+    return {"name": name, "truncate_size": rows}
+
+
+def readback_refused(status: int, text: str) -> bool:
+    """Whether a ``/get_weights_by_name`` answer says the model class cannot read weights back
+    (:data:`READBACK_REFUSED`), as opposed to a failure of the server."""
+    return status == 400 and READBACK_REFUSED in text

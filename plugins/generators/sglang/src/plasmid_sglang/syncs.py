@@ -19,6 +19,11 @@ engine's process (module-level functions, plain-data arguments). Engines must be
   trainer writes ``<--sync-dir>/v{version}``, and since the engine has ``load_weights_from_disk``
   each server loads it with ``/update_weights_from_disk``; restarted servers reload it by path.
 
+Every ``--verify-sync-every``-th sync of ``sglang-tensor`` and ``sglang-distributed`` ends with
+:meth:`plasmid_torch.sync_guard.SyncGuard.verify`: tensors read back through
+``/get_weights_by_name`` where the served model class has it, else the scored probe (SGLang's
+``response_logprobs`` against the trainer's ``logprobs``), its metrics added to the report.
+
 Every sync flushes the engines' prefix caches afterwards and reports the exported tensors' bytes
 and the number of buckets; ``sglang-tensor`` and ``sglang-distributed`` also report the metrics
 ``sync/buckets`` and ``sync/tensors`` (the exported tensors), and ``sglang-tensor`` adds
@@ -42,14 +47,17 @@ from plasmid.remote import run_on
 from plasmid.types import SyncReport
 from plasmid_sglang.options import SGLangOptions
 from plasmid_sglang.weights import choose_transport, flattened_bucket, serialize_counted
+from plasmid_torch.sync_guard import SyncGuard, SyncGuardOptions
 from plasmid_torch.tensors import PROCESS_STATE, GroupCycle, group_backend, node_address, process_token, tensor_bytes
 
 
 def _report(started: float, moved: int, buckets: int, weight_version: int, tensors: int,
-            **metrics: float) -> SyncReport:
+            checked: dict[str, float] | None = None, **metrics: float) -> SyncReport:
+    """The sync's report; ``checked`` is :meth:`SyncGuard.verify`'s metrics (already ``sync/``-named)."""
     return SyncReport(bytes=moved, seconds=time.perf_counter() - started, weight_version=weight_version,
                       buckets=buckets, metrics={"sync/buckets": float(buckets), "sync/tensors": float(tensors),
-                                                **{f"sync/{key}": value for key, value in metrics.items()}})
+                                                **{f"sync/{key}": value for key, value in metrics.items()},
+                                                **(checked or {})})
 
 
 async def _flush(engines: Sequence[Any]) -> None:
@@ -61,12 +69,13 @@ class TensorSync:
     """Trainer buckets packed into SGLang flattened buckets, through /update_weights_from_tensor
     (colocate); built as ``TensorSync(config)``."""
 
-    option_classes: ClassVar[tuple[type[Options], ...]] = (SGLangOptions, ScheduleOptions)
+    option_classes: ClassVar[tuple[type[Options], ...]] = (SGLangOptions, ScheduleOptions, SyncGuardOptions)
 
     def __init__(self, config: Config) -> None:
         self.bucket_bytes = ScheduleOptions.of(config).update_weight_buffer_size
         self.transport: str = SGLangOptions.of(config).sglang_tensor_transport
         self.key = f"sglang-tensor-{uuid.uuid4().hex}"
+        self.guard = SyncGuard(config, "sglang-tensor")
 
     async def sync(self, trainer: Any, engines: Sequence[Any], weight_version: int) -> SyncReport:
         started, moved, buckets, tensors, handles = time.perf_counter(), 0, 0, 0, 0
@@ -81,7 +90,8 @@ class TensorSync:
         finally:
             await run_on(trainer, end_export, self.key)
         await _flush(engines)
-        return _report(started, moved, buckets, weight_version, tensors, handles=float(handles))
+        checked = await self.guard.verify(trainer, engines, self.bucket_bytes)
+        return _report(started, moved, buckets, weight_version, tensors, handles=float(handles), checked=checked)
 
 
 def start_export(trainer: Any, key: str, bucket_bytes: int) -> None:
@@ -143,7 +153,7 @@ class DistributedSync:
     """Trainer buckets broadcast to the servers in a torch.distributed group, through
     /update_weights_from_distributed (disaggregate); built as ``DistributedSync(config)``."""
 
-    option_classes: ClassVar[tuple[type[Options], ...]] = (SGLangOptions, ScheduleOptions)
+    option_classes: ClassVar[tuple[type[Options], ...]] = (SGLangOptions, ScheduleOptions, SyncGuardOptions)
 
     def __init__(self, config: Config) -> None:
         options = SGLangOptions.of(config)
@@ -152,6 +162,7 @@ class DistributedSync:
         self.timeout = options.sglang_update_timeout
         self.key = f"sglang-distributed-{uuid.uuid4().hex[:12]}"
         self.group = GroupCycle(self.key)
+        self.guard = SyncGuard(config, "sglang-distributed")
 
     async def sync(self, trainer: Any, engines: Sequence[Any], weight_version: int) -> SyncReport:
         started, moved, buckets, tensors = time.perf_counter(), 0, 0, 0
@@ -171,7 +182,8 @@ class DistributedSync:
         finally:
             await run_on(trainer, end_export, self.key)
         await _flush(engines)
-        return _report(started, moved, buckets, weight_version, tensors)
+        checked = await self.guard.verify(trainer, engines, self.bucket_bytes)
+        return _report(started, moved, buckets, weight_version, tensors, checked=checked)
 
     async def _make_group(self, name: str, trainer: Any, engines: Sequence[Any]) -> None:
         ranks = list(await asyncio.gather(*(run_on(engine, engine_rank_count) for engine in engines)))

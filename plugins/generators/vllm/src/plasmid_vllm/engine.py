@@ -39,7 +39,11 @@ extension; requests go to the least loaded), and waits until they are healthy.
 - ``release_memory`` / ``resume_memory``: ``/sleep`` (level 1) and ``/wake_up`` on GPU servers
   started with ``enable_sleep_mode`` (plasmid's default with ``--placement colocate`` on a GPU);
   nothing on CPU, where vLLM has no sleep mode.
-- ``get_weights``: ``/collective_rpc`` to ``plasmid_get_weights`` (cut out of fused parameters).
+- ``get_weights``: ``/collective_rpc`` to ``plasmid_get_weights`` (cut out of fused parameters), a
+  method of plasmid's worker extension: vLLM itself cannot read weights back. A server launched
+  with another ``--vllm-worker-extension-cls`` makes ``reads_weights_back`` false, and the weight
+  syncs' ``--verify-sync-every`` checks the engine with the scored probe instead
+  (:mod:`plasmid_torch.sync_guard`).
 - health: the monitor thread of :mod:`plasmid_serving.health` polls ``/health`` of launched servers
   and restarts a dead one, which gets the current weights back (the last directory loaded, the
   tensor buckets loaded since and the adapter served) and the current version, before it serves again.
@@ -70,7 +74,7 @@ from plasmid_serving.names import EngineNames
 from plasmid_serving.pool import Server
 from plasmid_serving.server_process import detect_device
 from plasmid_vllm.options import VLLMOptions
-from plasmid_vllm.server import ServerProcess, given_native, server_argv, server_values
+from plasmid_vllm.server import ServerProcess, given_native, has_weight_readback, server_argv, server_values
 
 
 def completion_body(served_model: str, prompt_ids: list[int], params: SamplingParams) -> dict[str, Any]:
@@ -113,6 +117,9 @@ class VLLMEngine(HttpEngine):
     resume_calls = (("/wake_up", {}),)
     answer_keys = ("message", "error", "detail")
     answer_limit = 500
+    #: whether :meth:`get_weights` works: false once a server is launched without plasmid's worker
+    #: extension (:func:`plasmid_vllm.server.has_weight_readback`); attached servers must have it
+    reads_weights_back = True
 
     def __init__(self, config: Config) -> None:
         self.options = options = VLLMOptions.of(config)
@@ -132,6 +139,7 @@ class VLLMEngine(HttpEngine):
         ordinal = next(_LAUNCHED)
         device = str(given_native(config).get("device") or detect_device())
         values = server_values(config, self.model_path, ordinal, device)
+        self.reads_weights_back = self.reads_weights_back and has_weight_readback(values)
         port = values.pop("port", None)
         env = self.options.server_env
         if values.get("enable_lora"):       # load_adapter's /v1/load_lora_adapter exists only with it

@@ -57,6 +57,13 @@ def server_values(config: Config, model_dir: str, ordinal: int, device: str) -> 
     return {**defaults, **given}
 
 
+def has_weight_readback(values: dict[str, Any]) -> bool:
+    """Whether a server launched with engine arguments ``values`` (:func:`server_values`) can read its
+    weights back: vLLM has no API for it, plasmid's worker extension (:data:`WORKER_EXTENSION`) adds
+    ``plasmid_get_weights``; a server given another ``--vllm-worker-extension-cls`` has none."""
+    return values.get("worker_extension_cls") == WORKER_EXTENSION
+
+
 def server_argv(values: dict[str, Any]) -> list[str]:
     """vLLM command-line arguments for ``values`` (:func:`server_values`): ``--field value``;
     booleans as ``--field`` / ``--no-field`` (vLLM's ``BooleanOptionalAction``); ``text``

@@ -16,6 +16,10 @@ How it runs:
   ``--update-weight-buffer-size`` bytes), then ``/finish_weight_update`` with the version; the
   engines reset their prefix caches and record the version.
 
+Every ``--verify-sync-every``-th sync ends with :meth:`plasmid_torch.sync_guard.SyncGuard.verify`:
+tensors read back through plasmid's worker extension, or, for servers launched without it, the
+scored probe; its metrics are the report's.
+
 Trainer weights are the trainer's ``export_weights`` (Hugging Face names). A server restarted by
 the health monitor cannot be given weights that came this way (the engine says so).
 """
@@ -36,6 +40,7 @@ from plasmid.options import Options
 from plasmid.remote import run_on
 from plasmid.types import SyncReport
 from plasmid_serving.server_process import free_port
+from plasmid_torch.sync_guard import SyncGuard, SyncGuardOptions
 from plasmid_torch.tensors import PROCESS_STATE, node_address, tensor_bytes
 from plasmid_vllm.options import VLLMOptions
 
@@ -43,12 +48,13 @@ from plasmid_vllm.options import VLLMOptions
 class NCCLSync:
     """NCCL broadcast through vLLM's weight-transfer API; built as ``NCCLSync(config)``."""
 
-    option_classes: ClassVar[tuple[type[Options], ...]] = (VLLMOptions, ScheduleOptions)
+    option_classes: ClassVar[tuple[type[Options], ...]] = (VLLMOptions, ScheduleOptions, SyncGuardOptions)
 
     def __init__(self, config: Config) -> None:
         self.bucket_bytes = ScheduleOptions.of(config).update_weight_buffer_size
         self.timeout = VLLMOptions.of(config).vllm_update_timeout
         self.key = f"vllm-nccl-{uuid.uuid4().hex}"
+        self.guard = SyncGuard(config, "vllm-nccl")
 
     async def sync(self, trainer: Any, engines: Sequence[Any], weight_version: int) -> SyncReport:
         started = time.perf_counter()
@@ -57,8 +63,9 @@ class NCCLSync:
                                       weight_version)
         await asyncio.gather(*(run_on(engine, note_external_update, weight_version, "vllm-nccl")
                                for engine in engines))
+        checked = await self.guard.verify(trainer, engines, self.bucket_bytes)
         return SyncReport(bytes=moved, seconds=time.perf_counter() - started, weight_version=weight_version,
-                          buckets=buckets)
+                          buckets=buckets, metrics=checked)
 
 
 def server_urls(engine: Any) -> list[str]:
