@@ -35,7 +35,7 @@ And that a sync can neither hang nor lie (:mod:`plasmid_torch.sync_guard`):
 - an engine that loads something else than it was sent (a value changed in every tensor) is caught
   by ``--verify-sync-every 1``: :class:`~plasmid_torch.sync_guard.SyncMismatch` naming a tensor and
   the transport (engines in this process only: the fault is injected here);
-- an engine that loads what it was sent and then changes one tensor is caught by the probe
+- an engine whose served weights differ in one tensor from what it was sent is caught by the probe
   (``--verify-sync-check probe``, the check of engines that cannot read weights back), and an
   honest sync passes it (engines in this process only);
 - a bucket corrupted on its way is refused by the receiver's checksums, where the subclass says how
@@ -284,10 +284,10 @@ class WeightSyncContract:
     def test_the_probe_catches_an_engine_that_loaded_other_weights(self, model_dir: Path, tmp_path: Path) -> None:
         setup = self.build_setup(model_dir, tmp_path, verify_sync_every=1, verify_sync_check="probe")
         honest = setup.engines[0]
-        if is_remote(honest):
+        if is_remote(honest) or is_remote(setup.trainer):
             self.close(setup)
-            pytest.skip("the engine is a proxy of another process: the perturbation is injected in this one")
-        setup.engines[0] = PerturbedEngine(honest)
+            pytest.skip("the engine or trainer is a proxy of another process: the perturbation is injected in this one")
+        setup.engines[0] = PerturbedEngine(honest, setup.trainer)
         try:
             with pytest.raises(SyncMismatch, match=rf"weight sync '{self.provider}': the probe's log-probs from "
                                                    r"engine 0 \(.* beyond --verify-sync-bound "):
@@ -349,13 +349,14 @@ class StuckRemoteEngine(StuckEngine):
 
 
 class PerturbedEngine:
-    """An engine of this process that loads what it is sent, then changes one tensor per sync (the
-    first it received for that version; seeded noise of standard deviation 0.05 added), as an
-    engine whose load went wrong after the transport delivered would; it does not share the
-    trainer's tensors."""
+    """An engine of this process whose served weights differ from what it was sent: before it scores
+    anything after a sync (the first ``response_logprobs`` of a new ``weight_version``), one tensor
+    (the trainer's first exported, plus seeded noise of standard deviation 0.05) is loaded into it,
+    whatever path the sync loaded the rest by. It does not share the trainer's tensors (a sync must
+    copy into it), so the change is the engine's alone."""
 
-    def __init__(self, engine: Any) -> None:
-        self._engine = engine
+    def __init__(self, engine: Any, trainer: Any) -> None:
+        self._engine, self._trainer = engine, trainer
         self._perturbed: int | None = None
 
     def __getattr__(self, name: str) -> Any:
@@ -363,20 +364,22 @@ class PerturbedEngine:
             raise AttributeError(name)
         return getattr(self._engine, name)
 
-    async def update_weights(self, named_tensors: Any, weight_version: int) -> None:
+    async def response_logprobs(self, token_ids: list[int], prompt_length: int, temperature: float) -> list[float]:
+        version = self._engine.weight_version
+        if self._perturbed != version:
+            self._perturbed = version
+            await self._perturb(version)
+        return list(await self._engine.response_logprobs(token_ids, prompt_length, temperature))
+
+    async def _perturb(self, version: int) -> None:
         import torch
 
         from plasmid_torch.tensors import as_torch
 
-        bucket = list(named_tensors)
-        await self._engine.update_weights(bucket, weight_version)
-        if self._perturbed == weight_version or not bucket:
-            return
-        self._perturbed = weight_version
-        name, tensor = bucket[0]
+        name, tensor = next(iter(self._trainer.export_weights(1 << 30)))[0]
         value = as_torch(tensor).detach().clone()
         noise = torch.randn(value.shape, generator=torch.Generator().manual_seed(0)).to(value.dtype)
-        await self._engine.update_weights([(name, value + 0.05 * noise.to(value.device))], weight_version)
+        await self._engine.update_weights([(name, value + 0.05 * noise.to(value.device))], version)
 
 
 class MisloadingEngine:
