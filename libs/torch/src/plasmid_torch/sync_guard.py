@@ -241,19 +241,20 @@ class SyncGuard:
             if check == "probe" or (check == "auto" and (index in self.probed or not await run_on(engine, reads_back))):
                 await probe.check(engine, index)
                 continue
-            if expected is None:
-                expected = await self.phase(run_on(trainer, sampled_weights, bucket_bytes,
-                                                   self.options.verify_sync_tensors, self.syncs), "verify", trainer)
+            sampled: dict[str, Any] = expected if expected is not None else await self.phase(
+                run_on(trainer, sampled_weights, bucket_bytes, self.options.verify_sync_tensors, self.syncs),
+                "verify", trainer)
+            expected = sampled
             try:
-                served = await self.phase(engine.get_weights(list(expected)), "verify", engine, index,
-                                          sum(int(value.nbytes) for value in expected.values()))
+                served = await self.phase(engine.get_weights(list(sampled)), "verify", engine, index,
+                                          sum(int(value.nbytes) for value in sampled.values()))
             except ReadBackUnsupported:
                 if check == "read-back":
                     raise
                 self.probed.add(index)
                 await probe.check(engine, index)
                 continue
-            for name, want in expected.items():
+            for name, want in sampled.items():
                 difference = readback_difference(want, served.get(name))
                 if difference is not None:
                     raise SyncMismatch(f"weight sync '{self.transport}': tensor '{name}' read back from "
