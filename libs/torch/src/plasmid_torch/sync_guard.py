@@ -28,8 +28,9 @@
   forces either check. Where an engine can read back (torchgen, plasmid's vLLM servers, SGLang's
   Llama-like models), read-back stays the check: it is exact, the probe only bounded.
   Cost, measured on the quickstart's model (133k parameters; torchgen and torchtrain in one
-  process, CPU, one thread, median of 30): 7 ms per verifying sync and engine (4.4 ms at best),
-  against 0.7 ms for reading 8 tensors back; with the default ``--verify-sync-every 50``, 0.15 ms
+  process, CPU, one thread, a shared 2-core machine; medians of 30 in two runs): 5 to 7 ms per
+  verifying sync and engine (the trainer's scores are computed once for all engines), against 0.5
+  to 0.7 ms for reading 8 tensors back; with the default ``--verify-sync-every 50``, at most 0.15 ms
   per sync. There an honest sync's probe differs by 2.4e-7, and one tensor perturbed after the
   load (noise of standard deviation 0.05) by 2.35. The quickstart's default (torchgen) reads back.
 
