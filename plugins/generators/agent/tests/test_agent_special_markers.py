@@ -5,6 +5,8 @@ not consume. The recorded tokens stay exactly the engine's."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from conftest import TOOL_ALPHABET, TOOL_TEMPLATE, ScriptedEngine
 from test_agent_protocol import CALCULATOR, client_of, run_agent
@@ -85,3 +87,29 @@ def test_special_tokens_the_parser_leaves_are_not_shown(tmp_path):
     run_agent(tmp_path, ask_twice(seen, False), tokenizer, engine, tool_parser="openai",
               reasoning_parser="openai_gptoss")
     assert seen == [("hm", "it is 6", []), (None, "plain ", [])]  # a reply nothing parses is shown as before
+
+
+def test_a_parser_of_plain_text_never_reads_a_special_tokens_text(tmp_path):
+    """A parser without ``reads_special_tokens`` (a third party's, by default) reads what the client
+    sees: a special token whose text would match its syntax (``<b>`` then a digit, for a parser of
+    ``>d`` calls) makes no call."""
+    from plasmid_serving.parsers import TOOL_PARSERS, ToolParser
+    from plasmid_serving.parsers.base import CallSpan, ToolCall
+
+    class ArrowDigit(ToolParser):
+        name = "arrow-digit-test"
+
+        def spans(self, text, tools=None):
+            return [CallSpan(m.start(), m.end(), (ToolCall("calculator", {"expression": m.group(1)}),))
+                    for m in re.finditer(r">(\d)", text)]
+
+    TOOL_PARSERS.register(ArrowDigit.name, ArrowDigit, origin=__file__)
+    try:
+        tokenizer = marker_tokenizer(["<b>"])
+        engine = ScriptedEngine(tokenizer, ["<b>7 then >3<eos>", "ok<eos>"])
+        seen = []
+        outs = run_agent(tmp_path, ask_twice(seen, False), tokenizer, engine, tool_parser=ArrowDigit.name)
+    finally:
+        TOOL_PARSERS.unregister(ArrowDigit.name)
+    assert seen[0] == (None, "7 then", [("calculator", '{"expression": "3"}')])
+    assert engine_tokens(outs) == engine.replies, "the record keeps the engine's tokens"

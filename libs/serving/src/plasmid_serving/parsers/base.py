@@ -93,6 +93,11 @@ class ToolParser:
 
     #: the name it is registered under (vLLM's ``--tool-call-parser`` name)
     name: ClassVar[str] = ""
+    #: whether it reads the reply with the tokenizer's special tokens kept, because its markers are
+    #: special tokens in some of its models' tokenizers (every built-in parser but ``pythonic``, as
+    #: vLLM's parsers ask for them); a parser without it reads the text a client sees, so no special
+    #: token's text can pass for its syntax
+    reads_special_tokens: ClassVar[bool] = False
 
     def spans(self, text: str, tools: list[ToolSpec] | None = None) -> list[CallSpan]:
         """The complete call spans of ``text``, in order, not overlapping.
@@ -128,7 +133,8 @@ class ToolParser:
 
 
 class ReasoningParser(Protocol):
-    """A reasoning parser, registered under a name (vLLM's and SGLang's ``--reasoning-parser``)."""
+    """A reasoning parser, registered under a name (vLLM's and SGLang's ``--reasoning-parser``).
+    One may set ``reads_special_tokens = True``, as :class:`ToolParser` documents (harmony's does)."""
 
     def split(self, text: str) -> tuple[str | None, int]:
         """``(reasoning, content_start)``: the model's reasoning in ``text`` (``None`` when there is

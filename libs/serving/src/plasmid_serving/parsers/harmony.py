@@ -103,6 +103,7 @@ class Harmony(ToolParser):
     """
 
     name = "openai"
+    reads_special_tokens = True
 
     def spans(self, text: str, tools: list[ToolSpec] | None = None) -> list[CallSpan]:
         spans = []
@@ -138,6 +139,9 @@ class GptOss:
     next (so a reply without tool calls reads as its answer), else at the next message's start.
     A text that does not open with an ``analysis`` message has no reasoning; one that holds
     nothing else is all reasoning."""
+
+    #: harmony's markers are special tokens (see :attr:`ToolParser.reads_special_tokens`)
+    reads_special_tokens = True
 
     def split(self, text: str) -> tuple[str | None, int]:
         """``(reasoning, content_start)``; see :meth:`plasmid_serving.parsers.base.ReasoningParser.split`."""

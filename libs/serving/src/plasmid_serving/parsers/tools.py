@@ -41,6 +41,7 @@ class Hermes(ToolParser):
     """``hermes`` (SGLang: ``qwen25``): tagged JSON calls, anywhere in the text, each its own span."""
 
     name = "hermes"
+    reads_special_tokens = True
 
     def spans(self, text: str, tools: list[ToolSpec] | None = None) -> list[CallSpan]:
         spans = []
@@ -69,6 +70,7 @@ class Llama3Json(ToolParser):
     """
 
     name = "llama3_json"
+    reads_special_tokens = True
 
     def spans(self, text: str, tools: list[ToolSpec] | None = None) -> list[CallSpan]:
         position = span_start = _skip_space(text, 0)
@@ -104,6 +106,7 @@ class Mistral(ToolParser):
     """
 
     name = "mistral"
+    reads_special_tokens = True
 
     def spans(self, text: str, tools: list[ToolSpec] | None = None) -> list[CallSpan]:
         spans: list[CallSpan] = []
@@ -167,6 +170,7 @@ class DeepSeekV3(ToolParser):
     on over a ``<｜tool▁calls▁end｜>`` just after it, so the agent's content holds neither."""
 
     name = "deepseek_v3"
+    reads_special_tokens = True
 
     def spans(self, text: str, tools: list[ToolSpec] | None = None) -> list[CallSpan]:
         spans: list[CallSpan] = []
@@ -206,6 +210,7 @@ class Qwen3Coder(ToolParser):
     text stays); a parameter with another or no schema is read as JSON when it is JSON, else text."""
 
     name = "qwen3_coder"
+    reads_special_tokens = True
 
     def spans(self, text: str, tools: list[ToolSpec] | None = None) -> list[CallSpan]:
         spans = []

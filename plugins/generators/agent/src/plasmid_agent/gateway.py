@@ -390,21 +390,29 @@ class Gateway:
               tool_choice: str) -> tuple[str | None, list[dict[str, Any]], str | None]:
         """``(content, tool_calls, reasoning)``: the agent's view of a reply (the record keeps the
         engine's ids). Calls are read only with ``tools`` and ``tool_choice`` not ``none``;
-        reasoning only with a reasoning parser (calls inside it are not calls). The parsers read
-        :attr:`Choice.raw`, special tokens kept; the content and reasoning they leave are shown
-        without the tokenizer's special tokens. A reply in which they find neither calls nor
-        reasoning, and whose text they leave as it is, is the client's text, :attr:`Choice.text`
-        (a harmony reply's final answer is its message's body, the markers gone)."""
+        reasoning only with a reasoning parser (calls inside it are not calls). A parser whose
+        markers may be special tokens (``reads_special_tokens``: every built-in one but pythonic)
+        reads :attr:`Choice.raw`, special tokens kept, and the content and reasoning it leaves are
+        shown without the tokenizer's special tokens; the others read the client's text,
+        :attr:`Choice.text`, so a special token's text (a tiny model's stray ``<bos>``) never passes
+        for their syntax. A reply in which they find neither calls nor reasoning, and whose text they
+        leave as it is, is the client's text (a harmony reply's final answer is its message's
+        body, the markers gone)."""
         calls_wanted = bool(tools) and tool_choice != "none"
         if not calls_wanted and self.reasoning_parser is None:
             return choice.text, [], None
+        keeps_specials = any(getattr(parser, "reads_special_tokens", False) for parser in
+                             (self.tool_parser if calls_wanted else None, self.reasoning_parser))
+        source = choice.raw if keeps_specials else choice.text
         if calls_wanted:
-            content, calls, reasoning = parse_reply(choice.raw, self.tool_parser, self.reasoning_parser, tools)
+            content, calls, reasoning = parse_reply(source, self.tool_parser, self.reasoning_parser, tools)
         else:
-            parsed = parse_message(choice.raw, None, self.reasoning_parser)
+            parsed = parse_message(source, None, self.reasoning_parser)
             content, calls, reasoning = parsed.content, [], parsed.reasoning
-        if not calls and reasoning is None and content == choice.raw:
+        if not calls and reasoning is None and content == source:
             return choice.text, [], None
+        if not keeps_specials:
+            return content, calls, reasoning
         specials = special_tokens(self.tokenizer)
         return without_special(content, specials), calls, without_special(reasoning, specials)
 
