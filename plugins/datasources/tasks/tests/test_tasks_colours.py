@@ -34,12 +34,14 @@ def test_each_image_shows_its_label_on_most_cells_and_is_the_same_every_time():
     for item in range(300):
         messages, label = task.example(item)
         (image,) = vision.load_images(messages, f"item {item}")
-        pixels = np.asarray(image).reshape(colours.CELLS, 8, colours.CELLS, 8, 3)
+        size = colours.SIDE // colours.CELLS
+        pixels = np.asarray(image).reshape(colours.CELLS, size, colours.CELLS, size, 3)
         cells = [tuple(pixels[row, 4, column, 4]) for row in range(colours.CELLS) for column in range(colours.CELLS)]
         assert all((pixels[row, :, column, :] == pixels[row, 0, column, 0]).all()        # one colour a cell
                    for row in range(colours.CELLS) for column in range(colours.CELLS))
         counts = {name: cells.count(rgb) for name, rgb in colours.COLOURS.items()}
-        assert sum(counts.values()) == 16 and colours.MOST_CELLS[0] <= counts[label] <= colours.MOST_CELLS[1]
+        assert sum(counts.values()) == colours.CELLS ** 2
+        assert colours.MOST_CELLS[0] <= counts[label] <= colours.MOST_CELLS[1]
         assert all(count < counts[label] for name, count in counts.items() if name != label)
         assert task.example(item) == (messages, label)
         labels.append(label)

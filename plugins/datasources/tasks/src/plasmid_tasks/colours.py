@@ -1,9 +1,9 @@
 """``--task colours``: which colour covers most of an image drawn in code; for a tiny vision-language model.
 
-Item ``i``'s image is 32x32 pixels in a 4x4 grid of 8x8-pixel cells (one vision patch each), every
-cell one of :data:`COLOURS`. One colour, the label, covers 7 to 10 of the 16 cells, and each other
-colour fewer; the cells are drawn by a random generator seeded with the item, so an item is the same
-image everywhere. The prompt is one user message: the image (a PNG data URL, an OpenAI
+Item ``i``'s image is 32x32 pixels in a 2x2 grid of 16x16-pixel cells (each one image token of the tiny
+VLM: 2x2 vision patches merged), every cell one of :data:`COLOURS`. One colour, the label, covers 3 or 4
+of the 4 cells, and each other colour fewer; the cells are drawn by a random generator seeded with the
+item, so an item is the same image everywhere. The prompt is one user message: the image (a PNG data URL, an OpenAI
 ``image_url`` part) and the question :data:`QUESTION`; the label is the colour's name, one word.
 
 With no ``--model`` the recipe builds the tiny Qwen2-VL of :func:`plasmid_torch.tiny_vision.build_tiny_vlm`
@@ -25,10 +25,13 @@ from plasmid_torch.tiny import EOS_ID, PAD_ID
 #: The colours and their RGB values; the names are the labels.
 COLOURS: dict[str, tuple[int, int, int]] = {"red": (220, 30, 30), "green": (30, 180, 30), "blue": (30, 60, 220),
                                             "yellow": (230, 210, 40)}
-#: Image side in pixels and cells per side (cells of 8 pixels: one vision patch of the tiny VLM each).
-SIDE, CELLS = 32, 4
-#: How many of the 16 cells the most common colour covers, inclusive.
-MOST_CELLS = (7, 10)
+#: Image side in pixels and cells per side (cells of 16 pixels: 2x2 vision patches, one image token of the
+#: tiny VLM each). Measured: with a 4x4 grid of 8-pixel cells and the label on 7-10 of them, RL stalled at
+#: 0.65-0.8 greedy accuracy, one colour never answered, and supervised training on the labels as well (0.62
+#: after 60 steps); on this grid a first-letter GRPO run of the same model reaches 1.0 by step 45.
+SIDE, CELLS = 32, 2
+#: How many of the ``CELLS * CELLS`` cells the most common colour covers, inclusive.
+MOST_CELLS = (3, 4)
 QUESTION = "which colour covers most of the image?"
 #: Items of the task (distinct seeds; many more than a run visits).
 DOMAIN_SIZE = 10**6
