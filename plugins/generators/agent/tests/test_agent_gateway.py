@@ -58,32 +58,41 @@ def test_two_turns_through_the_openai_client_are_one_sample_of_the_engines_exact
     assert "replies" not in out.metadata, "the agent's session metadata is a copy, not the sample's"
 
 
-@pytest.mark.timeout(120)
-def test_the_client_sees_the_engines_logprobs_plain_and_streamed(tmp_path, tiny_model):
-    tokenizer = load_tokenizer(str(tiny_model))
-    engine_config = make_config(plasmid_torchgen.plugin, run_dir=tmp_path / "run", model=str(tiny_model))
-    generate = agent_generate(tmp_path, "two_turns")
-    seen_sessions = []
+def spied(generate):
+    """``(generate, sessions)``: ``generate`` with its agent wrapped to keep every session it ran."""
+    sessions = []
     original = generate.func
 
     async def spy(session):
-        seen_sessions.append(session)
+        sessions.append(session)
         return await original(session)
 
     generate.func = spy
-    sample = Sample(prompt="5+5=", tokens=tokenizer("5+5=")["input_ids"], label="0")
-    params = SamplingParams(temperature=1.0, max_new_tokens=8, stop_token_ids=(2,), seed=3)
+    return generate, sessions
+
+
+def run_on_torchgen(generate, tokenizer, engine_config, sample, params):
+    """``(recording engine, sample)``: ``sample`` through ``generate`` on a real torchgen engine."""
 
     async def main():
         engine = RecordingEngine(build("engine", "torchgen", plasmid_torchgen.plugin, config=engine_config))
         try:
-            await generate(make_ctx(tokenizer, engine), sample, params)
-            return engine
+            return engine, await generate(make_ctx(tokenizer, engine), sample, params)
         finally:
             await generate.shutdown()
             await engine.engine.shutdown()
 
-    engine = asyncio.run(main())
+    return asyncio.run(main())
+
+
+@pytest.mark.timeout(120)
+def test_the_client_sees_the_engines_logprobs_plain_and_streamed(tmp_path, tiny_model):
+    tokenizer = load_tokenizer(str(tiny_model))
+    engine_config = make_config(plasmid_torchgen.plugin, run_dir=tmp_path / "run", model=str(tiny_model))
+    generate, seen_sessions = spied(agent_generate(tmp_path, "two_turns"))
+    sample = Sample(prompt="5+5=", tokens=tokenizer("5+5=")["input_ids"], label="0")
+    params = SamplingParams(temperature=1.0, max_new_tokens=8, stop_token_ids=(2,), seed=3)
+    engine, _ = run_on_torchgen(generate, tokenizer, engine_config, sample, params)
     first, chunks = seen_sessions[0].metadata["replies"]
     (_, _, out1), (_, _, out2) = engine.seen
     assert [entry.logprob for entry in first.choices[0].logprobs.content] == out1.logprobs
@@ -103,27 +112,10 @@ def test_the_client_sees_the_engines_logprobs_plain_and_streamed(tmp_path, tiny_
 def test_stop_strings_reach_torchgen_which_stops_on_them_and_nothing_is_generated_past_the_stop(tmp_path, tiny_model):
     tokenizer = load_tokenizer(str(tiny_model))
     engine_config = make_config(plasmid_torchgen.plugin, run_dir=tmp_path / "run", model=str(tiny_model))
-    generate = agent_generate(tmp_path, "stop_on_digits")
-    sessions = []
-    original = generate.func
-
-    async def spy(session):
-        sessions.append(session)
-        return await original(session)
-
-    generate.func = spy
+    generate, sessions = spied(agent_generate(tmp_path, "stop_on_digits"))
     sample = Sample(prompt="8+9=", tokens=tokenizer("8+9=")["input_ids"], label="17")
     params = SamplingParams(temperature=1.0, max_new_tokens=32, stop_token_ids=(2,), seed=5)
-
-    async def main():
-        engine = RecordingEngine(build("engine", "torchgen", plasmid_torchgen.plugin, config=engine_config))
-        try:
-            return engine, await generate(make_ctx(tokenizer, engine), sample, params)
-        finally:
-            await generate.shutdown()
-            await engine.engine.shutdown()
-
-    engine, out = asyncio.run(main())
+    engine, out = run_on_torchgen(generate, tokenizer, engine_config, sample, params)
     ((prompt, sent, output),) = engine.seen
     assert sent.stop == ("1", "23", "=>") and sent.max_new_tokens == 24, "the request's stop went to the engine"
     text = tokenizer.decode(output.token_ids, skip_special_tokens=True)
