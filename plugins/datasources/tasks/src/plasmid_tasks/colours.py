@@ -8,7 +8,7 @@ item, so an item is the same image everywhere. The prompt is one user message: t
 
 With no ``--model`` the recipe builds the tiny Qwen2-VL of :func:`plasmid_torch.tiny_vision.build_tiny_vlm`
 (about 189k parameters) and gives it a short supervised warm start (:func:`warm_start`,
-``--task-warmup-steps``) on the same prompts answered with a colour drawn at random, independently of
+``--colours-warmup-steps``) on the same prompts answered with a colour drawn at random, independently of
 the image: the model learns to answer with one colour word and ``<eos>``, not which one, so its greedy
 eval accuracy starts near chance (1 / 4) and RL has a reward to follow.
 """
@@ -35,7 +35,7 @@ MOST_CELLS = (3, 4)
 QUESTION = "which colour covers most of the image?"
 #: Items of the task (distinct seeds; many more than a run visits).
 DOMAIN_SIZE = 10**6
-#: The warm start's defaults: steps (``--task-warmup-steps``), learning rate and batch.
+#: The warm start's defaults: steps (``--colours-warmup-steps``), learning rate and batch.
 WARMUP_STEPS, WARMUP_LR, WARMUP_BATCH = 60, 3e-3, 32
 
 
