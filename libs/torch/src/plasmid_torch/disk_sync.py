@@ -16,8 +16,9 @@ loading its ``load`` phase, both under ``--sync-timeout`` (:mod:`plasmid_torch.s
 Works in any runtime: locally the trainer and the engines read and write the same directory; on
 a Ray cluster of several nodes ``--sync-dir`` must be a shared file system.
 
-Registered by plugins, not here: plasmid-sync as ``disk`` and plasmid-sglang as ``sglang-disk``
-(``"plasmid_torch.disk_sync:DiskSync"``). Its options, ``--sync-dir`` and ``--sync-keep-versions``,
+Registered by plugins, not here: plasmid-sync as ``disk`` (``"plasmid_torch.disk_sync:DiskSync"``),
+plasmid-sglang and plasmid-vllm as ``sglang-disk`` and ``vllm-disk`` (subclasses that only name the
+transport in errors, :attr:`DiskSync.transport`). Its options, ``--sync-dir`` and ``--sync-keep-versions``,
 are :class:`DiskSyncOptions`, declared by both plugins (plasmid-sync's ``delta`` reads them too).
 """
 
@@ -83,6 +84,9 @@ class DiskSync:
 
     option_classes: ClassVar[tuple[type[Options], ...]] = (DiskSyncOptions, ScheduleOptions, GeneralOptions,
                                                            SyncGuardOptions)
+    #: the name its errors give the transport: the provider's (an engine plugin registers a subclass
+    #: under its own name, ``sglang-disk``, ``vllm-disk``)
+    transport: ClassVar[str] = "disk"
 
     def __init__(self, config: Config) -> None:
         self.options = DiskSyncOptions.of(config)
@@ -92,7 +96,7 @@ class DiskSync:
         self.model_dir = str(model) if model else ""
         self.keep = self.options.sync_keep_versions
         self.written: dict[int, tuple[int, int]] = {}
-        self.guard = SyncGuard(config, "disk")
+        self.guard = SyncGuard(config, self.transport)
 
     async def sync(self, trainer: Trainer, engines: Sequence[RolloutEngine], weight_version: int) -> SyncReport:
         started = time.perf_counter()

@@ -116,13 +116,21 @@ def test_multiturn_tool_rollouts_on_vllm_are_the_engines_tokens_and_the_tools_an
         return recorders, await asyncio.gather(*(one(r, p) for r, p in zip(recorders, requests, strict=True)))
 
     recorders, samples = run(rollouts())
-    assert sum(len(r.calls) - 1 for r in recorders) == tool.calls, "every turn but the last ran the tool once"
+
+    def kept_of(output):
+        """A turn is cut right after its last call (every call of a turn runs, in order)."""
+        ids = output.token_ids
+        return len(ids) - ids[::-1].index(call_id) if call_id in ids else None
+
+    ran = sum(r.calls[i].output.token_ids[:kept_of(r.calls[i].output)].count(call_id)
+              for r in recorders for i in range(len(r.calls) - 1))
+    assert ran == tool.calls, "every call of every turn but the last ran the tool once"
     for recorder, sample, params in zip(recorders, samples, requests, strict=True):
         calls = recorder.calls
-        # a turn is cut right after the call id; every turn but the last holds one
-        kept = [c.output.token_ids.index(call_id) + 1 if call_id in c.output.token_ids else None for c in calls]
-        assert all(k is not None for k in kept[:-1])
-        check_token_in_token_out(sample, calls, environment=[answer] * (len(calls) - 1), kept=kept)
+        kept = [kept_of(c.output) for c in calls]
+        assert all(k is not None for k in kept[:-1]), "every turn but the last holds a call"
+        answers = [answer * c.output.token_ids[:k].count(call_id) for c, k in zip(calls[:-1], kept, strict=False)]
+        check_token_in_token_out(sample, calls, environment=answers, kept=kept)
         assert [c.params.seed for c in calls] == [params.seed + turn for turn in range(len(calls))]
         assert all(c.params.temperature == params.temperature for c in calls)
         assert sample.status == (Status.TRUNCATED if kept[-1] is not None else calls[-1].output.status)

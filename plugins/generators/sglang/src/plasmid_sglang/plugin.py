@@ -35,4 +35,4 @@ def plasmid_generators(register):
 def plasmid_weight_syncs(register):
     register("sglang-tensor", "plasmid_sglang.syncs:TensorSync")
     register("sglang-distributed", "plasmid_sglang.syncs:DistributedSync")
-    register("sglang-disk", "plasmid_torch.disk_sync:DiskSync")  # uses the engine's /update_weights_from_disk
+    register("sglang-disk", "plasmid_sglang.syncs:SGLangDiskSync")  # uses the engine's /update_weights_from_disk

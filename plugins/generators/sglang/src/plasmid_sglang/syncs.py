@@ -15,9 +15,10 @@ engine's process (module-level functions, plain-data arguments). Engines must be
   post ``/update_weights_from_distributed`` with the bucket's names, dtypes and shapes while the
   trainer broadcasts it (one flattened ``uint8`` tensor when every tensor's offset is aligned to
   its dtype, else tensor by tensor).
-- ``sglang-disk``: the ``disk`` sync itself (:mod:`plasmid_torch.disk_sync`, also plasmid-sync's ``disk``): the
-  trainer writes ``<--sync-dir>/v{version}``, and since the engine has ``load_weights_from_disk``
-  each server loads it with ``/update_weights_from_disk``; restarted servers reload it by path.
+- ``sglang-disk``: the ``disk`` sync (:mod:`plasmid_torch.disk_sync`, also plasmid-sync's ``disk``; its
+  errors name ``sglang-disk``): the trainer writes ``<--sync-dir>/v{version}``, and since the engine has
+  ``load_weights_from_disk`` each server loads it with ``/update_weights_from_disk``; restarted servers
+  reload it by path.
 
 Every ``--verify-sync-every``-th sync of ``sglang-tensor`` and ``sglang-distributed`` ends with
 :meth:`plasmid_torch.sync_guard.SyncGuard.verify`: tensors read back through
@@ -47,6 +48,7 @@ from plasmid.remote import run_on
 from plasmid.types import SyncReport
 from plasmid_sglang.options import SGLangOptions
 from plasmid_sglang.weights import choose_transport, flattened_bucket, serialize_counted
+from plasmid_torch.disk_sync import DiskSync
 from plasmid_torch.sync_guard import SyncGuard, SyncGuardOptions
 from plasmid_torch.tensors import PROCESS_STATE, GroupCycle, group_backend, node_address, process_token, tensor_bytes
 
@@ -65,6 +67,13 @@ async def _flush(engines: Sequence[Any]) -> None:
 
 
 # ================================================================================================ sglang-tensor
+class SGLangDiskSync(DiskSync):
+    """``sglang-disk``: the ``disk`` sync (:mod:`plasmid_torch.disk_sync`; the engine's
+    ``/update_weights_from_disk``), named ``sglang-disk`` in its errors."""
+
+    transport = "sglang-disk"
+
+
 class TensorSync:
     """Trainer buckets packed into SGLang flattened buckets, through /update_weights_from_tensor
     (colocate); built as ``TensorSync(config)``."""

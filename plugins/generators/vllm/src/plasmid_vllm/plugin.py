@@ -41,6 +41,6 @@ def plasmid_generators(register):
 
 @hookimpl
 def plasmid_weight_syncs(register):
-    register("vllm-disk", "plasmid_torch.disk_sync:DiskSync")  # uses the engine's load_weights_from_disk
+    register("vllm-disk", "plasmid_vllm.syncs:VLLMDiskSync")  # uses the engine's load_weights_from_disk
     register("vllm-nccl", "plasmid_vllm.syncs:NCCLSync")
     register("vllm-lora", "plasmid_vllm.lora_sync:AdapterSync")  # LoRA adapters alone (--vllm-enable-lora)

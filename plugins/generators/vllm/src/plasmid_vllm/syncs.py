@@ -40,9 +40,17 @@ from plasmid.options import Options
 from plasmid.remote import run_on
 from plasmid.types import SyncReport
 from plasmid_serving.server_process import free_port
+from plasmid_torch.disk_sync import DiskSync
 from plasmid_torch.sync_guard import SyncGuard, SyncGuardOptions
 from plasmid_torch.tensors import PROCESS_STATE, node_address, tensor_bytes
 from plasmid_vllm.options import VLLMOptions
+
+
+class VLLMDiskSync(DiskSync):
+    """``vllm-disk``: the ``disk`` sync (:mod:`plasmid_torch.disk_sync`; the engine's
+    ``load_weights_from_disk``), named ``vllm-disk`` in its errors."""
+
+    transport = "vllm-disk"
 
 
 class NCCLSync:
