@@ -20,6 +20,7 @@ import io
 import random
 from typing import Any
 
+from plasmid_tasks.warmstart import Extra, Row, supervised_steps
 from plasmid_torch.tiny import EOS_ID, PAD_ID
 
 #: The colours and their RGB values; the names are the labels.
@@ -93,16 +94,12 @@ def warm_start(model: Any, tokenizer: Any, image_processor: Any, *, items: list[
     """``steps`` AdamW steps of next-token cross-entropy, on the answer tokens only, of the prompts of
     random ``items`` each answered with a colour drawn uniformly at random (not the label) and
     ``<eos>``. Deterministic for a ``seed``; leaves ``model`` in eval mode. :returns: each step's loss."""
-    import torch
-
     from plasmid_torch.vision import VisionEncoder, forward_inputs, load_images
 
     encoder = VisionEncoder.of(tokenizer, image_processor, model.config.image_token_id)
     rng = random.Random(f"colours-warmup:{seed}")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99))
-    model.train()
-    losses = []
-    for _ in range(steps):
+
+    def next_batch() -> tuple[list[Row], Extra]:
         rows, inputs = [], []
         for item in rng.sample(items, batch_size):
             messages = example(item)[0]
@@ -110,16 +107,6 @@ def warm_start(model: Any, tokenizer: Any, image_processor: Any, *, items: list[
             answer = list(tokenizer(rng.choice(list(COLOURS)), add_special_tokens=False)["input_ids"]) + [EOS_ID]
             rows.append((ids + answer, [-100] * len(ids) + answer))
             inputs.append(vision)
-        width = max(len(ids) for ids, _ in rows)
-        input_ids = torch.tensor([ids + [PAD_ID] * (width - len(ids)) for ids, _ in rows])
-        labels = torch.tensor([targets + [-100] * (width - len(targets)) for _, targets in rows])
-        attention = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in rows])
-        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels,
-                     **forward_inputs(model, input_ids, inputs)).loss
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        losses.append(float(loss.detach()))
-    model.eval()
-    return losses
+        return rows, lambda input_ids: forward_inputs(model, input_ids, inputs)
+
+    return supervised_steps(model, next_batch, steps=steps, lr=lr, pad_id=PAD_ID)

@@ -40,6 +40,7 @@ from typing import Any, ClassVar
 from plasmid.config import Config
 from plasmid.options import Options
 from plasmid.types import Sample
+from plasmid_tasks.warmstart import Extra, Row, supervised_steps
 from plasmid_torch.tiny import DIGITS_ALPHABET, EOS_ID, PAD_ID
 
 #: The compact tool-call format's tags (``plasmid_multiturn.formats.Compact``; the same strings).
@@ -111,30 +112,17 @@ def warm_start(model: Any, tokenizer: Any, task: Any, held_out: frozenset[int], 
     :func:`demonstration` conversations of random training items (``held_out`` excluded; a share
     ``call_fraction`` of them call the calculator), on the model's tokens only. Deterministic
     for a ``seed``. :returns: the loss of each step."""
-    import torch
-
     rng = random.Random(f"toolcalc-warmup:{seed}")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99))
-    model.train()
-    losses = []
-    for _ in range(steps):
+
+    def next_batch() -> tuple[list[Row], Extra]:
         rows = []
         while len(rows) < batch_size:
             item = rng.randrange(task.domain_size)
             if item not in held_out:
                 rows.append(_demonstration_ids(tokenizer, *task.example(item), call=rng.random() < call_fraction))
-        width = max(len(ids) for ids, _ in rows)
-        input_ids = torch.tensor([ids + [PAD_ID] * (width - len(ids)) for ids, _ in rows])
-        labels = torch.tensor([targets + [-100] * (width - len(targets)) for _, targets in rows])
-        attention = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in rows])
-        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        losses.append(float(loss.detach()))
-    model.eval()
-    return losses
+        return rows, None
+
+    return supervised_steps(model, next_batch, steps=steps, lr=lr, pad_id=PAD_ID)
 
 
 def _demonstration_ids(tokenizer: Any, prompt: str, label: str, call: bool) -> tuple[list[int], list[int]]:
