@@ -67,8 +67,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 PLUGIN = HERE / "soak_reward.py"
-#: the quickstart's plugins, the hostile graders', the remote reward's, the agent generator's, and Ray's
-PLUGINS = "tasks,hf,torchgen,rollout,grpo,torchtrain,sync,math,code,remote,agent,ray"
+#: the quickstart's plugins, the hostile graders', the remote reward's and the agent generator's; Ray's
+#: joins them when a mode needs it (it may not be installed: a soak without ray mode runs without it)
+PLUGINS = "tasks,hf,torchgen,rollout,grpo,torchtrain,sync,math,code,remote,agent"
 MODES = ("local", "async", "remote", "agent", "ray")
 #: the faults the soak injects from outside the run (the reward-side ones have probabilities instead)
 FAULTS = ("sigkill", "engine-kill", "trainer-kill", "gateway-flood")
@@ -261,7 +262,8 @@ def soak(args: argparse.Namespace) -> Tally:
         mode = args.modes[run_index % len(args.modes)]
         run_dir = work / f"run-{run_index:02d}-{mode}"
         # a fixed plugin set: packages installed meanwhile must not change the run a --resume continues
-        base = [*plasmid_command(), "train", "--plugins", f"{PLUGINS},{PLUGIN}", "--reward-timeout",
+        plugins = f"{PLUGINS},ray" if "ray" in args.modes else PLUGINS
+        base = [*plasmid_command(), "train", "--plugins", f"{plugins},{PLUGIN}", "--reward-timeout",
                 str(args.reward_timeout), "--num-rollouts", str(args.steps), "--save-interval", str(args.save_interval),
                 "--eval-interval", str(args.eval_interval), "--prompts-per-step", str(args.prompts),
                 "--n-samples-per-prompt", str(args.samples), "--run-dir", str(run_dir), *mode_flags(mode, server)]
