@@ -20,8 +20,12 @@ import os
 import re
 from typing import Any
 
-import httpx
 from openai import AsyncOpenAI
+
+try:  # the HTTP library the installed openai client is built on: httpx2 (openai's own fork), else httpx
+    import httpx2 as httpx
+except ImportError:
+    import httpx
 
 from plasmid_serving.parsers import TOOL_PARSERS, CallSpan, ToolCall, ToolParser
 
