@@ -27,6 +27,7 @@ def test_the_typed_read_gives_the_declared_defaults():
     ({"task": "mul"}, "--task 'mul': choose one of mod10, reverse, digitsum, addition, toolcalc, colours"),
     ({"task_arch": "gpt2"}, "--task-arch 'gpt2': choose one of qwen2, llama"),
     ({"task_length": "three"}, "--task-length: expected int, got 'three'"),
+    ({"colours_warmup_steps": -1}, "--colours-warmup-steps -1: must be >= 0"),
 ])
 def test_a_bad_value_is_a_one_line_usage_error_naming_its_flag(bad, message):
     with pytest.raises(UsageError) as raised:

@@ -23,6 +23,11 @@ pytest.importorskip("zstandard")
     ("delta_zstd_level", 23, "--delta-zstd-level 23: must be <= 22"),
     ("broadcast_backend", "mpi", "--broadcast-backend 'mpi': choose one of auto, gloo, nccl"),
     ("broadcast_timeout", 0.0, "--broadcast-timeout 0.0: must be > 0"),
+    ("sync_timeout", 0.0, "--sync-timeout 0.0: must be > 0"),
+    ("verify_sync_every", -1, "--verify-sync-every -1: must be >= 0"),
+    ("verify_sync_tensors", -1, "--verify-sync-tensors -1: must be >= 0"),
+    ("verify_sync_bound", 0.0, "--verify-sync-bound 0.0: must be > 0"),
+    ("sync_checksums", "maybe", "--sync-checksums 'maybe': choose one of on, off"),
 ])
 def test_a_bad_value_is_a_one_line_usage_error_naming_the_flag(name, value, message):
     with pytest.raises(UsageError) as failure:
