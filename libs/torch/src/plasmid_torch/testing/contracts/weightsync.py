@@ -264,14 +264,8 @@ class WeightSyncContract:
         if is_remote(honest):
             self.close(setup)
             pytest.skip("the engine is a proxy of another process: the misloading is injected in this one")
-        setup.engines[0] = MisloadingEngine(honest)
-        try:
-            with pytest.raises(SyncMismatch, match=rf"weight sync '{self.provider}': tensor '[^']+' read back from "
-                                                   r"engine 0 \(.*differs from the trainer's"):
-                testing.run(self.train_then_sync(setup, 1))
-        finally:
-            setup.engines[0] = honest
-            self.close(setup)
+        self.assert_caught(setup, MisloadingEngine(honest), rf"weight sync '{self.provider}': tensor '[^']+' read "
+                           r"back from engine 0 \(.*differs from the trainer's")
 
     def test_read_back_passes_after_an_honest_sync(self, model_dir: Path, tmp_path: Path) -> None:
         setup = self.build_setup(model_dir, tmp_path, verify_sync_every=1, verify_sync_tensors=3)
@@ -287,10 +281,16 @@ class WeightSyncContract:
         if is_remote(honest) or is_remote(setup.trainer):
             self.close(setup)
             pytest.skip("the engine or trainer is a proxy of another process: the perturbation is injected in this one")
-        setup.engines[0] = PerturbedEngine(honest, setup.trainer)
+        self.assert_caught(setup, PerturbedEngine(honest, setup.trainer), rf"weight sync '{self.provider}': the "
+                           r"probe's log-probs from engine 0 \(.* beyond --verify-sync-bound ")
+
+    def assert_caught(self, setup: Any, dishonest: Any, match: str) -> None:
+        """One training step and sync with engine 0 replaced by ``dishonest``: the sync must raise a
+        :class:`SyncMismatch` matching ``match``; engine 0 is put back and the setup closed."""
+        honest = setup.engines[0]
+        setup.engines[0] = dishonest
         try:
-            with pytest.raises(SyncMismatch, match=rf"weight sync '{self.provider}': the probe's log-probs from "
-                                                   r"engine 0 \(.* beyond --verify-sync-bound "):
+            with pytest.raises(SyncMismatch, match=match):
                 testing.run(self.train_then_sync(setup, 1))
         finally:
             setup.engines[0] = honest
