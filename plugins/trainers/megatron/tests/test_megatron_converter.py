@@ -165,6 +165,7 @@ def tiny_config_dict(**changes):
 
 @pytest.mark.parametrize(("changes", "reason"), [
     ({"model_type": "gpt2"}, "model_type 'gpt2' is not supported"),
+    ({"model_type": "qwen2_vl", "vision_config": {"depth": 2}}, "'qwen2_vl' is a vision-language model.*torchtrain"),
     ({"hidden_act": "gelu"}, "hidden_act 'gelu'"),
     ({"model_type": "llama", "attention_bias": True}, "attention_bias"),
     ({"use_sliding_window": True}, "sliding-window"),

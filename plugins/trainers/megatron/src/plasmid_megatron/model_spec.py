@@ -16,7 +16,8 @@ qwen3_moe  ``qwen3_moe``                                 as qwen3, mixture-of-ex
 
 All of them: pre-norm RMSNorm, SwiGLU MLP (``silu(gate) * up``), rotary position embeddings
 (``rope_type`` default, over ``partial_rotary_factor`` of each head), grouped-query attention,
-tied or untied output embeddings. Anything else is refused with the reason, rather than built
+tied or untied output embeddings. Vision-language models (a ``vision_config``: Qwen2-VL, LLaVA, ...) are
+text-only here and refused naming torchtrain. Anything else is refused with the reason, rather than built
 into a model whose log-probs would silently differ from the engine's.
 
 Mixture of experts (transformers' ``Qwen2MoeSparseMoeBlock`` / ``Qwen3MoeSparseMoeBlock``), and the
@@ -180,6 +181,10 @@ def read_model_spec(model_dir: str | Path) -> ModelSpec:
 def spec_from_config(config: dict[str, Any], where: str = "config.json") -> ModelSpec:
     """The :class:`ModelSpec` of a Hugging Face config dict (``config.json``'s content)."""
     model_type = config.get("model_type", "")
+    if "vision_config" in config:  # Qwen2-VL, Qwen2.5-VL, LLaVA, ...: a vision tower before the GPT layers
+        raise UnsupportedModel(f"{where}: model_type {model_type!r} is a vision-language model; the megatron trainer "
+                               f"builds text-only GPT models (no vision tower, no multimodal rotary positions), "
+                               f"so train it with --trainer torchtrain")
     if model_type not in FAMILIES:
         raise UnsupportedModel(f"{where}: model_type {model_type!r} is not supported by the megatron trainer; "
                                f"supported: {sorted(FAMILIES)}")
