@@ -27,7 +27,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def export_revision(revision: str, into: Path) -> list[str]:
-    """Extract ``revision`` of this repository under ``into``; return its ``src`` directories."""
+    """Extract ``revision`` of this repository under ``into``; return its ``src`` directories. Exits 2
+    with one line when the revision is not a commit of this clone (a shallow clone, a typo)."""
+    known = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{revision}^{{commit}}"], capture_output=True)
+    if known.returncode != 0:
+        print(f"bench_steady_step: --before {revision} is not a commit of this clone", file=sys.stderr)
+        raise SystemExit(2)
     archive = into / "revision.tar"
     subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", "-o", str(archive), revision], check=True)
     with tarfile.open(archive) as tar:

@@ -108,6 +108,9 @@ def benchmarks() -> list[Bench]:
         # raw_grpo_loop.py sets 2 torch threads; plasmid train takes torch's default, from OMP_NUM_THREADS
         Bench("quickstart", "bench_quickstart.py", lambda a: ["--seeds", "0", "1", "2"],
               env={"OMP_NUM_THREADS": "2"}, minutes=1.5),
+        # the revision before the sync checks and the multimodal path (README, "Text-only runs after ...")
+        Bench("steady_step", "bench_steady_step.py", lambda a: ["--before", "6e780da", "--seeds", "0", "1", "2"],
+              env={"OMP_NUM_THREADS": "2"}, minutes=1.5),
         Bench("vs_trl", "bench_vs_trl.py", vs_trl_args, needs=needs_trl, writes_json="vs_trl/vs_trl.json",
               minutes=6.0),
         Bench("real_model", "bench_real_model.py", real_model_args, needs=needs_real_model,

@@ -129,7 +129,8 @@ def test_run_plans_vs_trl_with_three_seeds():
 
 #: what benchmarks/run.py runs, each in an env without pytest (requirements/bench.txt has none)
 RUN_SCRIPTS = ("run.py", "bench_torchgen.py", "bench_quickstart.py", "bench_vs_trl.py", "bench_weight_sync.py",
-               "bench_scaling.py", "bench_engines.py", "bench_real_model.py", "bench_rewards.py")
+               "bench_scaling.py", "bench_engines.py", "bench_real_model.py", "bench_rewards.py",
+               "bench_steady_step.py")
 
 
 @pytest.mark.parametrize("script", RUN_SCRIPTS)
@@ -196,3 +197,22 @@ def test_bench_rewards_compares_the_math_grader_with_its_baseline_from_git():
     name, samples, now, before, ratio = row.split()[:5]
     assert name == "math" and int(samples) >= 100 and float(now) > 0 and float(before) > 0
     assert float(ratio) == pytest.approx(float(now) / float(before), rel=0.02)
+
+
+def test_bench_steady_step_runs_this_tree_against_an_exported_revision():
+    """A toy run (12 steps, seed 0) of this tree against its own HEAD exported from git: both runs log
+    step times, and the printed ratio is theirs; an unknown revision is one line, exit 2."""
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "bench_steady_step.py"), "--before", "HEAD", "--seeds", "0",
+                           "--steps", "12", "--warmup", "2"], capture_output=True, text=True, timeout=300,
+                          cwd=BENCHMARKS)
+    if done.returncode == 2 and "is not a commit of this clone" in done.stderr:
+        pytest.skip("HEAD is not a commit here")
+    assert done.returncode == 0, done.stderr[-2000:]
+    seed_line, summary = done.stdout.strip().splitlines()[-2:]
+    before, now = (float(part.split()[0]) for part in seed_line.split(") ")[1].split("now "))
+    assert before > 0 and now > 0
+    assert float(summary.rsplit(" ", 1)[1]) == pytest.approx(now / before, abs=0.011), summary  # printed rounded
+    bad = subprocess.run([sys.executable, str(BENCHMARKS / "bench_steady_step.py"), "--before", "no-such-rev"],
+                         capture_output=True, text=True, timeout=60, cwd=BENCHMARKS)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "bench_steady_step: --before no-such-rev is not a commit of this clone"], bad.stderr
