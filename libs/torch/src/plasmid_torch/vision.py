@@ -381,9 +381,11 @@ class ImagePromptEncoder:
     text-only run never loads an image processor; a text-only ``model`` is then a :class:`UsageError`).
     """
 
-    def __init__(self, text: Any, model: str) -> None:
+    def __init__(self, text: Any, model: str, max_pixels: int = MAX_IMAGE_PIXELS) -> None:
         self.text = text
         self.model = model
+        #: the largest image :meth:`prepare` accepts, in pixels (width x height)
+        self.max_pixels = max_pixels
         self._vision: VisionEncoder | None = None
 
     @property
@@ -410,12 +412,13 @@ class ImagePromptEncoder:
     def prepare(self, prompt: Any, metadata: dict[str, Any], location: str,
                 base_dir: Path | None = None) -> tuple[Any, dict[str, Any]]:
         """``(prompt, metadata)`` of a row read from a file in ``base_dir``: a prompt with images has
-        every image decoded and checked (a failure is one :class:`UsageError` naming ``location`` and
-        the image), its image parts made portable (:func:`portable_prompt`) and the reference added to
-        ``metadata`` under :data:`VISION_KEY`; other prompts come back as they are."""
+        every image decoded and checked (at most :attr:`max_pixels` pixels; a failure is one
+        :class:`UsageError` naming ``location`` and the image), its image parts made portable
+        (:func:`portable_prompt`) and the reference added to ``metadata`` under :data:`VISION_KEY`; other
+        prompts come back as they are."""
         if not image_parts(prompt):
             return prompt, metadata
-        _, reference = self.vision.encode(prompt, location, base_dir)
+        _, reference = self.vision.encode(prompt, location, base_dir, self.max_pixels)
         return portable_prompt(prompt, base_dir), {**metadata, VISION_KEY: reference}
 
     @property
@@ -429,3 +432,69 @@ class ImagePromptEncoder:
         if not image_parts(prompt):
             return list(self.text(prompt))
         return self.vision.encode(prompt, "a prompt with images")[0]
+
+
+def column_part(value: Any) -> dict[str, Any]:
+    """The image part of one value of an image column: a PIL image, encoded bytes, a path or data URL
+    string, or the ``{"bytes", "path"}`` dict that Hugging Face ``datasets`` stores for its ``Image``
+    feature (bytes win when both are set); :class:`ValueError` (one line, no location) for anything else."""
+    from PIL import Image
+
+    if isinstance(value, Image.Image) or (isinstance(value, str) and value):
+        return {"type": "image", "image": value}
+    if isinstance(value, (bytes, bytearray)):
+        return {"type": "image", "bytes": bytes(value)}
+    if isinstance(value, dict) and (value.get("bytes") is not None or value.get("path")):
+        if value.get("bytes") is not None:
+            return {"type": "image", "bytes": bytes(value["bytes"])}
+        return {"type": "image", "path": value["path"]}
+    raise ValueError(f"an image must be a PIL image, bytes, a path, a data URL or {{'bytes', 'path'}}, "
+                     f"got {_short(value)}")
+
+
+def is_placeholder(part: Any) -> bool:
+    """Whether ``part`` is an image part that names no image (``{"type": "image"}``, as Hugging Face chat
+    datasets mark where each image of their image column goes)."""
+    return isinstance(part, dict) and part.get("type") == "image" and all(
+        part.get(key) is None for key in ("image", "path", "url", "bytes"))
+
+
+def with_column_images(prompt: Any, values: Any, location: str) -> Any:
+    """``prompt`` (a string or chat messages) with the images of an image column's ``values`` (one value
+    or a list; ``None`` or an empty list: no images, ``prompt`` as it is) as image parts (:func:`column_part`).
+
+    Where the messages hold as many placeholders (:func:`is_placeholder`) as there are images, each
+    placeholder gets its image, in order; without placeholders the images go first in the first user
+    message's content (a string content becomes a text part after them); a string prompt becomes one user
+    message of the images then the text. Other counts of placeholders, messages without a user message
+    and bad values are one :class:`UsageError` naming ``location``.
+    """
+    values = [] if values is None else values if isinstance(values, list) else [values]
+    if not values:
+        return prompt
+    try:
+        parts = [column_part(value) for value in values]
+    except ValueError as error:
+        raise UsageError(f"{location}: {error}") from None
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": [*parts, {"type": "text", "text": prompt}]}]
+    if not isinstance(prompt, list) or not all(isinstance(message, dict) for message in prompt):
+        raise UsageError(f"{location}: images need a string prompt or chat messages, got {_short(prompt)}")
+    places = [(m, p) for m, message in enumerate(prompt) if isinstance(message.get("content"), list)
+              for p, part in enumerate(message["content"]) if is_placeholder(part)]
+    messages = [dict(message) for message in prompt]
+    if places:
+        if len(places) != len(parts):
+            raise UsageError(f"{location}: the messages have {len(places)} image placeholders for "
+                             f"{len(parts)} images in the image column")
+        for (m, p), part in zip(places, parts, strict=True):
+            messages[m]["content"] = list(messages[m]["content"])
+            messages[m]["content"][p] = part
+        return messages
+    first_user = next((m for m, message in enumerate(messages) if message.get("role") == "user"), None)
+    if first_user is None:
+        raise UsageError(f"{location}: the messages have no user message to put the column's images in")
+    content = messages[first_user].get("content")
+    text = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+    messages[first_user]["content"] = [*parts, *text]
+    return messages

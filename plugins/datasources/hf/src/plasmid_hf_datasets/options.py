@@ -9,6 +9,10 @@ from plasmid.errors import UsageError
 from plasmid.options import Options, option
 from plasmid.records import Keys
 
+#: The default of ``--hf-max-image-pixels`` (:data:`plasmid_torch.vision.MAX_IMAGE_PIXELS`, not imported:
+#: the options load without torch).
+MAX_IMAGE_PIXELS = 4096 * 4096
+
 
 class HfDatasetOptions(Options, group="hf-datasets",
                        description="prompts from Hugging Face datasets files or saved datasets (--datasource hf)"):
@@ -25,6 +29,13 @@ class HfDatasetOptions(Options, group="hf-datasets",
                                         "(reward_model.ground_truth). Every row must have it, except that with the "
                                         "default a dataset without any 'label' column has no labels")
     hf_metadata_key: str = option("metadata", "the column holding a metadata object (dotted for nested columns)")
+    hf_image_column: str | None = option(None, "the column of each row's images (a datasets Image feature or a list "
+                                               "of them; bytes, paths or {bytes, path} structs) for a vision-language "
+                                               "--model: they fill the prompt's {'type': 'image'} placeholders, or "
+                                               "go first in its first user message; needs --hf-apply-chat-template",
+                                         metavar="COLUMN", default_text="none")
+    hf_max_image_pixels: int = option(MAX_IMAGE_PIXELS, "refuse at start-up an image (in the prompts or the image "
+                                                        "column) of more pixels (width x height) than this", min=1)
     hf_apply_chat_template: bool = option(False, "prompts are chat messages (or strings, as one user message) "
                                                  "encoded with the model's chat template and a generation prompt")
     hf_max_prompt_tokens: int | None = option(None, "drop the rows whose encoded prompt has more tokens than this",
@@ -35,6 +46,9 @@ class HfDatasetOptions(Options, group="hf-datasets",
     def check(self) -> None:
         if self.hf_data_files and self.hf_path is None:
             raise UsageError("--hf-data-files needs --hf-path (the builder: json, parquet or csv)")
+        if self.hf_image_column is not None and not self.hf_apply_chat_template:
+            raise UsageError(f"--hf-image-column {self.hf_image_column}: images go into chat messages; add "
+                             f"--hf-apply-chat-template")
 
     @property
     def keys(self) -> Keys:
