@@ -210,6 +210,9 @@ class CountingData(FakeData):
     def state_dict(self):
         return {"taken": self.taken}
 
+    def load_state_dict(self, state):
+        self.taken = state["taken"]
+
 
 class TakingDriver(FakeDriver):
     """Takes its prompts from the data source when the rollout starts, as real drivers do."""
@@ -282,6 +285,57 @@ def test_a_failing_sync_checkpoints_the_step_it_trained_before_the_error_propaga
     assert checkpoint_steps(tmp_path / "run") == [2]
     assert json.loads((checkpoint / "trainer" / "state.json").read_text()) == {"steps": 3}
     assert "of step 2 written before stopping on the error below" in capsys.readouterr().err
+
+
+class RecordingDriver(TakingDriver):
+    """Records the rollouts it runs; each step's one sample carries its step as its reward."""
+
+    def __init__(self):
+        super().__init__()
+        self.ran: list[int] = []
+
+    async def run(self, ctx, rollout_id):
+        self.ran.append(rollout_id)
+        ctx.data_source.take()
+        return RolloutBatch(rollout_id, [Group([Sample(reward=float(rollout_id))])], {"rollout/reward_mean": 1.0})
+
+
+@pytest.mark.parametrize("schedule", ["sync", "async"])
+def test_a_failing_train_step_checkpoints_the_last_finished_step_with_its_batch_to_train_on_resume(
+        tmp_path, capsys, schedule):
+    """Step 3's train step fails (a trainer worker died): step 2 is checkpointed (even though its
+    save-interval checkpoint exists) with step 3's batch as ``in_flight`` and the data position
+    after it, and a ``--resume`` trains step 3 on that batch instead of rolling it out again."""
+    session = make_session(tmp_path / "run", save_interval=3, num_rollouts=5, schedule=schedule,
+                           placement="disaggregate")
+    session.ctx.data_source, session.driver = CountingData(), RecordingDriver()
+
+    def die():
+        raise RuntimeError("trainer worker rank 0 died during train_step")
+
+    session.trainer.on_step[3] = die
+    with pytest.raises(RuntimeError, match="died during train_step"):
+        train(session)
+    checkpoint = tmp_path / "run" / "checkpoints" / "step_000002"
+    assert checkpoint_steps(tmp_path / "run") == [2]
+    assert json.loads((checkpoint / "in_flight.json").read_text())["rollout_id"] == 3
+    assert json.loads((checkpoint / "data_source.json").read_text()) == {"taken": 4}
+    assert "of step 2 written before stopping on the error below" in capsys.readouterr().err
+
+    resumed = make_session(tmp_path / "run", save_interval=3, num_rollouts=5, schedule=schedule,
+                           placement="disaggregate", resume=True)
+    resumed.ctx.data_source, resumed.driver = CountingData(), RecordingDriver()
+    trained: list[float] = []
+    step = resumed.trainer.train_step
+
+    async def recording(batch):
+        trained.append(batch.groups[0].samples[0].reward)
+        return await step(batch)
+
+    resumed.trainer.train_step = recording
+    train(resumed)
+    assert trained == [3.0, 4.0] and resumed.driver.ran == [4], "step 3 trains the saved batch"
+    assert resumed.ctx.data_source.taken == 5
 
 
 def test_a_rollout_failing_in_the_first_step_saves_nothing(tmp_path):

@@ -173,7 +173,11 @@ class Loop:
         schedule = ScheduleOptions.of(self.config)
         metrics = {**self.first_metrics, **batch.metrics, **drop_stale(batch, self.version, schedule.max_staleness)}
         self.first_metrics = {}
-        metrics.update(await self.train_step(batch))
+        try:
+            metrics.update(await self.train_step(batch))
+        except Exception:
+            await self.keep_progress(rollout_id - 1, batch)  # a --resume trains this very batch
+            raise
         trained = time.perf_counter()
         await self.colocated("resume_memory")
         sync_began = time.perf_counter()
@@ -244,13 +248,13 @@ class Loop:
                   f"written; continue with --resume", file=sys.stderr)
         return not (stopping or done)
 
-    async def save(self, rollout_id: int) -> Path:
-        """Checkpoint step ``rollout_id``, the log's entries made durable first. A rollout in flight
-        (``--schedule async``) is awaited and, when it succeeded, saved with the data source's state
-        after it: a resume trains on the samples this run would have, not ones generated again."""
+    async def save(self, rollout_id: int, batch: RolloutBatch | None = None) -> Path:
+        """Checkpoint step ``rollout_id``, the log's entries made durable first, with ``batch`` (the
+        next step's, whose train step failed) or else a rollout in flight (``--schedule async``, awaited)
+        as ``in_flight``, and the data source's state after it: a resume trains on those samples."""
         self.log.make_durable()  # the metrics of the steps a checkpoint holds are on disk before it is
-        data_state, in_flight = self.data_state, None
-        if self.in_flight is not None:
+        data_state, in_flight = self.data_state, batch
+        if self.in_flight is not None and batch is None:
             await asyncio.wait([self.in_flight])
             if not self.in_flight.cancelled() and self.in_flight.exception() is None:
                 data_state, in_flight = self.session.data_source.state_dict(), self.in_flight.result()
@@ -260,14 +264,15 @@ class Loop:
         self.saved = rollout_id
         return path
 
-    async def keep_progress(self, rollout_id: int) -> None:
-        """Checkpoint step ``rollout_id`` on the way out of a failure in the next step's rollout
-        (the trainer has not been touched since that step, and ``data_state`` is its own), unless
-        it is saved already; a failure to save is reported and the original error goes on."""
-        if rollout_id < self.first or self.saved == rollout_id:
+    async def keep_progress(self, rollout_id: int, batch: RolloutBatch | None = None) -> None:
+        """Checkpoint step ``rollout_id`` on the way out of a failure in the next step's rollout or
+        sync, unless it is saved already, or in its train step (``batch``, saved to be trained on
+        resume; a trainer that lost its state saves the last finished step's or refuses); a failure
+        to save is reported and the original error goes on."""
+        if rollout_id < self.first or (self.saved == rollout_id and batch is None):
             return
         try:
-            path = await self.save(rollout_id)
+            path = await self.save(rollout_id, batch)
         except Exception as exc:  # noqa: BLE001 - the error that stopped the run matters more
             print(f"plasmid: could not checkpoint step {rollout_id} after the failure below: {exc}", file=sys.stderr)
         else:
