@@ -2,6 +2,7 @@
 checked, torchgen generating through its vision path, torchtrain's log-probs of the same samples
 agreeing with the engine's, and a train step's change of a vision-tower weight reaching the engine."""
 
+import asyncio
 import base64
 import io
 
@@ -114,11 +115,12 @@ class View:
         return self.engines[0]
 
 
-def vision_samples(vlm_dir, colours, n=2):
+def vision_samples(vlm_dir, colours, n=2, sizes=None):
     encoder = vision.VisionEncoder(str(vlm_dir))
     samples = []
     for index, colour in enumerate(colours):
-        messages = prompt({"type": "image_url", "image_url": {"url": data_url(png(colour))}})
+        size = sizes[index] if sizes else (64, 64)
+        messages = prompt({"type": "image_url", "image_url": {"url": data_url(png(colour, size))}})
         ids, reference = encoder.encode(messages, f"test:{index}")
         samples += [Sample(prompt=messages, tokens=list(ids), metadata={vision.VISION_KEY: reference},
                            index=index * n + k, group_index=index) for k in range(n)]
@@ -188,3 +190,66 @@ def test_a_reference_that_is_not_a_list_of_images_is_one_line_naming_the_sample(
     sample = Sample(prompt="x", tokens=[1], metadata={vision.VISION_KEY: {"images": "red.png"}}, index=5)
     with pytest.raises(UsageError, match=r"^sample 5: metadata\['plasmid_torch.vision'\] must be"):
         vision.ImageInputs(str(vlm_dir))(sample)
+
+
+def image_requests(vlm_dir):
+    """Prompts of different lengths (images of 64x64, 32x48 and 48x32 pixels: 16, 6 and 6 image tokens,
+    one with two images), so a batch pads some rows on the left."""
+    encoder = vision.VisionEncoder(str(vlm_dir))
+    inputs = vision.ImageInputs(str(vlm_dir))
+    parts = [[((255, 0, 0), (64, 64))], [((0, 255, 0), (32, 48))], [((0, 0, 255), (48, 32)), ((9, 9, 9), (32, 32))],
+             [((255, 255, 0), (32, 32))]]
+    requests = []
+    for index, images in enumerate(parts):
+        messages = [{"role": "user", "content": [*({"type": "image_url", "image_url": {"url": data_url(png(c, s))}}
+                                                   for c, s in images), {"type": "text", "text": "which colour?"}]}]
+        ids, reference = encoder.encode(messages, f"test:{index}")
+        sample = Sample(prompt=messages, tokens=list(ids), metadata={vision.VISION_KEY: reference}, index=index)
+        requests.append((list(ids), inputs(sample)))
+    assert len({len(ids) for ids, _ in requests}) >= 3
+    return requests
+
+
+@pytest.mark.parametrize("sampled", [False, True], ids=["greedy", "seeded"])
+def test_a_batched_request_with_images_answers_as_it_does_alone(vlm_dir, tmp_path, sampled):
+    _, engine, _ = engine_and_trainer(vlm_dir, tmp_path)
+    requests = image_requests(vlm_dir)
+    params = [SamplingParams(temperature=1.0 if sampled else 0.0, max_new_tokens=4 + 2 * i, seed=10 + i if sampled
+                             else None, stop_token_ids=(EOS_ID,) if i % 2 else ()) for i in range(len(requests))]
+    alone = [testing.run(engine.generate_with_images(ids, images, p))
+             for (ids, images), p in zip(requests, params, strict=True)]
+    batches = engine.stats()["batches"]
+
+    async def together():
+        return await asyncio.gather(*(engine.generate_with_images(ids, images, p)
+                                      for (ids, images), p in zip(requests, params, strict=True)))
+
+    batched = testing.run(together())
+    assert engine.stats()["batches"] == batches + 1                     # the four calls made one batch
+    assert [o.token_ids for o in batched] == [o.token_ids for o in alone]
+    assert [o.status for o in batched] == [o.status for o in alone]
+    assert all(o.status == Status.TRUNCATED and len(o.token_ids) == p.max_new_tokens
+               for o, p in zip(alone, params, strict=True) if not p.stop_token_ids)
+    np.testing.assert_allclose([lp for o in batched for lp in o.logprobs], [lp for o in alone for lp in o.logprobs],
+                               rtol=0, atol=1e-5)
+    assert not any(token in vision.vision_token_ids(engine.model.config) for o in batched for token in o.token_ids)
+    testing.run(engine.shutdown())
+
+
+def test_batched_log_probs_are_the_trainers_and_unseeded_rows_follow_the_configured_seed(vlm_dir, tmp_path):
+    config, engine, trainer = engine_and_trainer(vlm_dir, tmp_path)
+    sizes = [(64, 64), (32, 48), (32, 32)]                              # prompts of three lengths
+    encoder, samples = vision_samples(vlm_dir, [(255, 0, 0), (0, 255, 0), (0, 0, 255)], n=3, sizes=sizes)
+    params = [SamplingParams(temperature=1.0, max_new_tokens=5, stop_token_ids=(EOS_ID,)) for _ in samples]
+    testing.run(VisionSingleTurn(config).generate_many(View(engine, encoder.tokenizer), samples, params))
+    assert engine.stats()["batches"] == 1
+    trainer_logprobs = testing.run(trainer.logprobs(samples, 1.0))
+    assert max(abs(a - b) for s, values in zip(samples, trainer_logprobs, strict=True)
+               for a, b in zip(s.rollout_logprobs, values, strict=True)) <= 1e-4
+    _, again = vision_samples(vlm_dir, [(255, 0, 0), (0, 255, 0), (0, 0, 255)], n=3, sizes=sizes)
+    _, other_engine, _ = engine_and_trainer(vlm_dir, tmp_path / "other")
+    testing.run(VisionSingleTurn(config).generate_many(View(other_engine, encoder.tokenizer), again, params))
+    assert [s.tokens for s in again] == [s.tokens for s in samples]     # the same --seed, the same draws
+    assert len({tuple(s.tokens) for s in samples}) > 1                  # rows of one prompt draw differently
+    testing.run(engine.shutdown())
+    testing.run(other_engine.shutdown())

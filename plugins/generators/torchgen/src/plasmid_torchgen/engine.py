@@ -61,7 +61,7 @@ from plasmid_torchgen.decoder import Decoder
 from plasmid_torchgen.options import TorchgenOptions
 from plasmid_torchgen.routing import RoutingCapture
 from plasmid_torchgen.stats import EngineStats
-from plasmid_torchgen.vision import generate_with_images
+from plasmid_torchgen.vision import ImageQueue
 from plasmid_torchgen.weights import WeightTable
 
 NamedTensor = tuple[str, Any]
@@ -112,6 +112,7 @@ class TorchEngine:
         shared_generator = torch.Generator(device=self.place.device).manual_seed(general.seed)
         #: seeds of the requests with images (plasmid_torchgen.vision), drawn from --seed
         self.vision_generator = torch.Generator().manual_seed(general.seed)
+        self._image_queue = ImageQueue(self)
         self._decoder = Decoder(self.model, shared_generator, self.place, options.torchgen_decoder,
                                 graphs=options.torchgen_cuda_graphs)
         if options.torchgen_cuda_graphs and self._decoder.decoder != "lean":
@@ -165,8 +166,8 @@ class TorchEngine:
     async def generate_with_images(self, prompt_ids: list[int], images: Any,
                                    params: SamplingParams) -> GenerationOutput:
         """Sample one response to a prompt with images (a :class:`plasmid_torch.vision.VisionInputs`) of a
-        vision-language model, through transformers' generate (:mod:`plasmid_torchgen.vision`)."""
-        return await generate_with_images(self, prompt_ids, images, params)
+        vision-language model; concurrent calls are decoded as one batch (:mod:`plasmid_torchgen.vision`)."""
+        return await self._image_queue.generate(prompt_ids, images, params)
 
     async def generate_many(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[GenerationOutput]:
         """``generate(prompts[i], params[i])`` for every ``i``, in order: the requests join the
@@ -265,7 +266,8 @@ class TorchEngine:
         it has so far (none for waiting ones); waits for the current step (one forward pass)."""
         self._bind()
         async with self._lock:
-            requests = [*self._waiting, *(self._batch.requests if self._batch else [])]
+            requests = [*self._waiting, *(self._batch.requests if self._batch else []),
+                        *self._image_queue.take_waiting()]
             self._waiting.clear()
             self._batch = None
             aborted = 0
