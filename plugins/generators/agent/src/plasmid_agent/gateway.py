@@ -45,7 +45,7 @@ import json
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -121,11 +121,18 @@ class Gateway:
     :param tool_parser: reads tool calls in a reply (``--tool-parser``; ``None``: ``hermes``).
     :param reasoning_parser: splits a reply's reasoning off into ``reasoning_content``
         (``--reasoning-parser``); ``None``: no reasoning is split off.
+    :param vision: the policy's :class:`plasmid_torch.chat_images.ChatImages` when it is a
+        vision-language model (then ``image_url`` parts are read, see :meth:`images_of`); ``None``: a
+        request with an image part is refused with 400 naming ``policy``.
+    :param image_limits: a :class:`plasmid_torch.chat_images.ImageLimits` (``--agent-max-images``,
+        ``--agent-max-image-pixels``, ``--agent-image-paths``), with ``vision``.
+    :param policy: how errors name the policy model (``--model DIR``).
     """
 
     def __init__(self, tokenizer: Tokenizer, model: str = "plasmid", context: int | None = None,
                  limits: Limits | None = None, max_calls: int | None = None, tool_parser: ToolParser | None = None,
-                 reasoning_parser: ReasoningParser | None = None) -> None:
+                 reasoning_parser: ReasoningParser | None = None, vision: Any = None, image_limits: Any = None,
+                 policy: str = "the policy") -> None:
         self.tokenizer: Any = tokenizer
         #: what one request and connection may take (``--agent-max-body`` and the like)
         self.limits = limits or Limits()
@@ -135,6 +142,9 @@ class Gateway:
         self.max_calls = max_calls
         self.tool_parser = tool_parser
         self.reasoning_parser = reasoning_parser
+        self.vision = vision
+        self.image_limits = image_limits
+        self.policy = policy
         self.rollouts: dict[str, Rollout] = {}
         self.server: asyncio.Server | None = None
         self.port = 0
@@ -244,9 +254,11 @@ class Gateway:
         stream, include_usage = fields.streaming(body)
         want_logprobs = requested_logprobs(body, chat=True)
         sampling = fields.sampling(body)
-        text = self.render(normalized, tools)
-        prompt_ids = self.prompt_ids(rollout, text, chat=True)
-        choices = await self.generate(rollout, prompt_ids, text, sampling)
+        images = self.images_of(normalized)
+        text = self.render(self.placeholders(normalized) if images else normalized, tools)
+        vision = self.vision.inputs([image.image for image in images]) if images else None
+        prompt_ids = self.prompt_ids(rollout, text, chat=True, images=images, vision=vision)
+        choices = await self.generate(rollout, prompt_ids, text, sampling, images, vision)
         ident, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), body.get("model") or self.model
         usage = usage_of(prompt_ids, choices)
         answers = []
@@ -417,6 +429,40 @@ class Gateway:
         return without_special(content, specials), calls, without_special(reasoning, specials)
 
     # ------------------------------------------------------------------ pieces
+    def images_of(self, messages: list[dict[str, Any]]) -> list[Any]:
+        """The image parts of ``messages`` (as :func:`normalize_message` keeps them: ``user`` and
+        ``tool`` messages), in order, each checked (:func:`plasmid_torch.chat_images.check_image`:
+        a data URL, or a local path with ``--agent-image-paths``; decodable; at most
+        ``--agent-max-image-pixels``), at most ``--agent-max-images`` of them; each a
+        :class:`~plasmid_torch.chat_images.CheckedImage`. Any failure, or an image for a policy that
+        is not a vision-language model, is a 400 naming the field (and the model)."""
+        found = [(f"messages[{m}].content[{p}]", part) for m, message in enumerate(messages)
+                 if isinstance(message["content"], list)
+                 for p, part in enumerate(message["content"]) if part.get("type") != "text"]
+        if not found:
+            return []
+        if self.vision is None:
+            raise RequestError(f"'{found[0][0]}' is an image, but the model {self.model!r} ({self.policy}) is not "
+                               f"a vision-language model; send text only")
+        from plasmid_torch.chat_images import check_count, check_image
+
+        try:
+            check_count(len(found), "'messages'", self.image_limits)
+            return [check_image(part, f"'{where}.image_url'", self.image_limits) for where, part in found]
+        except ValueError as error:
+            hint = {"images, over": " (--agent-max-images)", "pixels is over": " (--agent-max-image-pixels)",
+                    "local files are not read": " (or start the run with --agent-image-paths)"}
+            raise RequestError(str(error) + next((flag for key, flag in hint.items() if key in str(error)), "")) \
+                from None
+
+    @staticmethod
+    def placeholders(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``messages`` with each image part replaced by ``{"type": "image"}``, the place of an image as
+        chat templates take it (one image token each; :meth:`prompt_ids` expands them)."""
+        return [{**message, "content": [part if part.get("type") == "text" else {"type": "image"}
+                                        for part in message["content"]]}
+                if isinstance(message["content"], list) else message for message in messages]
+
     def render(self, messages: list[dict[str, Any]], tools: Any) -> str:
         """The chat template's text for ``messages`` with the generation prompt."""
         if not getattr(self.tokenizer, "chat_template", None):
@@ -438,20 +484,30 @@ class Gateway:
         except Exception as exc:  # noqa: BLE001 - text the tokenizer cannot encode is the request's problem
             raise RequestError(f"the tokenizer cannot encode {text[:60]!r}: {type(exc).__name__}: {exc}") from None
 
-    def prompt_ids(self, rollout: Rollout, text: str, *, chat: bool) -> list[int]:
+    def prompt_ids(self, rollout: Rollout, text: str, *, chat: bool, images: Sequence[Any] = (),
+                   vision: Any = None) -> list[int]:
         """The prompt ids of ``text``: the longest earlier call whose prompt and completion text
-        ``text`` starts with, its ids and the rest encoded alone; else ``text`` encoded (chat text
-        already holds its special tokens; a completion prompt gets the tokenizer's)."""
+        ``text`` starts with (and whose images are the first of ``images``), its ids and the rest
+        encoded alone; else ``text`` encoded (chat text already holds its special tokens; a
+        completion prompt gets the tokenizer's). With ``images`` (:meth:`images_of`; ``vision`` their
+        model inputs) the image tokens of the encoded text are expanded to each image's token count;
+        a text whose image tokens do not match the images is a :class:`RequestError`."""
+        parts = [image.part for image in images]
         best: Call | None = None
         for call in rollout.calls:
             anchor = call.prompt_text + call.completion_text
-            if text.startswith(anchor) and (best is None or len(anchor) >= len(best.prompt_text +
-                                                                                best.completion_text)):
+            if text.startswith(anchor) and call.images == parts[:len(call.images)] and (
+                    best is None or len(anchor) >= len(best.prompt_text + best.completion_text)):
                 best = call
-        if best is None:
-            return self.encode(text, special=not chat)
-        rest = text[len(best.prompt_text) + len(best.completion_text):]
-        return best.full_ids + (self.encode(rest, special=False) if rest else [])
+        rest = text if best is None else text[len(best.prompt_text) + len(best.completion_text):]
+        ids = self.encode(rest, special=not chat and best is None) if best is None or rest else []
+        if self.vision is not None and chat:
+            counts = self.vision.counts(vision) if vision is not None else []
+            try:
+                ids = self.vision.expand(ids, counts[len(best.images) if best is not None else 0:])
+            except ValueError as error:
+                raise RequestError(f"'messages': {error} (is an image token's text in a message?)") from None
+        return ids if best is None else best.full_ids + ids
 
     def completion_text(self, prompt_ids: list[int], completion_ids: list[int]) -> str:
         """The completion as text in the context of its prompt (special tokens kept), so that a
@@ -471,10 +527,12 @@ class Gateway:
                                f"{self.max_calls} (--agent-max-calls {self.max_calls}); end the session (its samples "
                                f"so far are kept)", status=429, headers=NO_RETRY)
 
-    async def generate(self, rollout: Rollout, prompt_ids: list[int], text: str,
-                       sampling: Sampling = Sampling()) -> list[Choice]:
+    async def generate(self, rollout: Rollout, prompt_ids: list[int], text: str, sampling: Sampling = Sampling(),
+                       images: Sequence[Any] = (), vision: Any = None) -> list[Choice]:
         """Run ``sampling.n`` engine calls for ``rollout`` on ``prompt_ids`` (the prompt's ``text``),
-        cut each at the first of ``sampling.stops``, and record them, in choice order."""
+        cut each at the first of ``sampling.stops``, and record them, in choice order. A prompt with
+        ``images`` (:meth:`images_of`) goes to the engine's ``generate_with_images`` with their model
+        inputs ``vision``; an engine without it is a 400 naming the engine."""
         if rollout.aborting is not None and rollout.aborting.is_set():
             rollout.aborted = True
         if rollout.aborted:
@@ -485,9 +543,14 @@ class Gateway:
         if self.context is not None and len(prompt_ids) + budget > self.context:
             raise RequestError(ContextLengthError(self.context, len(prompt_ids), budget).openai_message)
         self._reserve(rollout, sampling.n)
+        engine: Any = rollout.engine
+        if images and getattr(engine, "generate_with_images", None) is None:
+            raise RequestError(f"'messages' holds images, but the rollout engine {type(engine).__name__} takes no "
+                               f"images (torchgen does)")
         params = [replace(rollout.params, max_new_tokens=budget, seed=rollout.next_seed(), stop=sampling.stops)
                   for _ in range(sampling.n)]
-        results = await asyncio.gather(*(rollout.engine.generate(list(prompt_ids), p) for p in params),
+        results = await asyncio.gather(*(engine.generate_with_images(list(prompt_ids), vision, p) if images
+                                         else engine.generate(list(prompt_ids), p) for p in params),
                                        return_exceptions=True)
         for result in results:
             if isinstance(result, ContextLengthError):  # the engine knew a shorter context than the gateway
@@ -502,6 +565,8 @@ class Gateway:
             rollout.aborted = True
             raise RequestError("plasmid aborted this rollout (the step is complete); stop the agent")
         choices = [self._choice(list(prompt_ids), text, output, sampling.stops) for output in outputs]
+        for choice in choices:
+            choice.call.images = [image.part for image in images]
         rollout.calls.extend(choice.call for choice in choices)
         return choices
 
@@ -545,20 +610,27 @@ class Gateway:
 
 
 def normalize_message(message: Any, where: str = "messages[0]") -> dict[str, Any]:
-    """A chat message as the template sees it: ``role`` and text ``content`` (a list of text parts
-    joined), and ``tool_calls`` (arguments as JSON text), ``tool_call_id``, ``name`` when given;
-    other fields (``refusal``, ``audio``, ...) are dropped. ``where`` names it in errors."""
+    """A chat message as the template sees it: ``role`` and ``content``, and ``tool_calls``
+    (arguments as JSON text), ``tool_call_id``, ``name`` when given; other fields (``refusal``,
+    ``audio``, ...) are dropped. ``where`` names it in errors. A list of text parts is joined into
+    one text; a ``user`` or ``tool`` message's list that holds ``image_url`` parts stays a list of
+    ``{"type": "text", "text": ...}`` and the image parts as given (read by :meth:`Gateway.images_of`)."""
     if not isinstance(message, dict) or not isinstance(message.get("role"), str):
         raise RequestError(f"'{where}' must be an object with a string 'role', got {str(message)[:80]}")
     content = message.get("content")
     if isinstance(content, list):
-        texts = []
-        for part in content:
+        images_allowed = message["role"] in ("user", "tool")
+        parts: list[dict[str, Any]] = []
+        for number, part in enumerate(content):
+            if images_allowed and isinstance(part, dict) and part.get("type") == "image_url":
+                parts.append(part)
+                continue
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text", ""), str):
-                raise RequestError(f"'{where}.content' parts must be text parts ({{'type': 'text', 'text': ...}}), "
+                kinds = "text and image_url parts" if images_allowed else "text parts ({'type': 'text', 'text': ...})"
+                raise RequestError(f"'{where}.content[{number}]': {message['role']} message parts must be {kinds}, "
                                    f"got {str(part)[:80]}")
-            texts.append(part.get("text", ""))
-        content = "".join(texts)
+            parts.append({"type": "text", "text": part.get("text", "")})
+        content = parts if any(part["type"] != "text" for part in parts) else "".join(p["text"] for p in parts)
     elif content is not None and not isinstance(content, str):
         raise RequestError(f"'{where}.content' must be text or a list of text parts, got {type(content).__name__}")
     result: dict[str, Any] = {"role": message["role"], "content": content if content is not None else ""}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import inspect
+import json
 import math
 import numbers
 import sys
@@ -71,6 +72,16 @@ def session_metrics(calls: Sequence[Call], samples: int, seconds: float, failed:
             "agent/samples_mean": float(samples), "agent/branches_mean": float(max(samples - 1, 0)),
             "agent/seconds_mean": float(seconds), "agent/errors_fraction": float(failed),
             "agent/max_calls_fraction": float(capped)}
+
+
+def is_vision_model_dir(model_dir: str | Path) -> bool:
+    """Whether the Hugging Face model directory ``model_dir`` holds a vision-language model (its
+    ``config.json`` has a ``vision_config``), read without importing transformers."""
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and config.get("vision_config") is not None
 
 
 def prompt_messages(prompt: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -215,6 +226,19 @@ class AgentGenerate:
                              max_headers=options.agent_max_headers, idle_timeout=options.agent_idle_timeout)
         self.max_calls = options.agent_max_calls
         self.tool_parser, self.reasoning_parser = parsers_of(config)
+        #: the policy's image processor when --model is a vision-language model (image parts are read)
+        self.vision: Any = None
+        self.image_limits: Any = None
+        #: where a sample's images go in its metadata (plasmid_torch.vision.VISION_KEY), with ``vision``
+        self.images_key: str | None = None
+        self.policy = f"--model {model_dir}" if model_dir else "the policy"
+        if model_dir and is_vision_model_dir(model_dir):
+            from plasmid_torch.chat_images import ChatImages, ImageLimits
+            from plasmid_torch.vision import VISION_KEY
+
+            self.vision, self.images_key = ChatImages(model_dir), VISION_KEY
+            self.image_limits = ImageLimits(options.agent_max_images, options.agent_max_image_pixels,
+                                            options.agent_image_paths)
         self.reported = False
         self.gateway: Gateway | None = None
         self._semaphore: asyncio.Semaphore | None = None
@@ -231,7 +255,8 @@ class AgentGenerate:
         async with self._starting:
             if self.gateway is None or self.gateway.loop is not loop:
                 gateway = Gateway(ctx.tokenizer, self.model, self.context, self.limits, self.max_calls,
-                                  self.tool_parser, self.reasoning_parser)
+                                  self.tool_parser, self.reasoning_parser, self.vision, self.image_limits,
+                                  self.policy)
                 await gateway.start()
                 self.gateway = gateway
         return self.gateway
@@ -275,7 +300,7 @@ class AgentGenerate:
                                     f"call, in the order made (a request with n choices is n calls)",
                                     provider="agent", plugin="plasmid-agent")
         recorded = record_samples(sample, rollout.calls,
-                                  lambda ids: ctx.tokenizer.decode(ids, skip_special_tokens=True))
+                                  lambda ids: ctx.tokenizer.decode(ids, skip_special_tokens=True), self.images_key)
         samples = [made.sample for made in recorded]
         if not samples and failure is None:
             failure = ProviderError(f"{where} made no model call through the gateway that produced a token, so "

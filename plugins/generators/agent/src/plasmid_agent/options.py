@@ -38,6 +38,15 @@ class AgentOptions(Options, group="agent", description="the agent gateway (--gen
     agent_idle_timeout: float = option(60.0, "seconds the gateway keeps an idle connection open, and waits for a "
                                              "request's head or the next piece of its body (408)", gt=0)
 
+    agent_max_images: int = option(8, "vision-language policies: most images one chat request may hold, all its "
+                                      "messages together (400 beyond)", min=1)
+    agent_max_image_pixels: int = option(
+        4096 * 4096, "vision-language policies: largest image the gateway reads, in pixels (width x height; 400 "
+                     "beyond, checked from the image's header before it is decoded)", min=1, metavar="PIXELS")
+    agent_image_paths: bool = option(
+        False, "vision-language policies: read image_url parts that are file:// URLs or absolute local paths "
+               "(else only data: URLs are read and a path is a 400; http(s) URLs are always refused)")
+
     def check(self) -> None:
         if self.agent is not None and ":" not in self.agent:
             raise UsageError(f"--agent {self.agent!r}: give MODULE:FUNC or ./file.py:FUNC")

@@ -7,12 +7,18 @@ second child of one parent: a branch) starts a sample of its own, whose prompt i
 prompt. In a sample, the model's tokens have ``loss_mask`` 1 and the engine's log-probs; the ids
 between one call's completion and the next call's completion (new user/tool messages, template
 tokens) have ``loss_mask`` 0 and log-prob 0.0. Nothing is decoded and re-encoded.
+
+Images: a call whose prompt held images records them (:attr:`Call.images`); a sample's images are
+those of its last call (each call's images begin with its parent's), written as the reference
+``{"images": [...]}`` under the metadata key the caller names, so that the trainer computes with the
+pixels the engine saw; its image tokens are prompt tokens, or tool/user tokens with ``loss_mask`` 0.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from plasmid.types import Sample, Status
 
@@ -33,6 +39,8 @@ class Call:
     weight_version: int
     prompt_text: str = ""
     completion_text: str = ""
+    #: the prompt's images, in order, as portable image parts (:func:`plasmid_torch.vision.portable_part`)
+    images: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def full_ids(self) -> list[int]:
@@ -41,12 +49,14 @@ class Call:
 
 def parent_of(calls: Sequence[Call], position: int) -> int | None:
     """The parent of ``calls[position]``: the earlier call whose prompt + completion ids are the
-    longest prefix of its prompt ids (the latest one on a tie), or None."""
-    prompt = calls[position].prompt_ids
+    longest prefix of its prompt ids and whose images are the first of its images (an image's
+    tokens are the same ids whatever the image), the latest one on a tie, or None."""
+    prompt, images = calls[position].prompt_ids, calls[position].images
     best, best_length = None, -1
     for earlier in range(position):
         full = calls[earlier].full_ids
-        if len(full) <= len(prompt) and len(full) >= best_length and prompt[:len(full)] == full:
+        if len(full) <= len(prompt) and len(full) >= best_length and prompt[:len(full)] == full \
+                and images[:len(calls[earlier].images)] == calls[earlier].images:
             best, best_length = earlier, len(full)
     return best
 
@@ -83,14 +93,15 @@ class RecordedSample:
     offsets: list[int]
 
 
-def record_samples(template: Sample, calls: Sequence[Call],
-                   decode: Callable[[list[int]], str]) -> list[RecordedSample]:
+def record_samples(template: Sample, calls: Sequence[Call], decode: Callable[[list[int]], str],
+                   images_key: str | None = None) -> list[RecordedSample]:
     """One finished sample per chain of ``calls`` (see the module docstring), each a copy of
     ``template`` (prompt, label, metadata, index, group) with ``tokens``, ``response``,
     ``response_length``, ``loss_mask``, ``rollout_logprobs``, ``status`` (the last call's) and
     ``weight_version`` (the oldest call's) set, with the calls it holds and their completions'
     offsets. ``decode(ids)`` gives the response text. A chain whose calls produced no token at all
-    makes no sample."""
+    makes no sample. With ``images_key``, ``metadata[images_key]`` is ``{"images": [...]}`` of the
+    chain's last call, or absent when its calls had no images (whatever ``template`` held)."""
     recorded: list[RecordedSample] = []
     for chain in chains(calls):
         first = calls[chain[0]]
@@ -108,10 +119,15 @@ def record_samples(template: Sample, calls: Sequence[Call],
         if not any(mask):
             continue
         response = tokens[len(first.prompt_ids):]
+        metadata = dict(template.metadata)
+        if images_key is not None:
+            metadata.pop(images_key, None)
+            if calls[chain[-1]].images:
+                metadata[images_key] = {"images": [dict(part) for part in calls[chain[-1]].images]}
         sample = replace(
             template, tokens=tokens, response=decode(response), response_length=len(response), loss_mask=mask,
             rollout_logprobs=logprobs, status=calls[chain[-1]].status,
-            weight_version=min(calls[p].weight_version for p in chain), metadata=dict(template.metadata),
+            weight_version=min(calls[p].weight_version for p in chain), metadata=metadata,
             reward=None, reward_components={},
         )
         recorded.append(RecordedSample(sample, list(chain), offsets))
