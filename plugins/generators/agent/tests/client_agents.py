@@ -192,3 +192,37 @@ async def pydantic_ai_agent(session):
     except UnexpectedModelBehavior:
         return {"correct": 0.0, "tool_calls": float(counter[0])}
     return {"correct": float(str(result.output).strip() == str(session.label)), "tool_calls": float(counter[0])}
+
+
+def square(colour: str) -> str:
+    """A tool that draws a 32x32 square of ``colour`` (a name of ``--task colours``) and answers it as
+    a PNG data URL."""
+    import base64
+    import io
+
+    from PIL import Image
+    from plasmid_tasks.colours import COLOURS
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (32, 32), COLOURS[colour]).save(buffer, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+async def colours_with_square(session):
+    """For ``--task colours`` on the tiny VLM: the prompt (an image and its question) as it is, with
+    ``n=2``; then, for the first choice, the agent runs its ``square`` tool itself (the tiny model
+    cannot write a call) and sends the tool's image back in a ``tool`` message, as an OpenAI agent
+    sends a tool's image result, for a second answer. Reward: the first choice named the colour."""
+    client = tapped_client(session)
+    first = await client.chat.completions.create(model=session.model, messages=session.messages, n=2,
+                                                 logprobs=True, max_tokens=6)
+    reply = first.choices[0].message
+    called = {"id": "call_0", "type": "function", "function": {"name": "square", "arguments": '{"colour": "red"}'}}
+    tool = {"role": "tool", "tool_call_id": "call_0",
+            "content": [{"type": "text", "text": "square:"},
+                        {"type": "image_url", "image_url": {"url": square("red")}}]}
+    await client.chat.completions.create(
+        model=session.model, logprobs=True, max_tokens=6,
+        messages=[*session.messages, {"role": "assistant", "content": reply.content or "", "tool_calls": [called]},
+                  tool])
+    return {"correct": float((reply.content or "").strip() == str(session.label))}
