@@ -393,13 +393,17 @@ class ImagePromptEncoder:
         return str(self.text.chat_template_flag)
 
     def check(self, prompt: Any, location: str) -> Any:
-        """The prompt as stored on samples: the text encoder's check, or for messages with images,
+        """The prompt as stored on samples: the text encoder's check, or for messages with images or
+        typed parts (a parquet file's text-only rows have parts too when other rows have images),
         ``{"role", "content"}`` messages whose content is a string or a list of typed parts (chat
         mode needed); errors name ``location``."""
-        if not image_parts(prompt):
+        has_parts = isinstance(prompt, list) and prompt and any(
+            isinstance(message, dict) and isinstance(message.get("content"), list) for message in prompt)
+        if not has_parts:
             return self.text.check(prompt, location)
         if not self.text.chat:
-            raise UsageError(f"{location}: the prompt is chat messages with images; add {self.text.flag}")
+            what = "with images" if image_parts(prompt) else "with typed content parts"
+            raise UsageError(f"{location}: the prompt is chat messages {what}; add {self.text.flag}")
         for message in prompt:
             content = message.get("content") if isinstance(message, dict) else None
             if not isinstance(message, dict) or not isinstance(message.get("role"), str) or not (

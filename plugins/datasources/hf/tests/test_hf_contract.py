@@ -1,10 +1,12 @@
 """The hf source keeps the data-source contract: on a saved DatasetDict with nested columns,
-shuffled each epoch and filtered by prompt length, and on chat prompts from a parquet file."""
+shuffled each epoch and filtered by prompt length, on chat prompts from a parquet file, and (claiming
+images) on a saved dataset's image column."""
 
 import pytest
 from plasmid_hf_datasets import plugin
 
 from plasmid.testing import DataSourceContract
+from plasmid_torch.vision import VISION_KEY
 
 
 class TestSavedDatasetDictShuffled(DataSourceContract):
@@ -38,3 +40,40 @@ class TestChatMessagesFromParquet(DataSourceContract):
         pyarrow.parquet.write_table(pyarrow.Table.from_pylist(rows), path)
         return {"model": chat_model, "hf_path": str(path), "hf_eval_split": "train", "hf_input_key": "messages",
                 "hf_label_key": "answer", "hf_apply_chat_template": True}
+
+
+class TestImageColumnOfASavedDataset(DataSourceContract):
+    """A saved dataset whose ``Image()`` column holds each row's picture (four colours), shuffled each
+    epoch: the source claims images, and their references survive a checkpoint with the same pixels."""
+
+    plugin = plugin
+    provider = "hf"
+    image_metadata_key = VISION_KEY
+    config_options = {"hf_image_column": "image", "hf_apply_chat_template": True, "hf_shuffle": True,
+                      "hf_eval_split": "train"}
+
+    @pytest.fixture
+    def datasource_options(self, vlm, tmp_path):
+        import io
+
+        import datasets
+        from PIL import Image
+
+        def png(n):
+            buffer = io.BytesIO()
+            Image.new("RGB", (32, 32), (60 * (n % 4), 255 - 60 * (n % 4), 0)).save(buffer, "PNG")
+            return buffer.getvalue()
+
+        features = datasets.Features({"prompt": datasets.Value("string"), "label": datasets.Value("string"),
+                                      "image": datasets.Image()})
+        rows = {"prompt": ["colour?"] * 40, "label": [str(n % 4) for n in range(40)],
+                "image": [{"bytes": png(n), "path": None} for n in range(40)]}
+        datasets.Dataset.from_dict(rows, features=features).save_to_disk(str(tmp_path / "saved"))
+        return {"model": vlm, "hf_path": str(tmp_path / "saved")}
+
+    @pytest.fixture
+    def rebuild_images(self, vlm):
+        from plasmid_torch.vision import ImageInputs
+
+        images = ImageInputs(vlm)
+        return lambda sample: images(sample).pixel_values.numpy().tobytes()

@@ -108,7 +108,7 @@ def test_paths_in_an_image_column_resolve_against_the_dataset_file(tmp_path, vlm
     (tmp_path / "images" / "red.png").write_bytes(png("red"))
     path = write_jsonl("rows.jsonl", [{"prompt": "colour?", "label": "red", "image": "images/red.png"}])
     (sample,) = drawn(vlm_source(tmp_path, vlm, path, hf_image_column="image"), 1)
-    assert sample.metadata[vision.VISION_KEY]["images"][0]["image"] == str((tmp_path / "images" / "red.png"))
+    assert sample.metadata[vision.VISION_KEY]["images"][0]["image"] == str(tmp_path / "images" / "red.png")
 
 
 @pytest.mark.parametrize(("image", "options", "expected"), [

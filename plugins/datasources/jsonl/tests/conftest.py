@@ -41,6 +41,14 @@ def chat_model(tmp_path_factory):
     return str(directory)
 
 
+@pytest.fixture(scope="session")
+def vlm(tmp_path_factory):
+    """The tiny Qwen2-VL (plasmid_torch.tiny_vision): a 32x32 image is 4 image tokens."""
+    from plasmid_torch.tiny_vision import build_tiny_vlm
+
+    return str(build_tiny_vlm(tmp_path_factory.mktemp("models") / "vlm"))
+
+
 @pytest.fixture
 def jsonl_config(tmp_path, tiny_model):
     """``jsonl_config(**options)``: the configuration of a run that chose ``--datasource jsonl``."""

@@ -20,6 +20,14 @@ copies of one prompt with non-empty integer ``tokens``; sample and group indexes
 up; ``state_dict`` is JSON and resuming from it yields exactly the groups an uninterrupted source
 yields, across epoch boundaries and with groups given back; given-back groups come out first;
 the eval split is non-empty, one sample per group and the same in every build.
+
+Multimodal (opt-in): a source that yields prompts with images claims it by setting
+``image_metadata_key`` to the ``Sample.metadata`` key of its samples' JSON image reference
+(``plasmid_torch.vision.VISION_KEY`` for the torch library's engines and trainers). Then some of the
+first ``image_groups`` groups must carry a non-empty reference, the prompt and the reference must be
+JSON, and groups with images given back must come out of a checkpoint (``state_dict`` through JSON)
+and out of the rollout's own JSON form (:func:`plasmid.groups.group_to_state`) unchanged; override
+the ``rebuild_images`` fixture to also compare what the images become for a model (pixel values).
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from typing import Any, ClassVar
 import pytest
 
 from plasmid.config import Config
+from plasmid.groups import group_from_state, group_to_state
 from plasmid.protocols import DataSource
 from plasmid.testing import build, make_config
 from plasmid.types import Group, Sample, Status
@@ -68,6 +77,10 @@ class DataSourceContract:
     config_options: ClassVar[dict[str, Any]] = {}
     n_samples_per_prompt: ClassVar[int] = 3
     draws_across_epochs: ClassVar[tuple[int, ...]] = (7, 50, 50, 50)
+    #: the ``Sample.metadata`` key of the samples' JSON image reference; set it to claim images (module docs)
+    image_metadata_key: ClassVar[str | None] = None
+    #: groups the multimodal checks draw; some of them must have images
+    image_groups: ClassVar[int] = 4
 
     # ------------------------------------------------------------------------------- fixtures
     @pytest.fixture
@@ -96,6 +109,23 @@ class DataSourceContract:
     @pytest.fixture
     def source(self, make_source: MakeSource) -> DataSource:
         return make_source()
+
+    @pytest.fixture
+    def rebuild_images(self) -> Callable[[Sample], Any] | None:
+        """``None``, or a function of a sample with images giving what they become for a model (compared
+        with ``==``: pixel values as bytes, say); override it to check that restored samples rebuild
+        the same images."""
+        return None
+
+    def drawn_with_images(self, source: DataSource) -> list[Group]:
+        """:attr:`image_groups` groups of ``source`` (skips the test unless :attr:`image_metadata_key` is
+        set); fails unless some carry images."""
+        if self.image_metadata_key is None:
+            pytest.skip("set image_metadata_key to claim prompts with images")
+        groups = source.get_groups(self.image_groups)
+        assert any(self.image_metadata_key in group.samples[0].metadata for group in groups), \
+            f"none of {self.image_groups} groups has metadata[{self.image_metadata_key!r}]"
+        return groups
 
     # ------------------------------------------------------------------------------- shape
     def test_source_satisfies_the_protocol(self, source: DataSource) -> None:
@@ -174,6 +204,35 @@ class DataSourceContract:
         resumed = make_source()
         resumed.load_state_dict(json.loads(json.dumps(source.state_dict())))
         assert groups_fingerprint(resumed.get_groups(4)) == groups_fingerprint(source.get_groups(4))
+
+    # ------------------------------------------------------------------------------- images
+    def test_samples_with_images_carry_a_json_reference_and_a_json_prompt(self, source: DataSource) -> None:
+        for group in self.drawn_with_images(source):
+            for sample in group.samples:
+                reference = sample.metadata.get(self.image_metadata_key)
+                if reference is None:
+                    continue
+                assert reference, f"sample {sample.index}: an empty image reference"
+                assert json.loads(json.dumps(reference)) == reference, "the image reference is not JSON"
+                assert json.loads(json.dumps(sample.prompt)) == sample.prompt, "a prompt with images is not JSON"
+
+    def test_groups_with_images_round_trip_a_checkpoint_and_json(
+            self, source: DataSource, make_source: MakeSource, rebuild_images: Callable[[Sample], Any] | None) -> None:
+        """Given back, checkpointed (``state_dict`` through JSON) and resumed, and through the rollout's
+        JSON form, groups with images come back with the same prompt, tokens and reference."""
+        drawn = self.drawn_with_images(source)
+        with_images = [group for group in drawn if self.image_metadata_key in group.samples[0].metadata]
+        through_json = [group_from_state(json.loads(json.dumps(group_to_state(group)))) for group in with_images]
+        assert groups_fingerprint(through_json) == groups_fingerprint(with_images)
+        source.add_groups(with_images)
+        resumed = make_source()
+        resumed.load_state_dict(json.loads(json.dumps(source.state_dict())))
+        restored = resumed.get_groups(len(with_images))
+        assert groups_fingerprint(restored) == groups_fingerprint(with_images)
+        if rebuild_images is not None:
+            for before, after in zip(with_images, restored, strict=True):
+                assert rebuild_images(after.samples[0]) == rebuild_images(before.samples[0]), \
+                    f"group {before.index}: the restored reference rebuilds other images"
 
     # ------------------------------------------------------------------------------- eval
     def test_eval_split_is_nonempty_one_sample_per_group_and_fixed(self, make_source: MakeSource) -> None:
