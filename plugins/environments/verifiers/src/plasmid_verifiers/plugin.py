@@ -31,7 +31,7 @@ def plasmid_defaults(config: Config) -> None:
 @hookimpl
 def plasmid_configure(config: Config) -> None:
     """A missing or unsupported verifiers, and a ``--vf-env`` this adapter cannot load or score (a
-    group-level rubric, a v1 taskset: :func:`plasmid_verifiers.vf.load_env`), are one line at
+    group-level rubric, a v1 taskset on a verifiers without v1: :func:`plasmid_verifiers.vf.load_env`), are one line at
     start-up when this plugin is used."""
     if config.option.datasource == NAME or any(name == NAME for name, _ in reward_weights(config)):
         from plasmid_verifiers import vf

@@ -51,5 +51,9 @@ class VerifiersReward:
             raise ValueError(f"sample {sample.index}'s label is not a verifiers dataset row ({{'env', 'env_args', "
                              f"'row'}}): reward 'verifiers' scores the prompts of --datasource verifiers")
         env = vf.load_env(label["env"], vf.canonical_args(label.get("env_args") or {}))
+        if vf.is_v1(env):
+            raise ValueError(f"sample {sample.index}: --vf-env {label['env']} is a verifiers v1 taskset, whose "
+                             f"tasks are scored on the trace of their own episode; make its samples with "
+                             f"--generate agent --agent plasmid_verifiers.rollout:run (the recipe's default)")
         total, parts = await vf.score_completion(env, label["row"], [{"role": "assistant", "content": sample.response}])
         return RewardParts(total, {name: value for name, value in parts.items() if name != TOTAL_KEY})

@@ -39,7 +39,10 @@ async def run(session: Any) -> dict[str, float | list[float]]:
     (:func:`step_rewards`), which plasmid-agent writes as each sample's ``metadata["turn_rewards"]``
     at its calls' offsets (``--turn-credit`` reads them; the sample's reward stays the rubric's
     score, and their sum is logged as ``rollout/reward/verifiers.turn_rewards``).
-    A rollout that verifiers ends with an error raises (the run stops naming the sample)."""
+    A rollout that verifiers ends with an error raises (the run stops naming the sample).
+
+    A v1 taskset's row is run by :meth:`plasmid_verifiers.v1.V1Taskset.rollout`: one episode of its
+    task, scored by verifiers (v1 rewards the whole trace, so there are no per-turn rewards)."""
     from openai import AsyncOpenAI
     from verifiers.clients import OpenAIChatCompletionsClient
 
@@ -48,6 +51,9 @@ async def run(session: Any) -> dict[str, float | list[float]]:
         raise ValueError("the sample's label is not a verifiers dataset row: plasmid_verifiers.rollout:run runs "
                          "the prompts of --datasource verifiers")
     env = vf.load_env(label["env"], vf.canonical_args(label.get("env_args") or {}))
+    if vf.is_v1(env):
+        total, parts = await env.rollout(int(label["row"]["task"]), session.base_url, session.model)
+        return {TOTAL_KEY: total, **{name: value for name, value in parts.items() if name != TOTAL_KEY}}
     client = OpenAIChatCompletionsClient(AsyncOpenAI(base_url=session.base_url, api_key=session.api_key,
                                                      max_retries=0))
     state = await env.rollout(dict(label["row"]), client, session.model)

@@ -5,7 +5,8 @@ data source or the reward is chosen; the providers run it when built): a missing
 verifiers, or openai, is one :class:`~plasmid.errors.UsageError` line with the pip command. verifiers changes
 its API between minor versions, so only the tested range is accepted. The classic (v0) API is
 used: ``verifiers.load_environment``, ``Environment.get_dataset``, ``Environment.rollout``,
-``Environment.init_state`` and ``Rubric.score_rollout``.
+``Environment.init_state`` and ``Rubric.score_rollout``; a module that is a verifiers v1 taskset is
+loaded by :mod:`plasmid_verifiers.v1`.
 """
 
 from __future__ import annotations
@@ -59,8 +60,10 @@ def canonical_args(args: dict[str, Any]) -> str:
 
 @functools.lru_cache(maxsize=16)
 def load_env(name: str, args_json: str = "{}") -> Any:
-    """The environment ``verifiers.load_environment(name, **args)`` (one per name and arguments per
-    process); anything that goes wrong is one :class:`UsageError` naming ``--vf-env``."""
+    """The environment ``verifiers.load_environment(name, **args)``, or, when module ``name`` is a
+    verifiers v1 taskset, that taskset (:func:`plasmid_verifiers.v1.load`, ``args`` its config); one
+    per name and arguments per process. Anything that goes wrong is one :class:`UsageError` naming
+    ``--vf-env`` (a v1 taskset with a verifiers that offers no v1 tasksets included)."""
     check_version()
     args = parse_env_args(args_json)
     import verifiers
@@ -68,10 +71,10 @@ def load_env(name: str, args_json: str = "{}") -> Any:
     try:
         env = verifiers.load_environment(name, **args)
     except Exception as exc:  # noqa: BLE001 - the environment's own failure, told in one line
-        if v1_taskset(name) is not None:
-            raise UsageError(f"--vf-env {name} is a verifiers v1 taskset ({v1_taskset(name)}): plasmid-verifiers "
-                             f"drives the classic (v0) API, load_environment and Environment.rollout; v1 "
-                             f"tasksets are not supported") from None
+        from plasmid_verifiers import v1
+
+        if v1.taskset_class(name) is not None:
+            return v1.load(name, args)
         cause = exc.__cause__ or exc
         detail = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
         raise UsageError(f"--vf-env {name}: verifiers could not load it ({type(cause).__name__}: {detail}); is "
@@ -80,16 +83,11 @@ def load_env(name: str, args_json: str = "{}") -> Any:
     return env
 
 
-def v1_taskset(name: str) -> str | None:
-    """The name of the verifiers v1 ``Taskset`` class that module ``name`` exports (what verifiers'
-    v1 loader resolves for a taskset id), or ``None`` when it is no v1 taskset."""
-    try:
-        from verifiers.v1.utils.loaders import taskset_class
+def is_v1(env: Any) -> bool:
+    """Whether ``env`` (from :func:`load_env`) is a verifiers v1 taskset (:class:`plasmid_verifiers.v1.V1Taskset`)."""
+    from plasmid_verifiers.v1 import V1Taskset
 
-        found = taskset_class(name)
-    except Exception:  # noqa: BLE001 - not a v1 taskset, whatever the reason
-        return None
-    return f"{found.__module__}.{found.__qualname__}"
+    return isinstance(env, V1Taskset)
 
 
 def check_scorable(env: Any, name: str) -> None:
@@ -121,7 +119,9 @@ def plain(value: Any) -> Any:
 def dataset_rows(env: Any, split: str, seed: int | None = None) -> list[dict[str, Any]]:
     """The rows of the environment's ``train`` or ``eval`` dataset as plain dicts (``eval``, as
     verifiers' ``get_eval_dataset`` has it: the training dataset when the environment has no eval
-    dataset)."""
+    dataset). A v1 taskset's rows are its tasks (the same for both splits)."""
+    if is_v1(env):
+        return env.rows()
     if split == "eval":
         dataset = env.get_eval_dataset()
     else:
@@ -130,7 +130,10 @@ def dataset_rows(env: Any, split: str, seed: int | None = None) -> list[dict[str
 
 
 def tool_schemas(env: Any) -> list[dict[str, Any]]:
-    """The environment's tools as OpenAI function specs (what a chat template's ``tools=`` takes)."""
+    """The environment's tools as OpenAI function specs (what a chat template's ``tools=`` takes); none
+    for a v1 taskset, whose tools are MCP servers started for each rollout."""
+    if is_v1(env):
+        return []
     return [{"type": "function", "function": {"name": tool.name, "description": tool.description,
                                               "parameters": tool.parameters}} for tool in env.tool_defs or []]
 

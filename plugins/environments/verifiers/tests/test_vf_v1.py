@@ -1,0 +1,103 @@
+"""A verifiers v1 taskset (``vf_plasmid_v1_sum`` of tests/fixtures/plasmid-vf-fixtures) in
+``plasmid train --datasource verifiers``: verifiers' own v1 environment runs each task's episode,
+its agent the in-process chat loop of ``plasmid_verifiers_harness``, whose model calls reach the
+engine through verifiers' interception and plasmid-agent's gateway; the task's ``@vf.reward``
+methods are the reward, exactly as verifiers scores the trace."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from plasmid.app.cli import main
+from plasmid.app.rollout_store import RolloutStore
+from plasmid.types import GenerationOutput, Status
+
+#: The end of a task's prompt as the recipe's chat template renders it.
+QUESTION = re.compile(r"<user>(\d)\+(\d)=<assistant>$")
+
+
+def answer(a: int, b: int) -> str:
+    """What the stand-in engine answers: the sum when ``a`` is even, else a wrong, long reply."""
+    return str(a + b) if a % 2 == 0 else "no idea"
+
+
+def expected(a: int, b: int) -> tuple[float, dict[str, float]]:
+    """The fixture task's reward of :func:`answer`: exact (weight 1) + short (weight 0.5), and its metric."""
+    reply = answer(a, b)
+    exact, short = float(reply == str(a + b)), float(len(reply) <= 2)
+    return exact + 0.5 * short, {"exact": exact, "short": short, "reply_chars": float(len(reply))}
+
+
+@pytest.mark.timeout(300)
+def test_plasmid_train_with_a_v1_taskset_scores_each_episode_as_verifiers_does(tmp_path, capsys, monkeypatch):
+    from plasmid_torchgen.engine import TorchEngine
+
+    from plasmid_torch.hf import load_tokenizer
+
+    answered: list[tuple[list[int], list[int], list[float]]] = []
+
+    async def generate(self, prompt_ids, params):
+        tokenizer = load_tokenizer(self.model_path)
+        question = QUESTION.search(tokenizer.decode(prompt_ids, skip_special_tokens=False))
+        assert question is not None, "one call per episode, on the task's prompt"
+        ids = tokenizer.encode(answer(*map(int, question.groups())), add_special_tokens=False) + [
+            tokenizer.eos_token_id]
+        logprobs = await self.score(list(prompt_ids) + ids, len(prompt_ids), params.temperature)
+        answered.append((list(prompt_ids), ids, logprobs))
+        return GenerationOutput(ids, logprobs, Status.COMPLETED, self.weight_version)
+
+    monkeypatch.setattr(TorchEngine, "generate", generate)
+    run_dir, saved = tmp_path / "run", tmp_path / "rollouts"
+    code = main(["train", "--datasource", "verifiers", "--vf-env", "vf_plasmid_v1_sum", "--vf-env-args",
+                 '{"size": 10}', "--num-rollouts", "2", "--prompts-per-step", "2", "--n-samples-per-prompt", "2",
+                 "--eval-interval", "0", "--save-interval", "0", "--run-dir", str(run_dir),
+                 "--save-rollouts", str(saved)])
+    err = capsys.readouterr().err
+    assert code == 0, err[-3000:]
+    assert "datasource=verifiers" in err and "generate=agent" in err and "reward=verifiers" in err
+    assert len(answered) == 8, "one model call for each of the 2 x 4 episodes"
+
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [step["step"] for step in metrics] == [0, 1]
+    for step in metrics:
+        assert step["train/samples"] == 4.0 and step["rollout/agent/calls_mean"] == 1.0
+        assert {"rollout/reward/verifiers.exact", "rollout/reward/verifiers.short",
+                "rollout/reward/verifiers.reply_chars"} <= set(step), "each reward and metric is logged"
+        assert step["train/logprob_abs_diff_mean"] <= 1e-4, "trained on the engine's log-probs"
+
+    store = RolloutStore(saved)
+    tokenizer = load_tokenizer(str(run_dir / "model"))
+    seen = set()
+    for rollout_id in (0, 1):
+        for sample in store.load(rollout_id).samples:
+            a, b = map(int, QUESTION.search(tokenizer.decode(sample.prompt_tokens,
+                                                             skip_special_tokens=False)).groups())
+            prompt, ids, logprobs = next(call for call in answered if call[0] == sample.prompt_tokens)
+            assert tokenizer.decode(prompt, skip_special_tokens=False) == \
+                f"{tokenizer.bos_token}<system>Answer with the sum.<user>{a}+{b}=<assistant>", \
+                "the task's system prompt, then its prompt"
+            assert sample.response_tokens == ids and sample.rollout_logprobs == logprobs
+            assert sample.loss_mask == [1] * len(ids)
+            reward, parts = expected(a, b)
+            assert sample.reward == reward == sample.reward_components["verifiers"]
+            assert {name: sample.reward_components[f"verifiers.{name}"] for name in parts} == parts
+            seen.add(a % 2)
+    assert seen == {0, 1}, "both a rewarded and an unrewarded answer were scored"
+
+
+def test_v1_tasksets_rows_and_bad_config_in_one_line():
+    from plasmid_verifiers import vf
+
+    from plasmid.errors import UsageError
+
+    taskset = vf.load_env("vf_plasmid_v1_sum", vf.canonical_args({"size": 3}))
+    assert vf.is_v1(taskset) and vf.tool_schemas(taskset) == []
+    assert vf.dataset_rows(taskset, "train") == vf.dataset_rows(taskset, "eval") == [
+        {"prompt": [{"role": "system", "content": "Answer with the sum."}, {"role": "user", "content": f"{a}+{b}="}],
+         "task": k, "example_id": k} for k, (a, b) in enumerate([(0, 0), (1, 3), (2, 1)])]
+    with pytest.raises(UsageError, match=r"^--vf-env vf_plasmid_v1_sum: verifiers could not load this v1 taskset "
+                                         r"\(ValidationError: .*TasksetConfig"):
+        vf.load_env("vf_plasmid_v1_sum", vf.canonical_args({"size": "many"}))
