@@ -11,7 +11,10 @@ directories are kept.
 
 Each tensor's CRC32 goes into ``plasmid_weights.json``; an engine checks what it read against it
 before loading (``--sync-checksums``). Writing is the ``send`` phase, each engine's reading and
-loading its ``load`` phase, both under ``--sync-timeout`` (:mod:`plasmid_torch.sync_guard`).
+loading its ``load`` phase, both under ``--sync-timeout`` (:mod:`plasmid_torch.sync_guard`). An engine
+whose server loads the directory itself (``load_weights_from_disk``: SGLang, vLLM) is past plasmid's
+reading, so with ``--sync-checksums`` it also reports CRC32s of a sample of every shard as it holds
+it after the load (:meth:`~plasmid_torch.sync_guard.SyncGuard.check_loaded`, ``sync/loaded_checksums``).
 
 Works in any runtime: locally the trainer and the engines read and write the same directory; on
 a Ray cluster of several nodes ``--sync-dir`` must be a shared file system.
@@ -41,7 +44,15 @@ from plasmid.protocols import RolloutEngine, SupportsDiskWeights, Trainer
 from plasmid.remote import run_on
 from plasmid.types import SyncReport
 from plasmid_torch.directories import replace_dir
-from plasmid_torch.sync_guard import SyncGuard, SyncGuardOptions, bucket_checksums, check_received, who
+from plasmid_torch.sync_guard import (
+    SyncGuard,
+    SyncGuardOptions,
+    bucket_checksums,
+    check_received,
+    loaded_sample,
+    loaded_seed,
+    who,
+)
 from plasmid_torch.tensors import as_torch, bucketed, tensor_bytes
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -95,7 +106,7 @@ class DiskSync:
         model = GeneralOptions.of(config).model
         self.model_dir = str(model) if model else ""
         self.keep = self.options.sync_keep_versions
-        self.written: dict[int, tuple[int, int]] = {}
+        self.written: dict[int, tuple[int, int, list[tuple[str, int, list[int]]]]] = {}
         self.guard = SyncGuard(config, self.transport)
 
     async def sync(self, trainer: Trainer, engines: Sequence[RolloutEngine], weight_version: int) -> SyncReport:
@@ -103,16 +114,19 @@ class DiskSync:
         directory = version_dir(self.root, weight_version)
         if weight_version not in self.written:
             self.written[weight_version] = await self.guard.phase(
-                run_on(trainer, write_version, str(self.root), weight_version, self.bucket_bytes, self.model_dir),
-                "send", trainer)
-        moved, buckets = self.written[weight_version]
+                run_on(trainer, write_version, str(self.root), weight_version, self.bucket_bytes, self.model_dir,
+                       self.guard.checksums), "send", trainer)
+        moved, buckets, sample = self.written[weight_version]
         self.guard.moved(moved)
         await self.guard.each_engine("load", engines, lambda engine, index: run_on(
             engine, load_version, str(directory), weight_version, self.bucket_bytes,
             "disk" if self.guard.checksums else "", who(engine, index)))
+        loaded = await self.guard.check_loaded(engines, sample)
         await self.guard.resume(engines)
         prune_versions(self.root, self.keep)
         metrics = await self.guard.verify(trainer, engines, self.bucket_bytes)
+        if loaded:
+            metrics["sync/loaded_checksums"] = float(loaded)
         return SyncReport(bytes=moved, seconds=time.perf_counter() - started, weight_version=weight_version,
                           buckets=buckets, metrics=metrics)
 
@@ -130,8 +144,11 @@ def prune_versions(root: Path, keep: int) -> list[Path]:
 
 
 # ------------------------------------------------------------------------------ in the trainer's process
-def write_version(trainer: Any, root: str, weight_version: int, bucket_bytes: int, model_dir: str) -> tuple[int, int]:
-    """Write ``v{weight_version}`` atomically (replacing an older one); ``(bytes, shards)``."""
+def write_version(trainer: Any, root: str, weight_version: int, bucket_bytes: int, model_dir: str,
+                  sample: bool = False) -> tuple[int, int, list[tuple[str, int, list[int]]]]:
+    """Write ``v{weight_version}`` atomically (replacing an older one); ``(bytes, shards, loaded
+    sample)``: with ``sample``, :func:`~plasmid_torch.sync_guard.loaded_sample` of every shard (one
+    bucket each), else empty."""
     from safetensors.torch import save_file
 
     final = version_dir(root, weight_version)
@@ -139,9 +156,12 @@ def write_version(trainer: Any, root: str, weight_version: int, bucket_bytes: in
     staging.mkdir(parents=True)
     written, shards = 0, []
     checksums: dict[str, int] = {}
+    loaded: list[tuple[str, int, list[int]]] = []
     for number, bucket in enumerate(trainer.export_weights(bucket_bytes), start=1):
         tensors = {name: as_torch(tensor).contiguous() for name, tensor in bucket}
         checksums.update(zip(tensors, bucket_checksums(list(tensors.items())), strict=True))
+        if sample:
+            loaded += loaded_sample(list(tensors.items()), loaded_seed(weight_version, number - 1))
         shard = f"shard-{number:05d}.safetensors"
         save_file(tensors, str(staging / shard), metadata={"format": "pt"})
         shards.append((shard, list(tensors)))
@@ -153,7 +173,7 @@ def write_version(trainer: Any, root: str, weight_version: int, bucket_bytes: in
     (staging / VERSION_FILE).write_text(json.dumps({"weight_version": weight_version, "bytes": written,
                                                     "shards": len(shards), "checksums": checksums}))
     replace_dir(staging, final)
-    return written, len(shards)
+    return written, len(shards), loaded
 
 
 def shard_name(index: int, count: int) -> str:

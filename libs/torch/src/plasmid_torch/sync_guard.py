@@ -12,6 +12,16 @@
   (:func:`checksum`: about 1.6 GB/s on one core, half the cost of copying the tensor); the
   receiver recomputes them on what it received and refuses a bucket that differs
   (:func:`check_received`, :class:`SyncMismatch`) before loading it.
+- **Loaded checksums** (the same option, for engines that load through their own server: SGLang's
+  ``/update_weights_from_tensor|distributed|disk``, vLLM's ``/collective_rpc`` and reload): what
+  travels inside the server cannot be checked on its way, so the engine reports CRC32s of what it
+  *holds* after the load (:meth:`SyncGuard.check_loaded`; an engine offers this with an async
+  ``loaded_checksums([(name, rows)])``). Reading a whole model back would cost as much as the sync,
+  so it is a sample, the same on both sides: per bucket, :data:`LOADED_TENSORS_PER_BUCKET` tensors
+  drawn with a seed made of the weight version and the bucket's index, and of each its first rows
+  up to :data:`LOADED_BYTES_PER_TENSOR` bytes (:func:`loaded_sample`), as float32 values
+  (:func:`loaded_checksum`; an engine serving bfloat16 passes with the trainer's values rounded to
+  bfloat16).
 - **Read-back** (``--verify-sync-every N``): every ``N``-th sync, :meth:`SyncGuard.verify` reads a
   sample of named tensors back from every engine (``engine.get_weights``) and compares them bit for
   bit with the trainer's: it proves the engine really loaded what was sent, which no transport
@@ -42,6 +52,7 @@ transport does the same, and the weight-sync contract suite checks it
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import zlib
 from collections.abc import Awaitable, Callable, Sequence
@@ -61,6 +72,12 @@ FLOOR_SECONDS = 60.0
 BYTES_PER_SECOND = 50e6
 #: A model's weights on disk are taken as half the bytes a float32 trainer exports (bf16 checkpoints).
 CHECKPOINT_TO_EXPORT = 2
+
+#: Loaded checksums (module docstring) cover this many sampled tensors of every bucket ...
+LOADED_TENSORS_PER_BUCKET = 1
+#: ... and of each its first rows up to this many bytes (at least one row): about 1 ms of CRC32 and,
+#: for SGLang, whose only read-back is JSON, a few ms of decoding per bucket.
+LOADED_BYTES_PER_TENSOR = 1 << 18
 
 T = TypeVar("T")
 
@@ -145,6 +162,79 @@ def check_received(bucket: Sequence[tuple[str, Any]], expected: Sequence[int] | 
                                f"{got:08x}, the trainer sent {want:08x}; the bucket was corrupted on its way")
 
 
+def loaded_checksum(values: Any) -> int:
+    """CRC32 of ``values`` (a torch tensor or numpy array of floats, any device) as C-order float32:
+    what an engine reports for a sampled slice (:meth:`SyncGuard.check_loaded`)."""
+    import numpy as np
+    import torch
+
+    if isinstance(values, torch.Tensor):
+        values = values.detach().to("cpu", torch.float32).contiguous().numpy()
+    array = np.ascontiguousarray(values, dtype=np.float32)
+    return zlib.crc32(memoryview(array.reshape(-1).view(np.uint8)))
+
+
+def loaded_rows(shape: Sequence[int]) -> int:
+    """Rows (first-dimension entries) of a tensor of ``shape`` that :func:`loaded_sample` checks: as
+    many as fit :data:`LOADED_BYTES_PER_TENSOR` bytes of float32, at least one, at most all; 0 for a
+    scalar (checked whole)."""
+    if not shape:
+        return 0
+    row = 4 * math.prod(shape[1:])
+    return max(1, min(int(shape[0]), LOADED_BYTES_PER_TENSOR // max(row, 1)))
+
+
+def loaded_seed(weight_version: int, bucket: int) -> int:
+    """The seed of bucket ``bucket``'s sample in the sync of ``weight_version``."""
+    return weight_version * 1_000_003 + bucket
+
+
+def loaded_sample(bucket: Sequence[tuple[str, Any]], seed: int) -> list[tuple[str, int, list[int]]]:
+    """(trainer) What :meth:`SyncGuard.check_loaded` checks of ``bucket``: :data:`LOADED_TENSORS_PER_BUCKET`
+    floating-point tensors drawn with ``random.Random(seed)``, each as ``(name, rows, accepted)``:
+    :func:`loaded_rows` of it, and the :func:`loaded_checksum` of those rows as the trainer holds them
+    and rounded to bfloat16 (an engine may serve bfloat16 weights of a float32 trainer)."""
+    import torch
+
+    tensors = [(name, torch.as_tensor(tensor)) for name, tensor in bucket]
+    floating = [i for i, (_, tensor) in enumerate(tensors) if tensor.is_floating_point()]
+    picked = sorted(random.Random(seed).sample(floating, min(LOADED_TENSORS_PER_BUCKET, len(floating))))
+    sample = []
+    for i in picked:
+        name, tensor = tensors[i]
+        rows = loaded_rows(tuple(tensor.shape))
+        part = tensor[:rows] if rows else tensor
+        own, rounded = loaded_checksum(part), loaded_checksum(part.to(torch.bfloat16))
+        sample.append((name, rows, [own] if rounded == own else [own, rounded]))
+    return sample
+
+
+def export_loaded_sample(trainer: Any, bucket_bytes: int, weight_version: int) -> list[tuple[str, int, list[int]]]:
+    """(trainer) :func:`loaded_sample` of every bucket of ``trainer.export_weights(bucket_bytes)``, for a
+    sync whose transport does not hand the buckets over one by one (``vllm-nccl``)."""
+    return [entry for index, bucket in enumerate(trainer.export_weights(bucket_bytes))
+            for entry in loaded_sample(bucket, loaded_seed(weight_version, index))]
+
+
+def reports_loaded(engine: Any) -> bool:
+    """(engine) Whether the engine can report loaded checksums: it has ``loaded_checksums`` and does
+    not say it cannot read its weights back (``reads_weights_back``)."""
+    return hasattr(engine, "loaded_checksums") and reads_back(engine)
+
+
+async def report_loaded_checksums(engine: Any, requests: list[tuple[str, int]]) -> dict[str, int] | None:
+    """(engine) The engine's ``loaded_checksums(requests)``: ``{name: CRC32}`` of the first ``rows`` rows
+    of each named tensor as it holds them (:func:`loaded_checksum`); ``None`` when it has no such
+    method or cannot read that model's weights (:class:`ReadBackUnsupported`)."""
+    report = getattr(engine, "loaded_checksums", None)
+    if report is None:
+        return None
+    try:
+        return {str(name): int(crc) for name, crc in (await report(requests)).items()}
+    except ReadBackUnsupported:
+        return None
+
+
 def who(target: Any, index: int | None) -> str:
     """``"engine 0 (TorchEngine, rank 1)"`` for engine ``index``, ``"the trainer (X, rank 0)"`` for ``None``."""
     kind = type(target).__name__
@@ -198,27 +288,65 @@ class SyncGuard:
         try:
             return await asyncio.wait_for(awaitable, seconds)
         except TimeoutError:
-            raise SyncTimeout(
-                f"weight sync '{self.transport}': phase '{phase}' of {who(target, index)} did not finish within "
-                f"{seconds:g} s (--sync-timeout; default max(60, bytes / 50 MB/s)); its process is stuck or too "
-                f"slow (raise --sync-timeout if it is only slow)") from None
+            raise self._late(phase, who(target, index), seconds) from None
+
+    def _late(self, phase: str, whom: str, seconds: float) -> SyncTimeout:
+        return SyncTimeout(
+            f"weight sync '{self.transport}': phase '{phase}' of {whom} did not finish within {seconds:g} s "
+            f"(--sync-timeout; default max(60, bytes / 50 MB/s)); its process is stuck or too slow (raise "
+            f"--sync-timeout if it is only slow)")
 
     async def each_engine(self, phase: str, engines: Sequence[Any], call: Callable[[Any, int], Awaitable[T]],
                           nbytes: int | None = None) -> list[T]:
-        """``call(engine, index)`` for every engine at once, each under :meth:`phase`; the first
-        failure cancels the others and is raised."""
-        tasks = [asyncio.ensure_future(self.phase(call(engine, index), phase, engine, index, nbytes))
-                 for index, engine in enumerate(engines)]
+        """``call(engine, index)`` for every engine at once, all within one :meth:`deadline` of
+        ``nbytes``; the first failure cancels the others and is raised. Past the deadline the
+        :class:`SyncTimeout` names every engine not finished by then, in index order (in a collective
+        transport one stuck member stalls the others, so all of them are named, the stuck one among them)."""
+        seconds = self.deadline(nbytes)
+        tasks = [asyncio.ensure_future(call(engine, index)) for index, engine in enumerate(engines)]
         try:
-            return list(await asyncio.gather(*tasks))
-        except BaseException:
+            done, pending = await asyncio.wait(tasks, timeout=seconds, return_when=asyncio.FIRST_EXCEPTION)
+            failed = next((task.exception() for task in tasks if task in done and task.exception() is not None), None)
+            if failed is not None:
+                raise failed
+            if pending:
+                late = [who(engine, index) for index, (engine, task) in enumerate(zip(engines, tasks, strict=True))
+                        if task in pending]
+                raise self._late(phase, " and ".join(late), seconds)
+            return [task.result() for task in tasks]
+        finally:
             for task in tasks:
                 task.cancel()
-            raise
 
     async def resume(self, engines: Sequence[Any]) -> None:
         """Every engine's ``flush_cache``, under the ``resume`` deadline."""
         await self.each_engine("resume", engines, lambda engine, _index: engine.flush_cache(), 0)
+
+    async def check_loaded(self, engines: Sequence[Any], sample: Sequence[tuple[str, int, list[int]]]) -> int:
+        """With ``--sync-checksums on``, ask every engine for the CRC32s of ``sample`` (:func:`loaded_sample`
+        of a bucket they loaded) as it holds them, under the ``load`` deadline, and compare; returns how
+        many (engine, tensor) pairs were checked (an engine that cannot report is skipped).
+
+        :raises SyncMismatch: naming the tensor, the engine and the transport."""
+        if not self.checksums or not sample:
+            return 0
+        requests = [(name, rows) for name, rows, _ in sample]
+        reported = await self.each_engine("load", engines, lambda engine, _index: run_on(
+            engine, report_loaded_checksums, requests), 4 * LOADED_BYTES_PER_TENSOR * len(requests))
+        checked = 0
+        for index, (engine, crcs) in enumerate(zip(engines, reported, strict=True)):
+            if crcs is None:
+                continue
+            for name, rows, accepted in sample:
+                got = crcs.get(name)
+                if got not in accepted:
+                    shown = "nothing" if got is None else f"CRC32 {got:08x}"
+                    raise SyncMismatch(
+                        f"weight sync '{self.transport}': tensor '{name}' loaded by {who(engine, index)} has {shown} "
+                        f"(first {rows or 'all'} rows as float32), the trainer's is {accepted[0]:08x}; the engine "
+                        f"did not load what was sent (--sync-checksums)")
+                checked += 1
+        return checked
 
     async def verify(self, trainer: Any, engines: Sequence[Any], bucket_bytes: int) -> dict[str, float]:
         """Count a finished sync; on every ``--verify-sync-every``-th, check every engine: read

@@ -65,10 +65,10 @@ class Engine:
         return [logprob(t, i) + self.offset for i, t in enumerate(token_ids[prompt_length:])]
 
 
-def nccl_sync(tmp_path):
+def nccl_sync(tmp_path, **options):
     (tmp_path / "config.json").write_text(json.dumps({"vocab_size": VOCAB}))
     config = testing.make_config(plasmid_vllm.plugin, plasmid_sync.plugin, model=str(tmp_path),
-                                 run_dir=tmp_path / "run", verify_sync_every=1)
+                                 run_dir=tmp_path / "run", **{"verify_sync_every": 1, **options})
     return testing.build("weight_sync", "vllm-nccl", plasmid_vllm.plugin, plasmid_sync.plugin, config=config)
 
 
@@ -82,3 +82,62 @@ def test_a_verifying_nccl_sync_probes_an_engine_without_read_back(tmp_path):
 def test_a_verifying_nccl_sync_fails_when_the_engine_serves_other_weights(tmp_path):
     with pytest.raises(SyncMismatch, match=r"weight sync 'vllm-nccl': the probe's log-probs from engine 0 \(Engine"):
         testing.run(nccl_sync(tmp_path).sync(Trainer(), [Engine(offset=0.1)], 1))
+
+
+class ExportingTrainer(Trainer):
+    """Also exports two buckets of weights (for the loaded checksums' sample)."""
+
+    def export_weights(self, bucket_bytes):
+        import torch
+
+        yield [("a.weight", torch.arange(12.0).reshape(3, 4)), ("a.bias", torch.ones(3))]
+        yield [("b.weight", torch.full((2, 2), 0.5))]
+
+
+class ReportingEngine(Engine):
+    """An engine with plasmid's worker extension: it reports CRC32s of what it holds (``held``)."""
+
+    reads_weights_back = True
+
+    def __init__(self, held):
+        super().__init__()
+        self.held, self.asked = held, []
+
+    async def loaded_checksums(self, requests):
+        from plasmid_torch.sync_guard import loaded_checksum
+
+        self.asked.append(list(requests))
+        return {name: loaded_checksum(self.held[name][:rows] if rows else self.held[name]) for name, rows in requests}
+
+
+def trained():
+    return {name: tensor.clone() for bucket in ExportingTrainer().export_weights(0) for name, tensor in bucket}
+
+
+def test_an_nccl_sync_compares_the_checksums_each_engine_reports_of_one_tensor_per_bucket(tmp_path):
+    engine = ReportingEngine(trained())
+    sync = nccl_sync(tmp_path, verify_sync_every=0)
+    report = testing.run(sync.sync(ExportingTrainer(), [engine], 2))
+    assert report.metrics == {"sync/loaded_checksums": 2.0}
+    (first,), (second,) = engine.asked[0][:1], engine.asked[0][1:]
+    assert first[0] in ("a.weight", "a.bias") and second == ("b.weight", 2)
+
+
+def test_an_nccl_sync_fails_when_an_engine_holds_other_values_than_it_was_sent(tmp_path):
+    held = trained()
+    for tensor in held.values():
+        tensor.view(-1)[0] += 1
+    sync = nccl_sync(tmp_path)
+    with pytest.raises(SyncMismatch, match=r"weight sync 'vllm-nccl': tensor 'a\.(weight|bias)' loaded by engine 0 "
+                       r"\(ReportingEngine, rank 1\) has CRC32 [0-9a-f]{8} \(first \d+ rows as float32\), the "
+                       r"trainer's is [0-9a-f]{8}; the engine did not load what was sent \(--sync-checksums\)"):
+        testing.run(sync.sync(ExportingTrainer(), [ReportingEngine(held)], 1))
+
+
+def test_no_loaded_checksums_with_sync_checksums_off(tmp_path):
+    held = trained()
+    held["b.weight"] += 1
+    engine = ReportingEngine(held)
+    sync = nccl_sync(tmp_path, verify_sync_every=0, sync_checksums="off")
+    assert testing.run(sync.sync(ExportingTrainer(), [engine], 1)).metrics == {}
+    assert engine.asked == []

@@ -14,6 +14,10 @@ an SGLang router fronts them (:mod:`plasmid_sglang.router`).
   A request whose prompt and ``max_new_tokens`` exceed the model's context is refused by SGLang
   (HTTP 400, "Requested token count exceeds the model's maximum context length of N tokens ...");
   it is raised as :class:`~plasmid.errors.ContextLengthError`, naming both lengths, not retried.
+- ``generate_with_images``: the same request with the images as SGLang's ``image_data`` (data URLs)
+  and one image token per image in ``input_ids``; SGLang expands them, and a prompt it expanded to
+  another length than plasmid's is an error. A text-only model refuses images, naming the engine
+  (:class:`plasmid_serving.images.ServedImages`).
 - ``score``: the log-probs of given tokens (``max_new_tokens`` 0), rescaled exactly to the
   temperature asked for.
 - ``abort_all``: ``/abort_request`` with ``abort_all`` on every server, repeated until every
@@ -156,13 +160,19 @@ class SGLangEngine(HttpEngine):
         logprobs: list[float] = []
         status, version = Status.ABORTED, self._weight_version
         routed: list[list[list[int]]] | None = None
+        # with images: one image token per image in the ids sent; SGLang expands them (requests.generate_request)
+        sent = prompt_ids if ticket.images is None else self.images.server_prompt(prompt_ids, ticket.images)
         while not ticket.aborted:
             context = prompt_ids + tokens
-            body = generate_request(context, params, params.max_new_tokens - len(tokens), self.routing is not None)
+            body = generate_request(sent + tokens, params, params.max_new_tokens - len(tokens),
+                                    self.routing is not None, ticket.images)
             http_status, text = await request(self._generate_url(server), "/generate", body,
                                               timeout=self.request_timeout)
-            generated = parse_generate(self._generate_answer(server, http_status, text, len(context),
-                                                             params.max_new_tokens - len(tokens)))
+            answer = self._generate_answer(server, http_status, text, len(context), params.max_new_tokens - len(tokens))
+            if ticket.images is not None:
+                self.images.check_expansion(server.name, int(answer.get("meta_info", {}).get("prompt_tokens", -1)),
+                                            context)
+            generated = parse_generate(answer)
             if self.routing is not None:     # covers the whole context + answer: the last answer's is complete
                 routed = self.routing.decode(generated.routed_experts, len(context) + len(generated.token_ids) - 1)
             tokens += generated.token_ids
@@ -237,31 +247,54 @@ class SGLangEngine(HttpEngine):
         :raises plasmid_torch.sync_guard.ReadBackUnsupported: the served model class has no
             ``get_weights_by_name`` (:func:`plasmid_sglang.requests.readback_refused`); the sync
             guard then checks this engine with its probe."""
-        import numpy as np
-
         self._check_open("get_weights")
         server = self.pool.choose()
         result = {}
         for name in names:
             shape = self.table.shape_of(name)
-
-            async def call(server: Server, name: str = name, rows: int = max(shape[:1] or (1,))) -> Any:
-                status, text = await request(server.url, "/get_weights_by_name", weights_request(name, rows))
-                if readback_refused(status, text):
-                    from plasmid_torch.sync_guard import ReadBackUnsupported
-
-                    raise ReadBackUnsupported(f"{server.name}: /get_weights_by_name {name}: SGLang cannot read this "
-                                              f"model class's weights back ({READBACK_REFUSED!r}); the weight syncs "
-                                              f"check this engine with the scored probe instead")
-                if status != 200:
-                    raise self._failed(f"{server.name}: /get_weights_by_name {name} failed (HTTP {status}): "
-                                       f"{text.strip()}; SGLang implements it for some model classes only "
-                                       f"(e.g. LlamaForCausalLM; not Qwen2ForCausalLM in 0.5.23), see its log")
-                return json.loads(text)
-
-            values = await self._with_recovery(server, call)
-            result[name] = np.asarray(values, dtype=np.float32).reshape(shape)
+            result[name] = await self._read_rows(server, name, max(shape[:1] or (1,)))
         return result
+
+    async def loaded_checksums(self, requests: Sequence[tuple[str, int]]) -> dict[str, int]:
+        """``{name: CRC32}`` (:func:`plasmid_torch.sync_guard.loaded_checksum`) of the first ``rows``
+        rows (0: all) of each named tensor as every server in service holds it, read through
+        ``/get_weights_by_name`` and computed in this process; where the servers disagree, the
+        first that differs from the first server's is reported (so a mismatch is seen).
+
+        :raises plasmid_torch.sync_guard.ReadBackUnsupported: as :meth:`get_weights`."""
+        from plasmid_torch.sync_guard import loaded_checksum
+
+        self._check_open("loaded_checksums")
+        result: dict[str, int] = {}
+        for name, rows in requests:
+            shape = self.table.shape_of(name)
+            crcs = [loaded_checksum(await self._read_rows(server, name, rows or max(shape[:1] or (1,))))
+                    for server in self.usable_servers()]
+            result[name] = next((crc for crc in crcs if crc != crcs[0]), crcs[0])
+        return result
+
+    async def _read_rows(self, server: Server, name: str, rows: int) -> Any:
+        """The first ``rows`` rows of tensor ``name`` served by ``server`` (float32 numpy, shaped)."""
+        import numpy as np
+
+        shape = self.table.shape_of(name)
+
+        async def call(server: Server) -> Any:
+            status, text = await request(server.url, "/get_weights_by_name", weights_request(name, rows))
+            if readback_refused(status, text):
+                from plasmid_torch.sync_guard import ReadBackUnsupported
+
+                raise ReadBackUnsupported(f"{server.name}: /get_weights_by_name {name}: SGLang cannot read this "
+                                          f"model class's weights back ({READBACK_REFUSED!r}); the weight syncs "
+                                          f"check this engine with the scored probe instead")
+            if status != 200:
+                raise self._failed(f"{server.name}: /get_weights_by_name {name} failed (HTTP {status}): "
+                                   f"{text.strip()}; SGLang implements it for some model classes only "
+                                   f"(e.g. LlamaForCausalLM; not Qwen2ForCausalLM in 0.5.23), see its log")
+            return json.loads(text)
+
+        values = np.asarray(await self._with_recovery(server, call), dtype=np.float32)
+        return values.reshape((min(rows, shape[0]), *shape[1:]) if shape else shape)
 
     async def _weight_update(self, server: Server, path: str, body: dict[str, Any], weight_version: int,
                              session: bool = True) -> None:

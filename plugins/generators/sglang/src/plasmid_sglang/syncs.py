@@ -20,6 +20,18 @@ engine's process (module-level functions, plain-data arguments). Engines must be
   ``load_weights_from_disk`` each server loads it with ``/update_weights_from_disk``; restarted servers
   reload it by path.
 
+Checks of ``sglang-tensor`` and ``sglang-distributed`` (:mod:`plasmid_torch.sync_guard`): each phase runs
+under ``--sync-timeout``: the trainer packing or describing a bucket (``gather``), forming the group
+(``connect``), broadcasting (``send``), each engine's HTTP call that makes its servers load a bucket
+(``load``) and its cache flush (``resume``); past it, one :class:`~plasmid_torch.sync_guard.SyncTimeout`
+names the transport, phase, engine and rank. With ``--sync-checksums on``, after each bucket every
+engine reports CRC32s of a sample of the bucket as its servers hold it (read through
+``/get_weights_by_name``, :meth:`plasmid_sglang.engine.SGLangEngine.loaded_checksums`), compared with
+the trainer's (:meth:`~plasmid_torch.sync_guard.SyncGuard.check_loaded`; counted as
+``sync/loaded_checksums``); an engine whose model class cannot read back is not checked this way
+(the probe of ``--verify-sync-every`` covers it). ``sglang-disk`` has the same loaded checksums
+(:class:`plasmid_torch.disk_sync.DiskSync`).
+
 Every ``--verify-sync-every``-th sync of ``sglang-tensor`` and ``sglang-distributed`` ends with
 :meth:`plasmid_torch.sync_guard.SyncGuard.verify`: tensors read back through
 ``/get_weights_by_name`` where the served model class has it, else the scored probe (SGLang's
@@ -49,7 +61,7 @@ from plasmid.types import SyncReport
 from plasmid_sglang.options import SGLangOptions
 from plasmid_sglang.weights import choose_transport, flattened_bucket, serialize_counted
 from plasmid_torch.disk_sync import DiskSync
-from plasmid_torch.sync_guard import SyncGuard, SyncGuardOptions
+from plasmid_torch.sync_guard import SyncGuard, SyncGuardOptions, loaded_sample, loaded_seed
 from plasmid_torch.tensors import PROCESS_STATE, GroupCycle, group_backend, node_address, process_token, tensor_bytes
 
 
@@ -60,10 +72,6 @@ def _report(started: float, moved: int, buckets: int, weight_version: int, tenso
                       buckets=buckets, metrics={"sync/buckets": float(buckets), "sync/tensors": float(tensors),
                                                 **{f"sync/{key}": value for key, value in metrics.items()},
                                                 **(checked or {})})
-
-
-async def _flush(engines: Sequence[Any]) -> None:
-    await asyncio.gather(*(engine.flush_cache() for engine in engines))
 
 
 # ================================================================================================ sglang-tensor
@@ -87,20 +95,28 @@ class TensorSync:
         self.guard = SyncGuard(config, "sglang-tensor")
 
     async def sync(self, trainer: Any, engines: Sequence[Any], weight_version: int) -> SyncReport:
-        started, moved, buckets, tensors, handles = time.perf_counter(), 0, 0, 0, 0
-        await run_on(trainer, start_export, self.key, self.bucket_bytes)
+        started, moved, buckets, tensors, handles, loaded = time.perf_counter(), 0, 0, 0, 0, 0
+        guard = self.guard
+        await guard.phase(run_on(trainer, start_export, self.key, self.bucket_bytes), "gather", trainer, None, 0)
         try:
-            while (packed := await run_on(trainer, pack_next_bucket, self.key, self.transport)) is not None:
-                description, payload, transport, nbytes, carried = packed
-                await asyncio.gather(*(run_on(engine, load_packed_bucket, description, payload, weight_version,
-                                              transport == "pickle") for engine in engines))
+            while (packed := await guard.phase(
+                    run_on(trainer, pack_next_bucket, self.key, self.transport,
+                           loaded_seed(weight_version, buckets) if guard.checksums else None),
+                    "gather", trainer, None, self.bucket_bytes)) is not None:
+                description, payload, transport, nbytes, carried, sample = packed
+                await guard.each_engine("load", engines, lambda engine, _index, described=description, sent=payload,
+                                        pickled=transport == "pickle": run_on(
+                    engine, load_packed_bucket, described, sent, weight_version, pickled), nbytes)
+                loaded += await guard.check_loaded(engines, sample)
                 moved, buckets, tensors, handles = moved + nbytes, buckets + 1, tensors + len(description), \
                     handles + carried
         finally:
-            await run_on(trainer, end_export, self.key)
-        await _flush(engines)
-        checked = await self.guard.verify(trainer, engines, self.bucket_bytes)
-        return _report(started, moved, buckets, weight_version, tensors, handles=float(handles), checked=checked)
+            await guard.phase(run_on(trainer, end_export, self.key), "gather", trainer, None, 0)
+        await guard.resume(engines)
+        guard.moved(moved)
+        checked = await guard.verify(trainer, engines, self.bucket_bytes)
+        return _report(started, moved, buckets, weight_version, tensors, handles=float(handles),
+                       loaded_checksums=float(loaded), checked=checked)
 
 
 def start_export(trainer: Any, key: str, bucket_bytes: int) -> None:
@@ -124,12 +140,15 @@ def _description(bucket: list[tuple[str, Any]]) -> list[tuple[str, str, list[int
     return [(name, str(tensor.dtype).removeprefix("torch."), list(tensor.shape)) for name, tensor in bucket]
 
 
-async def pack_next_bucket(trainer: Any, key: str, transport: str) -> tuple[list, str, str, int, int] | None:
+async def pack_next_bucket(trainer: Any, key: str, transport: str,
+                           seed: int | None = None) -> tuple[list, str, str, int, int, list] | None:
     """(trainer) The next bucket as ``(description, payload, transport, bytes, tensors the payload
-    carries)``, or ``None`` at the end. The bucket's tensors are packed into one flat ``uint8``
-    buffer on their device, so the payload carries one tensor (one CUDA IPC handle)."""
+    carries, loaded sample)``, or ``None`` at the end. The bucket's tensors are packed into one flat
+    ``uint8`` buffer on their device, so the payload carries one tensor (one CUDA IPC handle). The
+    sample is :func:`~plasmid_torch.sync_guard.loaded_sample` of the bucket with ``seed`` (empty for
+    ``None``: checksums off)."""
 
-    def pack() -> tuple[list, str, str, int, int] | None:
+    def pack() -> tuple[list, str, str, int, int, list] | None:
         import torch
 
         bucket = _next_bucket(key)
@@ -141,7 +160,8 @@ async def pack_next_bucket(trainer: Any, key: str, transport: str) -> tuple[list
         PROCESS_STATE[key + "/held"] = flat  # CUDA IPC: the storage must outlive the engines' loads
         nbytes = sum(tensor_bytes(t) for _, t in tensors)
         payload, carried = serialize_counted(flat, chosen)
-        return _description(tensors), payload, chosen, nbytes, carried
+        sample = [] if seed is None else loaded_sample(tensors, seed)
+        return _description(tensors), payload, chosen, nbytes, carried, sample
 
     return await asyncio.to_thread(pack)
 
@@ -174,25 +194,40 @@ class DistributedSync:
         self.guard = SyncGuard(config, "sglang-distributed")
 
     async def sync(self, trainer: Any, engines: Sequence[Any], weight_version: int) -> SyncReport:
-        started, moved, buckets, tensors = time.perf_counter(), 0, 0, 0
-        members = list(await asyncio.gather(run_on(trainer, process_token),
-                                            *(run_on(engine, engine_member) for engine in engines)))
-        name = await self.group.ensure(members, lambda new: self._make_group(new, trainer, engines))
-        await run_on(trainer, start_export, self.key, self.bucket_bytes)
+        started, moved, buckets, tensors, loaded = time.perf_counter(), 0, 0, 0, 0
+        guard = self.guard
+        members = [await guard.phase(run_on(trainer, process_token), "connect", trainer, None, 0),
+                   *await guard.each_engine("connect", engines, lambda engine, _index: run_on(engine, engine_member),
+                                            0)]
+        name = await guard.phase(self.group.ensure(members, lambda new: self._make_group(new, trainer, engines)),
+                                 "connect", trainer, None, 0)
+        await guard.phase(run_on(trainer, start_export, self.key, self.bucket_bytes), "gather", trainer, None, 0)
         try:
-            while (described := await run_on(trainer, describe_next_bucket, self.key)) is not None:
-                description, load_format, nbytes = described
-                await asyncio.gather(*(run_on(engine, check_bucket, description) for engine in engines))
-                await asyncio.gather(
-                    run_on(trainer, broadcast_bucket, self.key, name),
-                    *(run_on(engine, receive_bucket, name, description, load_format, weight_version)
-                      for engine in engines))
+            while (described := await guard.phase(
+                    run_on(trainer, describe_next_bucket, self.key,
+                           loaded_seed(weight_version, buckets) if guard.checksums else None),
+                    "gather", trainer, None, self.bucket_bytes)) is not None:
+                description, load_format, nbytes, sample = described
+                await guard.each_engine("load", engines, lambda engine, _index, described=description: run_on(
+                    engine, check_bucket, described), 0)
+                sending = asyncio.ensure_future(guard.phase(run_on(trainer, broadcast_bucket, self.key, name),
+                                                            "send", trainer, None, nbytes))
+                try:
+                    await guard.each_engine("receive", engines, lambda engine, _index, described=description,
+                                            layout=load_format: run_on(
+                        engine, receive_bucket, name, described, layout, weight_version), nbytes)
+                    await sending
+                finally:
+                    sending.cancel()
+                loaded += await guard.check_loaded(engines, sample)
                 moved, buckets, tensors = moved + nbytes, buckets + 1, tensors + len(description)
         finally:
-            await run_on(trainer, end_export, self.key)
-        await _flush(engines)
-        checked = await self.guard.verify(trainer, engines, self.bucket_bytes)
-        return _report(started, moved, buckets, weight_version, tensors, checked=checked)
+            await guard.phase(run_on(trainer, end_export, self.key), "gather", trainer, None, 0)
+        await guard.resume(engines)
+        guard.moved(moved)
+        checked = await guard.verify(trainer, engines, self.bucket_bytes)
+        return _report(started, moved, buckets, weight_version, tensors, loaded_checksums=float(loaded),
+                       checked=checked)
 
     async def _make_group(self, name: str, trainer: Any, engines: Sequence[Any]) -> None:
         ranks = list(await asyncio.gather(*(run_on(engine, engine_rank_count) for engine in engines)))
@@ -248,11 +283,12 @@ async def join_as_receiver(engine: Any, host: str, port: int, rank_offset: int, 
     await engine.join_update_group(host, port, rank_offset, world, name, backend)
 
 
-async def describe_next_bucket(trainer: Any, key: str) -> tuple[list, str, int] | None:
-    """(trainer) Take the next bucket; ``(description, load format, bytes)``, or ``None`` at the end.
-    ``flattened_bucket`` when every tensor's byte offset in the concatenation suits its dtype."""
+async def describe_next_bucket(trainer: Any, key: str, seed: int | None = None) -> tuple[list, str, int, list] | None:
+    """(trainer) Take the next bucket; ``(description, load format, bytes, loaded sample)``, or ``None``
+    at the end. ``flattened_bucket`` when every tensor's byte offset in the concatenation suits its
+    dtype. The sample: as in :func:`pack_next_bucket`."""
 
-    def take() -> tuple[list, str, int] | None:
+    def take() -> tuple[list, str, int, list] | None:
         import torch
 
         bucket = _next_bucket(key)
@@ -265,7 +301,7 @@ async def describe_next_bucket(trainer: Any, key: str) -> tuple[list, str, int] 
             offset += tensor.numel() * tensor.element_size()
         load_format = "flattened_bucket" if aligned else "per_tensor"
         PROCESS_STATE[key + "/held"] = (tensors, load_format)
-        return _description(tensors), load_format, offset
+        return _description(tensors), load_format, offset, [] if seed is None else loaded_sample(tensors, seed)
 
     return await asyncio.to_thread(take)
 

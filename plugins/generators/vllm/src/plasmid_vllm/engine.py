@@ -16,6 +16,10 @@ extension; requests go to the least loaded), and waits until they are healthy.
   at the request's temperature (exactly plasmid's definition when
   ``top_k <= 0`` and ``top_p >= 1``; with those filters on, vLLM reports the filtered
   distribution); greedy requests report log-probs at temperature 1.
+- ``generate_with_images``: a prompt with images (a vision-language ``--model``) goes to vLLM's
+  token-in, token-out ``/inference/v1/generate`` with the images as ``content_parts``, streamed the
+  same way; the prompt ids vLLM expands must be plasmid's (:mod:`plasmid_vllm.images`). A text-only
+  model refuses images, naming the engine (:class:`plasmid_serving.images.ServedImages`).
 - ``score``: ``prompt_logprobs`` of the given tokens (one generated token, ignored); vLLM computes
   them at temperature 1, so away from it every token's log-prob is asked for
   (``prompt_logprobs: -1``, with plasmid's ``--vllm-max-logprobs -1``) and rescaled exactly.
@@ -44,6 +48,8 @@ extension; requests go to the least loaded), and waits until they are healthy.
   with another ``--vllm-worker-extension-cls`` makes ``reads_weights_back`` false, and the weight
   syncs' ``--verify-sync-every`` checks the engine with the scored probe instead
   (:mod:`plasmid_torch.sync_guard`).
+- ``loaded_checksums``: ``/collective_rpc`` to ``plasmid_checksums``, CRC32s of the first rows of
+  served tensors computed in the worker: the weight syncs' loaded checksums (``--sync-checksums``).
 - health: the monitor thread of :mod:`plasmid_serving.health` polls ``/health`` of launched servers
   and restarts a dead one, which gets the current weights back (the last directory loaded, the
   tensor buckets loaded since and the adapter served) and the current version, before it serves again.
@@ -73,6 +79,7 @@ from plasmid_serving.logprobs import logprob_at_temperature
 from plasmid_serving.names import EngineNames
 from plasmid_serving.pool import Server
 from plasmid_serving.server_process import detect_device
+from plasmid_vllm.images import GENERATE_PATH, GenerateStream, generate_body
 from plasmid_vllm.options import VLLMOptions
 from plasmid_vllm.server import ServerProcess, given_native, has_weight_readback, server_argv, server_values
 
@@ -167,10 +174,14 @@ class VLLMEngine(HttpEngine):
 
     async def _generate_on(self, server: Server, ticket: Ticket, prompt_ids: list[int],
                            params: SamplingParams) -> GenerationOutput:
-        body = completion_body(self.served_model, prompt_ids, params)
         tokens: list[int] = []
         logprobs: list[float] = []
-        finish = await self._stream(server, ticket, body, tokens, logprobs)
+        if ticket.images is None:
+            finish = await self._stream(server, ticket, completion_body(self.served_model, prompt_ids, params),
+                                        tokens, logprobs)
+        else:
+            finish = await self._stream_with_images(server, ticket, prompt_ids, ticket.images, params, tokens,
+                                                    logprobs)
         if ticket.aborted or finish == "abort":
             status = Status.ABORTED
         elif finish == "stop" or (tokens and tokens[-1] in params.stop_token_ids):
@@ -179,16 +190,46 @@ class VLLMEngine(HttpEngine):
             status = Status.TRUNCATED
         return GenerationOutput(tokens, logprobs, status, self._weight_version)
 
+    async def _stream_with_images(self, server: Server, ticket: Ticket, prompt_ids: list[int], images: list[str],
+                                  params: SamplingParams, tokens: list[int], logprobs: list[float]) -> str | None:
+        """:meth:`_stream` of ``/inference/v1/generate`` with ``images``; the prompt ids vLLM expanded are
+        checked against ``prompt_ids``."""
+        body = generate_body(self.served_model, self.images.server_prompt(prompt_ids, images), images, params)
+        stream = GenerateStream()
+
+        async def read(session: Any, server: Server, body: dict[str, Any], tokens: list[int],
+                       logprobs: list[float]) -> str | None:
+            async with session.post(server.url + GENERATE_PATH, json=body) as response:
+                if response.status != 200:
+                    text = await response.text()
+                    raise self.names.error(f"vllm generate: {server.name} answered HTTP {response.status} to a "
+                                           f"prompt with images: {text[:500]}")
+                checked = False
+                async for raw in response.content:
+                    try:
+                        more = stream.read_line(raw.decode(), tokens, logprobs)
+                    except ValueError as error:
+                        raise self.names.error(f"vllm generate: {server.name}: {error}") from None
+                    if not checked and stream.prompt_ids is not None:   # before any token is used
+                        self.images.check_expansion(server.name, stream.prompt_ids, prompt_ids)
+                        checked = True
+                    if not more:
+                        break
+            return stream.finish
+
+        return await self._stream(server, ticket, body, tokens, logprobs, read=read)
+
     async def _stream(self, server: Server, ticket: Ticket, body: dict[str, Any], tokens: list[int],
-                      logprobs: list[float]) -> str | None:
+                      logprobs: list[float], read: Any = None) -> str | None:
         """Run one streamed completion, appending to ``tokens`` and ``logprobs``; its finish
-        reason (``"abort"`` when ``ticket.cancel`` closed it)."""
+        reason (``"abort"`` when ``ticket.cancel`` closed it). ``read`` reads the answer (default
+        :meth:`_read`, of ``/v1/completions``)."""
         import aiohttp
 
         try:
             timeout = aiohttp.ClientTimeout(total=self.request_timeout)
             async with aiohttp.ClientSession(timeout=timeout) as session:
-                reader = asyncio.ensure_future(self._read(session, server, body, tokens, logprobs))
+                reader = asyncio.ensure_future((read or self._read)(session, server, body, tokens, logprobs))
                 cancel = asyncio.ensure_future(ticket.cancel.wait())
                 try:
                     await asyncio.wait({reader, cancel}, return_when=asyncio.FIRST_COMPLETED)
@@ -323,6 +364,28 @@ class VLLMEngine(HttpEngine):
         text = await self._rpc(self.pool.choose(), "plasmid_get_weights", json.dumps(list(names)))
         tensors = decode_tensors(text)
         return {name: tensors[name].numpy() for name in names}
+
+    async def loaded_checksums(self, requests: Sequence[tuple[str, int]]) -> dict[str, int]:
+        """``{name: CRC32}`` of the first ``rows`` rows (0: all) of each named tensor as every server
+        in service holds it, computed in its worker
+        (:meth:`plasmid_vllm.worker.PlasmidWorkerExtension.plasmid_checksums`); where the servers
+        disagree, the first that differs from the first server's is reported.
+
+        :raises plasmid_torch.sync_guard.ReadBackUnsupported: the servers run without plasmid's worker
+            extension (``reads_weights_back`` false)."""
+        if not self.reads_weights_back:
+            from plasmid_torch.sync_guard import ReadBackUnsupported
+
+            raise ReadBackUnsupported("engine 'vllm': the servers run another --vllm-worker-extension-cls, so they "
+                                      "cannot compute checksums of their weights")
+        self._check_open("loaded_checksums")
+        for name, _rows in requests:
+            self._check_shape(name, None)
+        argument = json.dumps([[name, rows] for name, rows in requests])
+        answers = [json.loads(await self._rpc(server, "plasmid_checksums", argument))
+                   for server in self.usable_servers()]
+        return {name: next((a[name] for a in answers if a[name] != answers[0][name]), answers[0][name])
+                for name, _ in requests}
 
     def _replay(self, server: Server, call: BlockingCall, version: int) -> None:
         journal = self.journal.snapshot()

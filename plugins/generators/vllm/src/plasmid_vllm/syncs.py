@@ -16,6 +16,13 @@ How it runs:
   ``--update-weight-buffer-size`` bytes), then ``/finish_weight_update`` with the version; the
   engines reset their prefix caches and record the version.
 
+Checks (:mod:`plasmid_torch.sync_guard`): asking the engines for their servers is the ``connect``
+phase, the trainer's whole broadcast (``/start_weight_update`` to ``/finish_weight_update``) the
+``send`` phase, the engines' cache reset ``resume``, each under ``--sync-timeout`` with one error naming
+the transport, phase, engine or trainer and rank. With ``--sync-checksums on`` every engine then
+reports CRC32s of a sample of every bucket as its workers hold it (plasmid's worker extension,
+:meth:`plasmid_vllm.engine.VLLMEngine.loaded_checksums`), compared with the trainer's (``sync/loaded_checksums``).
+
 Every ``--verify-sync-every``-th sync ends with :meth:`plasmid_torch.sync_guard.SyncGuard.verify`:
 tensors read back through plasmid's worker extension, or, for servers launched without it, the
 scored probe; its metrics are the report's.
@@ -26,7 +33,6 @@ the health monitor cannot be given weights that came this way (the engine says s
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import Sequence
@@ -41,7 +47,7 @@ from plasmid.remote import run_on
 from plasmid.types import SyncReport
 from plasmid_serving.server_process import free_port
 from plasmid_torch.disk_sync import DiskSync
-from plasmid_torch.sync_guard import SyncGuard, SyncGuardOptions
+from plasmid_torch.sync_guard import SyncGuard, SyncGuardOptions, export_loaded_sample, reports_loaded
 from plasmid_torch.tensors import PROCESS_STATE, node_address, tensor_bytes
 from plasmid_vllm.options import VLLMOptions
 
@@ -65,13 +71,23 @@ class NCCLSync:
         self.guard = SyncGuard(config, "vllm-nccl")
 
     async def sync(self, trainer: Any, engines: Sequence[Any], weight_version: int) -> SyncReport:
-        started = time.perf_counter()
-        urls = [url for engine in engines for url in await run_on(engine, server_urls)]
-        moved, buckets = await run_on(trainer, send_over_nccl, self.key, urls, self.bucket_bytes, self.timeout,
-                                      weight_version)
-        await asyncio.gather(*(run_on(engine, note_external_update, weight_version, "vllm-nccl")
-                               for engine in engines))
-        checked = await self.guard.verify(trainer, engines, self.bucket_bytes)
+        started, guard = time.perf_counter(), self.guard
+        urls = [url for per_engine in await guard.each_engine("connect", engines, lambda engine, _index: run_on(
+            engine, server_urls), 0) for url in per_engine]
+        moved, buckets = await guard.phase(run_on(trainer, send_over_nccl, self.key, urls, self.bucket_bytes,
+                                                  self.timeout, weight_version), "send", trainer)
+        guard.moved(moved)
+        await guard.each_engine("resume", engines, lambda engine, _index: run_on(
+            engine, note_external_update, weight_version, "vllm-nccl"), 0)
+        loaded = 0
+        if guard.checksums and any(await guard.each_engine("load", engines, lambda engine, _index: run_on(
+                engine, reports_loaded), 0)):
+            sample = await guard.phase(run_on(trainer, export_loaded_sample, self.bucket_bytes, weight_version),
+                                       "gather", trainer)
+            loaded = await guard.check_loaded(engines, sample)
+        checked = await guard.verify(trainer, engines, self.bucket_bytes)
+        if loaded:
+            checked["sync/loaded_checksums"] = float(loaded)
         return SyncReport(bytes=moved, seconds=time.perf_counter() - started, weight_version=weight_version,
                           buckets=buckets, metrics=checked)
 

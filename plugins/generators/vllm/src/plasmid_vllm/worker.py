@@ -9,6 +9,8 @@ so that the engine reaches it through the server's ``/collective_rpc`` (developm
 - :meth:`plasmid_get_weights`: the served values of Hugging Face names, cut back out of the fused
   parameters (by the layer's ``output_sizes``), for verifying a sync bit for bit (on CPU: see
   :class:`PlasmidWorkerExtension` for why the loaded mirror answers).
+- :meth:`plasmid_checksums`: CRC32s of the first rows of served tensors, computed in the worker
+  (the weight syncs' loaded checksums).
 
 This module imports torch and vLLM; plasmid's own process never imports it.
 """
@@ -98,7 +100,22 @@ class PlasmidWorkerExtension:
     def plasmid_get_weights(self, names_json: str) -> str:
         """The served values of the Hugging Face names in ``names_json`` (a JSON list), as
         :func:`encode_tensors` text; an unknown name raises ``KeyError`` naming it."""
-        names = json.loads(names_json)
+        return encode_tensors(self._plasmid_served(json.loads(names_json)))
+
+    def plasmid_checksums(self, requests_json: str) -> str:
+        """``{name: CRC32}`` as JSON text for the ``[[name, rows], ...]`` of ``requests_json``: the
+        :func:`plasmid_torch.sync_guard.loaded_checksum` of the first ``rows`` rows (0: all) of each
+        served tensor, computed here in the worker, so only the numbers leave it (the weight syncs'
+        loaded checksums, ``--sync-checksums``)."""
+        from plasmid_torch.sync_guard import loaded_checksum
+
+        requests = [(str(name), int(rows)) for name, rows in json.loads(requests_json)]
+        served = self._plasmid_served([name for name, _ in requests])
+        return json.dumps({name: loaded_checksum(served[name][:rows] if rows else served[name])
+                           for name, rows in requests})
+
+    def _plasmid_served(self, names: list[str]) -> dict[str, Any]:
+        """``{name: served tensor}`` of Hugging Face names (see the class docstring)."""
         if self._plasmid_on_cpu():
             mirror = self._plasmid_mirror()
             out = {}
@@ -107,12 +124,12 @@ class PlasmidWorkerExtension:
                 if key not in mirror:
                     raise KeyError(f"{name} is not a weight of the served model")
                 out[name] = mirror[key]
-            return encode_tensors(out)
+            return out
         model = self._plasmid_model()
         params = dict(model.named_parameters())
         modules = dict(model.named_modules())
         packed: dict[str, list[str]] = dict(getattr(model, "packed_modules_mapping", {}) or {})
-        return encode_tensors({name: _served(name, params, modules, packed) for name in names})
+        return {name: _served(name, params, modules, packed) for name in names}
 
 
 def _plain_cpu_linears(model: Any, mirror: dict[str, Any]) -> None:

@@ -15,7 +15,7 @@ from plasmid.options import Options
 from plasmid.protocols import RolloutEngine, SupportsSharedWeights, SupportsWeightSharing, Trainer
 from plasmid.types import SyncReport
 from plasmid_sync.options import SyncOptions
-from plasmid_torch.sync_guard import SyncGuard, SyncGuardOptions
+from plasmid_torch.sync_guard import SyncGuard, SyncGuardOptions, loaded_sample, loaded_seed, reports_loaded
 from plasmid_torch.tensors import tensor_bytes
 
 
@@ -25,6 +25,10 @@ class InProcessSync:
     For each bucket of ``trainer.export_weights(--update-weight-buffer-size)`` it awaits
     ``update_weights`` on every engine concurrently, then flushes every engine's cache. Buckets are
     made one at a time, so the extra memory is about one bucket, not a copy of the model.
+
+    An engine that loads through a server of its own and can report what it holds (``loaded_checksums``:
+    SGLang, vLLM) is asked after each bucket for CRC32s of a sample of it, compared with the trainer's
+    (``--sync-checksums``, :meth:`~plasmid_torch.sync_guard.SyncGuard.check_loaded`).
 
     Every bucket is sent with the new ``weight_version`` (engines set it on each update), so
     a response that finishes while the buckets are still arriving reports the new version:
@@ -79,15 +83,21 @@ class InProcessSync:
             metrics = await self.guard.verify(trainer, engines, self.bucket_bytes)
             return SyncReport(bytes=0, seconds=time.perf_counter() - started, weight_version=weight_version,
                               metrics={"sync/shared_bytes": float(self.shared_bytes), **metrics})
-        moved, buckets = 0, 0
+        moved, buckets, loaded = 0, 0, 0
+        reporting = self.guard.checksums and any(reports_loaded(engine) for engine in engines)
         for bucket in trainer.export_weights(self.bucket_bytes):
             size = sum(tensor_bytes(tensor) for _, tensor in bucket)
             await self.guard.each_engine(
                 "load", engines, lambda engine, _i, bucket=bucket: engine.update_weights(bucket, weight_version), size)
+            if reporting:
+                loaded += await self.guard.check_loaded(engines, loaded_sample(bucket, loaded_seed(weight_version,
+                                                                                                   buckets)))
             moved += size
             buckets += 1
         await self.guard.resume(engines)
         self.guard.moved(moved)
         metrics = await self.guard.verify(trainer, engines, self.bucket_bytes)
+        if loaded:
+            metrics["sync/loaded_checksums"] = float(loaded)
         return SyncReport(bytes=moved, seconds=time.perf_counter() - started, weight_version=weight_version,
                           buckets=buckets, metrics=metrics)
