@@ -1,7 +1,8 @@
-"""Deadlines and checksums of the cross-process syncs (``objectstore``, ``broadcast``) without Ray:
-the trainer and engines are proxies (``plasmid_call``) that run each call in this process, and
-one of them stops answering, as a hung actor does. Their full contract runs in plasmid-ray's tests;
-the in-process syncs get theirs from the weight-sync contract (``test_a_stuck_engine_...``)."""
+"""Checksums and the default deadline of the cross-process syncs (``objectstore``, ``broadcast``)
+without Ray. Their deadlines are tested in plasmid-ray's tests with real stuck actors: an engine
+actor whose loads wait on an event in its process (the weight-sync contract's stuck engine) and
+actors whose process is frozen (``TestStoppedProcesses``); the in-process syncs get theirs from
+the weight-sync contract (``test_a_stuck_engine_...``)."""
 
 from __future__ import annotations
 
@@ -26,60 +27,13 @@ from plasmid_torch.sync_guard import (
 
 
 class Provider:
-    """A trainer or engine object; ``loaded`` keeps what ``update_weights`` got."""
+    """An engine object; ``loaded`` keeps what ``update_weights`` got."""
 
     def __init__(self) -> None:
         self.loaded = []
 
     async def update_weights(self, bucket, weight_version):
         self.loaded.append((list(bucket), weight_version))
-
-    async def flush_cache(self):
-        return None
-
-    def export_weights(self, bucket_bytes):
-        yield [("w", torch.ones(4))]
-
-
-class Proxy:
-    """Runs calls in this process, like a runtime's proxy does in the actor's; ``hang_on`` names
-    functions whose call never returns (the process stopped answering)."""
-
-    def __init__(self, target, hang_on=()):
-        self.target, self.hang_on = target, set(hang_on)
-
-    async def plasmid_call(self, fn, *args):
-        if fn.__name__ in self.hang_on or "*" in self.hang_on:
-            await asyncio.Event().wait()
-        result = fn(self.target, *args)
-        return await result if asyncio.iscoroutine(result) else result
-
-    async def flush_cache(self):
-        return None
-
-
-def run_stuck(provider, trainer, engines, timeout=0.5):
-    config = testing.make_config(plasmid_sync.plugin, sync_timeout=timeout)
-    sync = testing.build("weight_sync", provider, plasmid_sync.plugin, config=config)
-    began = time.perf_counter()
-    with pytest.raises(SyncTimeout) as raised:
-        testing.run(sync.sync(trainer, engines, 1))
-    return str(raised.value), time.perf_counter() - began
-
-
-def test_objectstore_names_the_trainer_when_it_stops_putting_buckets():
-    message, waited = run_stuck("objectstore", Proxy(Provider(), hang_on={"put_next_bucket"}),
-                                [Proxy(Provider())])
-    assert message.startswith("weight sync 'objectstore': phase 'gather' of the trainer (Proxy, rank 0) did not "
-                              "finish within 0.5 s"), message
-    assert waited < 5
-
-
-def test_broadcast_names_the_engine_that_never_joins():
-    message, waited = run_stuck("broadcast", Proxy(Provider()), [Proxy(Provider()), Proxy(Provider(), hang_on="*")])
-    assert message.startswith("weight sync 'broadcast': phase 'connect' of engine 1 (Proxy, rank 2) did not finish "
-                              "within 0.5 s"), message
-    assert waited < 5
 
 
 def test_objectstore_engine_refuses_a_bucket_that_changed_on_its_way():
@@ -114,3 +68,41 @@ def test_the_default_deadline_grows_with_the_bytes_moved(tmp_path):
     assert SyncGuard(testing.make_config(plasmid_sync.plugin, sync_timeout=2.5), "disk").deadline(10**12) == 2.5
     (tmp_path / "model.safetensors").write_bytes(b"x" * 1000)
     assert model_bytes_estimate(tmp_path) == 2000 and model_bytes_estimate(tmp_path / "absent") == 0
+
+
+def test_a_phase_past_its_deadline_names_every_engine_not_finished_and_none_that_did():
+    guard = SyncGuard(testing.make_config(plasmid_sync.plugin, sync_timeout=0.2), "broadcast")
+    engines = [Provider(), Provider(), Provider()]
+
+    async def call(engine, index):
+        if index:  # engines 1 and 2 never finish, as members of a collective stalled by one of them
+            await asyncio.Event().wait()
+        return index
+
+    began = time.perf_counter()
+    with pytest.raises(SyncTimeout) as raised:
+        testing.run(guard.each_engine("receive", engines, call))
+    assert str(raised.value).startswith("weight sync 'broadcast': phase 'receive' of engine 1 (Provider, rank 2) and "
+                                        "engine 2 (Provider, rank 3) did not finish within 0.2 s"), raised.value
+    assert time.perf_counter() - began < 5
+    assert testing.run(guard.each_engine("receive", engines, lambda _engine, index: asyncio.sleep(0, index))) == [
+        0, 1, 2]
+
+
+def test_a_failing_engine_is_raised_at_once_and_the_others_cancelled():
+    guard = SyncGuard(testing.make_config(plasmid_sync.plugin, sync_timeout=30), "objectstore")
+    cancelled = []
+
+    async def call(engine, index):
+        if index == 0:
+            raise SyncMismatch("engine 0 refused the bucket")
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append(index)
+            raise
+
+    began = time.perf_counter()
+    with pytest.raises(SyncMismatch, match="engine 0 refused"):
+        testing.run(guard.each_engine("load", [Provider(), Provider()], call))
+    assert time.perf_counter() - began < 5 and cancelled == [1]

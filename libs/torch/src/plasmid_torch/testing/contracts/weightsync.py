@@ -28,10 +28,10 @@ engines'):
 
 And that a sync can neither hang nor lie (:mod:`plasmid_torch.sync_guard`):
 
-- a stuck engine (its load never returns; for a proxy of a remote engine, its process stops
-  answering) makes ``sync`` raise :class:`~plasmid_torch.sync_guard.SyncTimeout` within
-  ``--sync-timeout`` (:attr:`WeightSyncContract.stuck_timeout`), naming the transport, the engine
-  and its rank;
+- a stuck engine (its load never returns: :meth:`WeightSyncContract.hold_engine`, which a
+  subclass whose engines live in other processes overrides to block the load there for real)
+  makes ``sync`` raise :class:`~plasmid_torch.sync_guard.SyncTimeout` within ``--sync-timeout``
+  (:attr:`WeightSyncContract.stuck_timeout`), naming the transport, the engine and its rank;
 - an engine that loads something else than it was sent (a value changed in every tensor) is caught
   by ``--verify-sync-every 1``: :class:`~plasmid_torch.sync_guard.SyncMismatch` naming a tensor and
   the transport (engines in this process only: the fault is injected here);
@@ -51,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,9 @@ class WeightSyncContract:
     shares: bool = False
     #: ``--sync-timeout`` of the stuck-engine test: small, as the test waits that long
     stuck_timeout: float = 1.0
+    #: further options of the stuck-engine test (a transport's own timeouts, so that the members
+    #: left waiting on the stuck engine give up soon after the test)
+    stuck_options: dict[str, Any] = {}
 
     def make_trainer(self, config: Config) -> Trainer:
         """A :class:`plasmid.protocols.Trainer` on ``--model``."""
@@ -148,6 +152,23 @@ class WeightSyncContract:
         built = self.build_setup(model_dir, tmp_path)
         yield built
         self.close(built)
+
+    def hold_engine(self, setup: SyncSetup, index: int) -> Callable[[], None]:
+        """Make engine ``index`` of ``setup`` stuck in every weight load (the load starts and never
+        returns) until the returned function is called. The default puts a :class:`StuckEngine`
+        in its place, which only works for an engine of this process: a subclass whose engines
+        are proxies of other processes must block the load in the engine's own process (the Ray
+        runtime's tests hold it on an event inside the actor); the test is skipped otherwise."""
+        engine = setup.engines[index]
+        if is_remote(engine):
+            pytest.skip(f"engine {index} is a proxy of another process: override hold_engine to block its loads "
+                        f"there (a real stuck engine, not a stand-in)")
+        setup.engines[index] = StuckEngine(engine)
+
+        def release() -> None:
+            setup.engines[index] = engine
+
+        return release
 
     async def sync_with_corrupted_bucket(self, setup: SyncSetup, weight_version: int) -> Any:
         """Sync ``weight_version`` into ``setup.engines`` with one tensor's bytes changed on the
@@ -241,17 +262,20 @@ class WeightSyncContract:
     # --------------------------------------------------------------------------------------------- hang or lie
 
     def test_a_stuck_engine_fails_within_the_deadline(self, model_dir: Path, tmp_path: Path) -> None:
-        setup = self.build_setup(model_dir, tmp_path, sync_timeout=self.stuck_timeout)
+        setup = self.build_setup(model_dir, tmp_path, sync_timeout=self.stuck_timeout, **self.stuck_options)
         stuck = len(setup.engines) - 1
-        healthy = setup.engines[stuck]
-        setup.engines[stuck] = (StuckRemoteEngine if is_remote(healthy) else StuckEngine)(healthy)
+        try:
+            release = self.hold_engine(setup, stuck)
+        except BaseException:
+            self.close(setup)
+            raise
         try:
             began = time.perf_counter()
             with pytest.raises(SyncTimeout) as raised:
                 testing.run(self.train_then_sync(setup, 1))
             waited = time.perf_counter() - began
         finally:
-            setup.engines[stuck] = healthy
+            release()
             self.close(setup)
         message = str(raised.value)
         assert f"weight sync '{self.provider}'" in message and f"engine {stuck} (" in message, message
@@ -337,14 +361,6 @@ class StuckEngine:
         return 0
 
     async def load_weights_from_disk(self, directory: str, weight_version: int) -> None:
-        await _forever()
-
-
-class StuckRemoteEngine(StuckEngine):
-    """A proxy of an engine in another process that stopped answering: every call run there
-    (``plasmid_call``) never returns."""
-
-    async def plasmid_call(self, fn: Any, *args: Any) -> Any:
         await _forever()
 
 
