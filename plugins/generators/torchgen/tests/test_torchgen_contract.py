@@ -1,4 +1,4 @@
-"""torchgen meets the rollout-engine contract of the kernel (plasmid.testing.GeneratorContract)."""
+"""torchgen meets the rollout-engine contract of the kernel (plasmid.testing.GeneratorContract), images included."""
 
 import plasmid_torchgen.plugin
 import torch
@@ -11,3 +11,4 @@ torch.set_num_threads(1)
 class TestTorchgenEngineContract(GeneratorContract):
     plugin = plasmid_torchgen.plugin
     provider = "torchgen"
+    multimodal = True

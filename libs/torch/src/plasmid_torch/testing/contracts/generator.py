@@ -18,6 +18,15 @@ sampling limits with aligned log-probs, stop tokens, seeds, ``response_logprobs`
 and with a plain forward pass of the same weights, weight updates served and read back bit for
 bit, ``abort_all``, and (an engine that has the optional ``generate_many``) many requests in one
 call answered as the same requests one by one. Imports torch and transformers (a reference model runs in-process).
+
+Images (opt-in): an engine that takes prompts with images claims it with ``multimodal = True``. It must
+then serve a vision-language model (here the tiny Qwen2-VL of :func:`plasmid_torch.tiny_vision.build_tiny_vlm`)
+with what the ``vision`` generate function calls: ``images`` (a sample -> its
+:class:`plasmid_torch.vision.VisionInputs`, rebuilt from ``metadata[VISION_KEY]``) and ``async
+generate_with_images(prompt_ids, images, params) -> GenerationOutput``. Checked: a response within the
+limits with one log-prob per token, equal to a float32 forward pass with the same images (within
+``logprob_atol``), reproducible by seed; and another image changes the output distribution (the
+log-probs are not those of the other image's forward pass, and greedy answers or their log-probs differ).
 """
 
 from __future__ import annotations
@@ -38,7 +47,9 @@ from plasmid.testing import build, make_config, run
 from plasmid.types import GenerationOutput, SamplingParams, Status
 from plasmid_torch.hf import load_causal_lm
 from plasmid_torch.ops import logprobs_from_logits
-from plasmid_torch.tiny import BOS_ID, build_tiny_model
+from plasmid_torch.testing.images import BLUE, RED, image_samples
+from plasmid_torch.tiny import BOS_ID, EOS_ID, build_tiny_model
+from plasmid_torch.vision import VisionInputs, forward_inputs
 
 #: Prompts of different lengths (token ids of the tiny model's alphabet after ``<bos>``).
 PROMPTS = [[BOS_ID, 4, 5, 14, 6, 15], [BOS_ID, 7], [BOS_ID, 3, 3, 3, 3, 3, 3, 3, 3, 3, 9], [BOS_ID, 12, 8, 15]]
@@ -57,6 +68,8 @@ class GeneratorContract:
     logprob_atol: float = 1e-5
     #: ``max_new_tokens`` of the generation that ``abort_all`` interrupts (must outlast 0.3 s).
     long_generation_tokens: int = 3000
+    #: whether the engine takes prompts with images (module docs); the image checks skip otherwise
+    multimodal: bool = False
 
     # ------------------------------------------------------------------------------------------
     # Fixtures (override engine_factory to build the engine another way)
@@ -293,3 +306,74 @@ class GeneratorContract:
 
         before, after = run(scenario())
         assert after.token_ids == before.token_ids
+
+    # ------------------------------------------------------------------------------------------
+    # Images (opt-in: multimodal = True)
+    # ------------------------------------------------------------------------------------------
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def vlm_dir(cls, tmp_path_factory: pytest.TempPathFactory) -> Path:
+        """The tiny Qwen2-VL (32x32 images are 4 image tokens); skips the test unless :attr:`multimodal`."""
+        if not cls.multimodal:
+            pytest.skip("set multimodal = True to claim prompts with images")
+        from plasmid_torch.tiny_vision import build_tiny_vlm
+
+        return build_tiny_vlm(tmp_path_factory.mktemp("generator-contract") / "vlm", seed=0)
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def vlm_reference(cls, vlm_dir: Path) -> Any:
+        """The tiny VLM's weights in plain transformers (float32, CPU)."""
+        return load_causal_lm(str(vlm_dir))
+
+    @pytest.fixture
+    def vlm_engine(self, vlm_dir: Path, engine_factory: Callable[..., RolloutEngine]) -> RolloutEngine:
+        """An engine serving the tiny VLM (``vlm_dir`` first: an engine that does not claim images is not built)."""
+        engine = engine_factory(vlm_dir)
+        assert callable(getattr(engine, "generate_with_images", None)) and getattr(engine, "images", None), \
+            f"{self.provider} claims images but has no generate_with_images and images (module docs)"
+        return engine
+
+    @staticmethod
+    def reference_image_logprobs(model: Any, images: VisionInputs, token_ids: list[int], prompt_length: int,
+                                 temperature: float) -> list[float]:
+        """The log-probs of ``token_ids[prompt_length:]`` in one forward pass of ``model`` with ``images``."""
+        with torch.inference_mode():
+            input_ids = torch.tensor([token_ids])
+            logits = model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
+                           **forward_inputs(model, input_ids, [images])).logits[0, prompt_length - 1:-1]
+            logprobs: list[float] = logprobs_from_logits(logits, input_ids[0, prompt_length:], temperature).tolist()
+            return logprobs
+
+    def generate_with_images(self, engine: Any, sample: Any, params: SamplingParams) -> GenerationOutput:
+        output: GenerationOutput = run(engine.generate_with_images(list(sample.tokens), engine.images(sample),
+                                                                   params))
+        return output
+
+    def test_a_prompt_with_images_is_answered_with_the_logprobs_of_a_forward_pass_with_them(
+            self, vlm_dir: Path, vlm_engine: Any, vlm_reference: Any) -> None:
+        (sample,) = image_samples(vlm_dir, [RED])
+        params = SamplingParams(temperature=1.0, max_new_tokens=6, seed=1, stop_token_ids=(EOS_ID,))
+        output = self.generate_with_images(vlm_engine, sample, params)
+        self.check_output(output, params, vlm_reference.config.get_text_config().vocab_size)
+        assert output.weight_version == 0
+        expected = self.reference_image_logprobs(vlm_reference, vlm_engine.images(sample),
+                                                 sample.tokens + output.token_ids, len(sample.tokens), 1.0)
+        np.testing.assert_allclose(output.logprobs, expected, rtol=0, atol=self.logprob_atol)
+        assert self.generate_with_images(vlm_engine, sample, params).token_ids == output.token_ids, \
+            "the same seed gives the same response"
+
+    def test_another_image_changes_the_output_distribution(self, vlm_dir: Path, vlm_engine: Any,
+                                                           vlm_reference: Any) -> None:
+        red, blue = image_samples(vlm_dir, [RED, BLUE])
+        assert red.tokens == blue.tokens, "the two prompts differ only in their image"
+        greedy = SamplingParams(temperature=0.0, max_new_tokens=6)
+        on_red, on_blue = (self.generate_with_images(vlm_engine, sample, greedy) for sample in (red, blue))
+        assert on_red.token_ids != on_blue.token_ids or not np.allclose(on_red.logprobs, on_blue.logprobs,
+                                                                        rtol=0, atol=1e-3), \
+            "a red and a blue image give the same answer with the same log-probs: are the images used?"
+        under_blue = self.reference_image_logprobs(vlm_reference, vlm_engine.images(blue),
+                                                   red.tokens + on_red.token_ids, len(red.tokens), 1.0)
+        assert not np.allclose(on_red.logprobs, under_blue, rtol=0, atol=1e-3), \
+            "the answer to the red image has the log-probs it would have with the blue one"
