@@ -85,6 +85,29 @@ def test_a_server_is_healthy_then_stop_ends_its_whole_process_group(tmp_path):
 
 
 @pytest.mark.timeout(60)
+def test_a_frozen_server_answers_nothing_until_it_is_thawed(tmp_path):
+    (tmp_path / "logs").mkdir()
+    server = _http_server(tmp_path, tmp_path / "logs" / "server.log")
+    server.start()
+    try:
+        server.wait_healthy(30)
+        thaw = server.freeze()
+        try:
+            began = time.monotonic()
+            with pytest.raises(ServerUnreachable):
+                request_blocking(server.url, "/health", method="GET", timeout=1)
+            assert time.monotonic() - began >= 0.9, "a frozen server accepts the connection and never answers"
+        finally:
+            thaw()
+        thaw()  # twice is fine
+        assert request_blocking(server.url, "/health", method="GET", timeout=5) == (200, "ok")
+    finally:
+        server.stop(grace=5)
+    with pytest.raises(ProviderError, match=r"Toy server \(port \d+\) is not running: nothing to freeze"):
+        server.freeze()
+
+
+@pytest.mark.timeout(60)
 def test_a_server_that_exits_while_starting_names_the_error_line_of_its_log(tmp_path):
     crash = "import sys; print('loading'); print('ValueError: no such model', flush=True); sys.exit(3)"
     server = _Server([sys.executable, "-c", crash], tmp_path / "server.log", port=free_port())

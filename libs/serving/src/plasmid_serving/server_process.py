@@ -167,6 +167,26 @@ class ManagedServer:
             except ProcessLookupError:
                 pass
 
+    def freeze(self) -> Callable[[], None]:
+        """Stop every process of the server (``SIGSTOP`` to its process group: it answers nothing,
+        though connections to it still open) until the returned function continues them
+        (``SIGCONT``; calling it twice is fine). For tests of what a stuck server does to its callers.
+
+        :raises ProviderError: the server is not running."""
+        if not self.alive() or self.process is None:
+            raise ProviderError(f"{self.label} server (port {self.port}) is not running: nothing to freeze",
+                                provider=self.provider, plugin=self.plugin)
+        group = self.process.pid
+        os.killpg(group, signal.SIGSTOP)
+
+        def thaw() -> None:
+            try:
+                os.killpg(group, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+        return thaw
+
     def stop(self, grace: float = 15.0) -> None:
         """:meth:`terminate`, up to ``grace`` seconds for it to exit, then SIGKILL to whatever is
         left of its process group; afterwards ``process`` is ``None``. Stopping twice is fine."""
