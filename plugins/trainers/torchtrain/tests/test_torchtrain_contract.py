@@ -1,5 +1,5 @@
-"""plasmid-torchtrain against the trainer contract, on a tiny Qwen2 (tied embeddings) and a
-tiny Llama (separate lm_head, and a reference model for the loss's KL term)."""
+"""plasmid-torchtrain against the trainer contract, on a tiny Qwen2 (tied embeddings; images too, on the
+tiny Qwen2-VL) and a tiny Llama (separate lm_head, and a reference model for the loss's KL term)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from plasmid_torch.testing.contracts.trainer import ContractLoss, TrainerContrac
 class TestTorchtrainContract(TrainerContract):
     plugin = plasmid_torchtrain.plugin
     provider = "torchtrain"
+    multimodal = True
 
 
 class TestTorchtrainLlamaContract(TrainerContract):

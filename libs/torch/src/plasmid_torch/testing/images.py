@@ -8,6 +8,7 @@ expanded in ``tokens``), as the jsonl, hf and tasks data sources make them.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
 from pathlib import Path
 from typing import Any
@@ -49,12 +50,10 @@ def image_samples(model_dir: str | Path, colours: list[tuple[int, int, int]], pe
 
 
 def with_image_of(sample: Sample, other: Sample) -> Sample:
-    """A copy of ``sample`` (tokens, response, loss mask) whose images are ``other``'s (images of one size:
-    the image tokens in ``tokens`` must fit them)."""
-    return Sample(prompt=other.prompt, tokens=list(sample.tokens), response_length=sample.response_length,
-                  loss_mask=None if sample.loss_mask is None else list(sample.loss_mask),
-                  metadata={**sample.metadata, vision.VISION_KEY: other.metadata[vision.VISION_KEY]},
-                  index=sample.index, group_index=sample.group_index)
+    """A copy of ``sample`` (tokens, response, log-probs, reward...) whose images are ``other``'s (images of
+    one size: the image tokens in ``tokens`` must fit them)."""
+    return dataclasses.replace(sample, prompt=other.prompt, tokens=list(sample.tokens),
+                               metadata={**sample.metadata, vision.VISION_KEY: other.metadata[vision.VISION_KEY]})
 
 
 def respond(model: Any, images: vision.ImageInputs, sample: Sample, max_new_tokens: int = 6, seed: int = 0) -> Sample:

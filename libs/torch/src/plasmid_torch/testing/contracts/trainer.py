@@ -33,6 +33,15 @@ made by hand (:func:`make_rollout_batch`), with a loss of this module (:class:`C
   return ``train/bad_step/<reason>`` = 1.0 with only finite metrics, leave the weights (and the
   critic's values) and the optimizer state (:meth:`TrainerContract.optimizer_state`) bit-identical,
   and the next good step is bit for bit the one of a trainer that never saw the bad one.
+
+Images (opt-in): a trainer that takes samples with images claims it with ``multimodal = True``; it is
+then built on the tiny Qwen2-VL (:func:`plasmid_torch.tiny_vision.build_tiny_vlm`) and given samples
+as the data sources make them (:mod:`plasmid_torch.testing.images`: the image tokens expanded, a JSON
+reference in ``metadata[VISION_KEY]``) with responses sampled by the engines' image path
+(:func:`plasmid_torch.vision.generate`). Checked: its log-probs agree with the ones sampling reported
+within :attr:`TrainerContract.image_logprob_atol` (the text path's bound on
+``train/train_rollout_logprob_abs_diff``) and change when a sample's image is swapped for another; a
+train step with images returns finite metrics and moves the vision tower's weights.
 """
 
 from __future__ import annotations
@@ -49,9 +58,12 @@ import torch
 from plasmid import testing
 from plasmid.config import Config
 from plasmid.protocols import BAD_STEP_PREFIX, SupportsValues, Trainer
-from plasmid.types import LossBatch
+from plasmid.types import Group, LossBatch, RolloutBatch, Sample
+from plasmid_torch.hf import load_causal_lm
 from plasmid_torch.testing.batches import make_rollout_batch as make_rollout_batch  # re-exported (tests import it here)
+from plasmid_torch.testing.images import BLUE, RED, image_samples, respond, with_image_of
 from plasmid_torch.tiny import build_tiny_model
+from plasmid_torch.vision import ImageInputs
 
 
 def tensor_nbytes(tensor: Any) -> int:
@@ -233,6 +245,10 @@ class TrainerContract:
     model_options: dict[str, Any] = {}
     #: where a checkpoint keeps its Hugging Face model directory, relative to the checkpoint
     checkpoint_model_subdir: str = "model"
+    #: whether the trainer takes samples with images (module docs); the image checks skip otherwise
+    multimodal: bool = False
+    #: how far its log-probs of responses to prompts with images may be from the sampler's
+    image_logprob_atol: float = 1e-4
 
     @pytest.fixture(scope="class")
     @classmethod
@@ -447,3 +463,67 @@ class TrainerContract:
         assert not differing(self.optimizer_state(fresh), self.optimizer_state(trainer))
         assert testing.run(trainer.logprobs(make_rollout_batch(vocab_size, seed=2).samples, 1.0)) == \
             testing.run(fresh.logprobs(make_rollout_batch(vocab_size, seed=2).samples, 1.0))
+
+    # ---------------------------------------------------------------------------------------------
+    # Images (opt-in: multimodal = True)
+    # ---------------------------------------------------------------------------------------------
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def vlm_dir(cls, tmp_path_factory: Any) -> Path:
+        """The tiny Qwen2-VL; skips the test unless :attr:`multimodal`."""
+        if not cls.multimodal:
+            pytest.skip("set multimodal = True to claim samples with images")
+        from plasmid_torch.tiny_vision import build_tiny_vlm
+
+        return build_tiny_vlm(tmp_path_factory.mktemp("trainer-contract") / "vlm", seed=0)
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def image_batch(cls, vlm_dir: Path) -> list[Group]:
+        """Two groups (a red and a blue image) of two samples each, answered by the tiny VLM's sampling
+        path with their ``rollout_logprobs``; rewards 1, 0 in each group."""
+        model, images = load_causal_lm(str(vlm_dir)), ImageInputs(str(vlm_dir))
+        samples = [respond(model, images, sample, seed=sample.index)
+                   for sample in image_samples(vlm_dir, [RED, BLUE], per_prompt=2)]
+        for sample in samples:
+            sample.reward = float(sample.index % 2 == 0)
+        return [Group([s for s in samples if s.group_index == group], group) for group in (0, 1)]
+
+    @staticmethod
+    def copies(groups: list[Group]) -> list[Sample]:
+        """Fresh copies of the samples of ``groups`` (a trainer may write to the samples it is given)."""
+        return [Sample(prompt=s.prompt, tokens=list(s.tokens), response_length=s.response_length,
+                       loss_mask=list(s.loss_mask or []), rollout_logprobs=list(s.rollout_logprobs or []),
+                       reward=s.reward, metadata=dict(s.metadata), index=s.index, group_index=s.group_index)
+                for group in groups for s in group.samples]
+
+    def test_logprobs_with_images_agree_with_the_samplers_and_depend_on_the_images(
+            self, vlm_dir: Path, make_trainer: Any, image_batch: list[Group]) -> None:
+        trainer = make_trainer(model=str(vlm_dir))
+        samples = self.copies(image_batch)
+        values = testing.run(trainer.logprobs(samples, 1.0))
+        assert [len(v) for v in values] == [s.response_length for s in samples]
+        for sample, value in zip(samples, values, strict=True):
+            np.testing.assert_allclose(value, sample.rollout_logprobs, rtol=0, atol=self.image_logprob_atol,
+                                       err_msg=f"sample {sample.index}: the trainer's log-probs with its image")
+        red, blue = samples[0], samples[2]
+        swapped = testing.run(trainer.logprobs([with_image_of(red, blue), with_image_of(blue, red)], 1.0))
+        for original, other in zip((values[0], values[2]), swapped, strict=True):
+            assert not np.allclose(original, other, rtol=0, atol=1e-3), "another image left the log-probs as they were"
+
+    def test_a_train_step_with_images_moves_the_vision_tower(self, vlm_dir: Path, make_trainer: Any,
+                                                             image_batch: list[Group]) -> None:
+        trainer = make_trainer(model=str(vlm_dir))
+        before = exported(trainer)
+        samples = self.copies(image_batch)
+        groups = [Group([s for s in samples if s.group_index == group.index], group.index) for group in image_batch]
+        metrics = testing.run(trainer.train_step(RolloutBatch(rollout_id=0, groups=groups)))
+        assert not bad_reasons(metrics), f"the step was refused: {bad_reasons(metrics)}"
+        for name, value in metrics.items():
+            assert isinstance(value, float) and math.isfinite(value), f"{name} = {value!r}"
+        after = exported(trainer)
+        tower = [name for name in before if ".visual." in f".{name}"]
+        assert tower, "no exported tensor of the vision tower (.visual.)"
+        assert any(not np.array_equal(before[name], after[name]) for name in tower), \
+            "a step on samples with images left the vision tower as it was"
