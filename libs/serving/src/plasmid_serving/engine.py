@@ -11,6 +11,9 @@ What the base does, for every such engine:
 - ``generate``: bookkeeping (tickets, statistics), the choice of a server, admission, and
   retries from the prompt (same seed) when a server went silent, to another healthy server or to
   that one once restarted; the request itself is the subclass's (:meth:`HttpEngine._generate_on`);
+- ``generate_with_images``: the same for a prompt with images (``images``, a
+  :class:`plasmid_serving.images.ServedImages`, turns a sample into data URLs, or refuses a sample
+  with images when the model is text-only); the subclass's request finds them on the ticket;
 - ``response_logprobs`` (deprecated name ``score``): the arguments checked, the call retried
   across a restart (:meth:`HttpEngine._score_on`);
 - ``abort_all``: the abort call on every server, repeated until every request in flight has
@@ -54,6 +57,7 @@ from plasmid_serving.http import (
     request,
     request_blocking,
 )
+from plasmid_serving.images import ServedImages
 from plasmid_serving.journal import WeightJournal
 from plasmid_serving.names import EngineNames
 from plasmid_serving.options import ServingOptions
@@ -74,6 +78,8 @@ class Ticket:
     done: bool = False
     status: Status = Status.PENDING
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    #: the prompt's images as data URLs (:meth:`HttpEngine.generate_with_images`); ``None`` without images
+    images: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -145,6 +151,9 @@ class HttpEngine:
         self._blocking = ThreadPoolExecutor(max_workers=4, thread_name_prefix=self.names.plugin)
         self.pool = ServerPool([], int(options.setting("max_concurrency")))
         self.monitor: HealthMonitor | None = None
+        #: a sample's images as the servers take them (``images(sample)``: data URLs, or one error
+        #: naming the engine when the model is text-only); what :meth:`generate_with_images` is given
+        self.images = ServedImages(model_path, self.names)
 
     # ----------------------------------------------------------------------------------------
     # Building
@@ -238,12 +247,30 @@ class HttpEngine:
             than the model's context; not retried.
         :raises ProviderError: the server failed the request, or stayed out of reach.
         """
+        return await self._run(Ticket(), prompt_ids, params)
+
+    async def generate_with_images(self, prompt_ids: list[int], images: list[str],
+                                   params: SamplingParams) -> GenerationOutput:
+        """Sample one response to ``prompt_ids`` (each image's tokens expanded, as plasmid's trainer has
+        them) with ``images`` (what ``self.images(sample)`` answered), as :meth:`generate` does.
+
+        :raises UsageError: the model takes no images, or the prompt's image tokens do not match the images.
+        :raises ProviderError: as :meth:`generate`, and when a server expands the images into another prompt.
+        """
+        if not self.images.vision:
+            raise self.images.refusal("a prompt with images, but the model is text-only (its config.json has no "
+                                       "vision_config)")
+        if not images:
+            raise ValueError(f"{self.names.provider} generate_with_images: no images; use generate")
+        self.images.server_prompt(list(prompt_ids), list(images))     # checked before anything is sent
+        return await self._run(Ticket(images=list(images)), prompt_ids, params)
+
+    async def _run(self, ticket: Ticket, prompt_ids: list[int], params: SamplingParams) -> GenerationOutput:
         self._check_open("generate")
         self._check_tokens(prompt_ids, "prompt_ids")
         if not prompt_ids:
             raise ValueError(f"{self.names.provider} generate: prompt_ids is empty; a response needs at least one "
                              f"prompt token")
-        ticket = Ticket()
         self._tickets.add(ticket)
         if self._busy_since is None:
             self._busy_since = time.perf_counter()

@@ -15,6 +15,9 @@ differences that this module bridges:
   keeps the tokens through the one that completed the string (the sample's tokens stay the
   engine's); SGLang reports the string as ``finish_reason.matched``, and such a stop is never
   continued. A continuation (above) matches stop strings on its own new text only.
+- **images.** A prompt with images sends them as ``image_data`` beside ``input_ids`` holding one
+  image token per image; SGLang expands them, and the engine checks that the expanded prompt has
+  plasmid's length (:func:`generate_request`).
 - **log-probs at a temperature.** The log-probs SGLang reports for generated tokens are those of
   ``softmax(logits / T)`` before top-p/top-k (greedy: ``T = 1``), as plasmid's. For *given*
   tokens (``score``), SGLang reports ``softmax(logits)`` at ``T = 1`` whatever the request's
@@ -56,10 +59,16 @@ class Generated:
 
 
 def generate_request(prompt_ids: list[int], params: SamplingParams, max_new_tokens: int,
-                     routed_experts: bool = False) -> dict[str, Any]:
+                     routed_experts: bool = False, image_data: list[str] | None = None) -> dict[str, Any]:
     """The ``/generate`` body for ``prompt_ids`` (the whole context, including a response being
     continued) and ``max_new_tokens`` more tokens; ``routed_experts``: ask for the MoE routing of
-    every token (:mod:`plasmid_sglang.routing`)."""
+    every token (:mod:`plasmid_sglang.routing`).
+
+    ``image_data``: the prompt's images (data URLs, in prompt order), SGLang's own multimodal field.
+    With ``input_ids``, SGLang's multimodal processor finds each image token in the ids and replaces
+    it by that image's tokens, so ``prompt_ids`` must then hold *one* image token per image
+    (:meth:`plasmid_serving.images.ServedImages.server_prompt`); ``meta_info.prompt_tokens`` of the
+    answer counts the expanded prompt."""
     sampling: dict[str, Any] = {
         "max_new_tokens": max_new_tokens,
         "temperature": params.temperature,
@@ -78,6 +87,8 @@ def generate_request(prompt_ids: list[int], params: SamplingParams, max_new_toke
     body: dict[str, Any] = {"input_ids": list(prompt_ids), "sampling_params": sampling, "return_logprob": True}
     if routed_experts:
         body["return_routed_experts"] = True
+    if image_data:
+        body["image_data"] = list(image_data)
     return body
 
 

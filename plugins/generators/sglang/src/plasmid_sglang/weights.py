@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from plasmid_serving.images import vocab_size_of
+
 #: safetensors dtype names -> torch dtype names.
 SAFETENSORS_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64", "I64": "int64",
                       "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
@@ -58,7 +60,7 @@ class TensorTable:
         self.tensors: dict[str, TensorInfo] = read_safetensors_headers(self.model_dir)
         config = _read_json(self.model_dir / "config.json")
         self.tied = bool(config.get("tie_word_embeddings", False)) and TIED_HEAD not in self.tensors
-        self.vocab_size = int(config.get("vocab_size", 0))
+        self.vocab_size = vocab_size_of(config)       # a vision-language model's is in its text_config
 
     def shape_of(self, name: str) -> tuple[int, ...]:
         return self.info(name).shape

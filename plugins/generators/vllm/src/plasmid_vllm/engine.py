@@ -75,6 +75,7 @@ from plasmid.types import GenerationOutput, SamplingParams, Status
 from plasmid_serving.engine import BlockingCall, Bucket, HttpEngine, NamedTensor, Ticket, require_model
 from plasmid_serving.health import HealthPolicy
 from plasmid_serving.http import ServerUnreachable, request, request_blocking
+from plasmid_serving.images import vocab_size_of
 from plasmid_serving.logprobs import logprob_at_temperature
 from plasmid_serving.names import EngineNames
 from plasmid_serving.pool import Server
@@ -132,7 +133,7 @@ class VLLMEngine(HttpEngine):
         self.options = options = VLLMOptions.of(config)
         model = require_model(config, self.names)
         self.tensors = checkpoint_tensors(model)
-        vocab_size = int(json.loads((Path(model) / "config.json").read_text()).get("vocab_size", 0))
+        vocab_size = vocab_size_of(json.loads((Path(model) / "config.json").read_text()))
         super().__init__(options, model, vocab_size, self.tensors)
         self.tied = "lm_head.weight" not in self.tensors
         self.served_model = self.model_path

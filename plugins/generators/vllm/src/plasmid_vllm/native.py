@@ -38,7 +38,9 @@ PLASMID_DEFAULTS = {
     "seed": "--seed plus the server's number in this process",
     "dtype": "the checkpoint's dtype (float32 checkpoints are served in float32)",
     "max_model_len": "1024 on cpu (the KV cache is sized for it)",
-    "skip_tokenizer_init": "true: plasmid sends and reads token ids",
+    "skip_tokenizer_init": "true: plasmid sends and reads token ids (false for a vision-language model: "
+                           "vLLM's image processor needs the tokenizer; such a server also gets "
+                           "--enable-scale-out, for /inference/v1/generate)",
     "logprobs_mode": "processed_logprobs: log-probs of the distribution sampled from (temperature applied)",
     "max_logprobs": "-1: score() away from temperature 1 reads every token's log-prob",
     "worker_extension_cls": "plasmid_vllm.worker.PlasmidWorkerExtension (tensor weight updates, get_weights)",

@@ -24,6 +24,7 @@ from typing import Any
 
 from plasmid.config import Config
 from plasmid.kernel_options import GeneralOptions, ScheduleOptions
+from plasmid_serving.images import takes_images
 from plasmid_serving.native_options import given_values
 from plasmid_serving.server_process import ManagedServer, checkpoint_dtype, free_port, spawn
 from plasmid_vllm.native import native_fields
@@ -52,6 +53,9 @@ def server_values(config: Config, model_dir: str, ordinal: int, device: str) -> 
     }
     if device == "cpu":
         defaults["max_model_len"] = CPU_MAX_MODEL_LEN
+    if takes_images(model_dir):     # images need vLLM's processor (and so its tokenizer) and its token endpoint
+        defaults["skip_tokenizer_init"] = False
+        defaults["enable_scale_out"] = True
     if device != "cpu" and ScheduleOptions.of(config).placement == "colocate":
         defaults["enable_sleep_mode"] = True
     return {**defaults, **given}
