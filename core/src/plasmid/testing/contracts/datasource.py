@@ -209,7 +209,7 @@ class DataSourceContract:
     def test_samples_with_images_carry_a_json_reference_and_a_json_prompt(self, source: DataSource) -> None:
         for group in self.drawn_with_images(source):
             for sample in group.samples:
-                reference = sample.metadata.get(self.image_metadata_key)
+                reference = sample.metadata.get(str(self.image_metadata_key))
                 if reference is None:
                     continue
                 assert reference, f"sample {sample.index}: an empty image reference"

@@ -505,7 +505,7 @@ class TrainerContract:
         values = testing.run(trainer.logprobs(samples, 1.0))
         assert [len(v) for v in values] == [s.response_length for s in samples]
         for sample, value in zip(samples, values, strict=True):
-            np.testing.assert_allclose(value, sample.rollout_logprobs, rtol=0, atol=self.image_logprob_atol,
+            np.testing.assert_allclose(value, sample.rollout_logprobs or [], rtol=0, atol=self.image_logprob_atol,
                                        err_msg=f"sample {sample.index}: the trainer's log-probs with its image")
         red, blue = samples[0], samples[2]
         swapped = testing.run(trainer.logprobs([with_image_of(red, blue), with_image_of(blue, red)], 1.0))
