@@ -25,6 +25,7 @@ from plasmid.errors import UsageError
     ("ray_placement_timeout", 0.0, "--ray-placement-timeout 0.0: must be > 0"),
     ("ray_num_cpus", 0.0, "--ray-num-cpus 0.0: must be > 0"),
     ("ray_engine_restarts", "twice", "--ray-engine-restarts: expected int, got 'twice'"),
+    ("ray_step_snapshot", "sometimes", "--ray-step-snapshot 'sometimes': choose one of auto, on, off"),
 ])
 def test_a_bad_value_is_a_one_line_usage_error_naming_the_flag(name, value, message):
     with pytest.raises(UsageError) as failure:
@@ -36,7 +37,8 @@ def test_typed_reads_give_the_declared_defaults():
     options = RayOptions.of(testing.make_config(plasmid_ray.plugin))
     assert options == RayOptions(ray_address=None, ray_host="127.0.0.1", ray_num_cpus=None, ray_cpus_per_engine=1.0,
                                  ray_cpus_per_trainer=1.0, ray_gpus_per_engine=None, ray_gpus_per_trainer=None,
-                                 ray_engine_restarts=3, ray_placement_timeout=120.0)
+                                 ray_engine_restarts=3, ray_placement_timeout=120.0,
+                                 ray_step_snapshot="auto")
     trainer, engine = actor_resources(testing.make_config(plasmid_ray.plugin), cluster_gpus=0)
     assert trainer == engine == Resources(1.0, 0.0), "one CPU each, no GPU on a cluster without GPUs"
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -20,6 +21,7 @@ from plasmid import providers
 from plasmid.config import Config
 from plasmid.protocols import RolloutEngine, SupportsValues, Trainer
 from plasmid.remote import run_on
+from plasmid_ray.snapshots import read_tree, snapshot_base, snapshot_dir
 
 
 def is_collective(trainer: Trainer) -> bool:
@@ -145,7 +147,7 @@ class TrainerWorker:
         choice = self.config.option  # provider choices
         loss = providers.build("loss", choice.loss, self.config, registry=self.registry)
         self.trainer = providers.build("trainer", choice.trainer, self.config, loss, registry=self.registry)
-        return {**describe_process(), "collective": is_collective(self.trainer)}
+        return {**describe_process(), "collective": is_collective(self.trainer), "snapshot_base": snapshot_base()}
 
     def _join_group(self, init_method: str) -> None:
         import datetime
@@ -195,6 +197,22 @@ class TrainerWorker:
     async def save(self, path: str) -> None:
         async with self.lock:
             await self.trainer.save(path)
+
+    async def snapshot(self, base: str, token: str, read: bool) -> tuple[dict[str, bytes], int]:
+        """The trainer's ``save`` into snapshot ``token``'s directory under ``base`` (a collective
+        call on a collective trainer); when ``read`` (rank 0), its files read back and the directory
+        deleted: ``({relative path: bytes}, their bytes)``, else ``({}, 0)`` (see
+        :mod:`plasmid_ray.snapshots`). Called with ``num_returns=2``, so the driver can learn the
+        size without fetching the files."""
+        root = snapshot_dir(base, token)
+        async with self.lock:
+            try:
+                await self.trainer.save(str(root / "trainer"))
+                files = await asyncio.to_thread(read_tree, root / "trainer") if read else {}
+            finally:
+                if read:
+                    await asyncio.to_thread(shutil.rmtree, root, True)
+        return files, sum(len(data) for data in files.values())
 
     async def load(self, path: str) -> None:
         async with self.lock:

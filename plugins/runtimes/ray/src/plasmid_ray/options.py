@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from plasmid.options import Options, option
 
 
@@ -22,3 +24,7 @@ class RayOptions(Options, group="ray", description="the Ray runtime (--runtime r
     ray_engine_restarts: int = option(3, "how many times a dead engine actor is restarted (weights re-synced, "
                                       "requests retried) before the run fails", min=0)
     ray_placement_timeout: float = option(120.0, "seconds to wait for the placement group's resources", gt=0)
+    ray_step_snapshot: Literal["auto", "on", "off"] = option(
+        "auto", "after each train step, hold a copy of the trainer's state in Ray's object store (one trainer save "
+        "a step), so that a trainer worker's death still checkpoints the last finished step: on, off, or auto (on "
+        "while a snapshot is at most 2 GiB)")

@@ -16,16 +16,29 @@ A dead trainer worker (killed, crashed, its node lost) is not restarted: the oth
 went on without it. Any call that needs it raises one :class:`~plasmid.errors.ProviderError`
 naming the rank, its pid, the trainer provider and its plugin, the last complete checkpoint and
 ``--resume``. What can still be read stays readable: with rank-0 reads and rank 0 alive,
-``save``, ``logprobs``, ``values`` and exports work (so the run may checkpoint), unless a train
-step failed or was cut short by the death, after which rank 0's state is that of an unfinished
-step and ``save`` refuses, naming why. A refused ``save`` writes nothing, so the checkpoint being
-written stays ``.partial`` and the last complete one stands (:mod:`plasmid.checkpoint`).
+``save``, ``logprobs``, ``values`` and exports work (so the run may checkpoint).
+
+When the workers lost the state of the last finished step (a rank that ``save`` needs is dead,
+or a train step failed or was cut short by the death, leaving the state of an unfinished step),
+``save`` writes the driver-held *step snapshot* of that step instead (:mod:`plasmid_ray.snapshots`,
+``--ray-step-snapshot``): after each train step the reader ranks save into a temporary directory
+and hand the files back as the return value of an actor task, which the driver owns and Ray's
+object store keeps after the worker died. It starts as the train step returns (a call that needs
+the worker's lock, such as a weight export, waits for it) and is awaited before the next train
+step; one report line names the step a checkpoint came from. Without a
+whole snapshot of that step (snapshots off, or the death cut the snapshot short) ``save`` refuses,
+naming why, and the death's line says the state was lost. A refused ``save`` writes nothing, so
+the checkpoint being written stays ``.partial`` and the last complete one stands
+(:mod:`plasmid.checkpoint`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import shutil
+import uuid
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from plasmid.checkpoint import Checkpoints
@@ -35,12 +48,27 @@ from plasmid.types import RolloutBatch, Sample
 from plasmid_ray.actors import TrainerWorker
 from plasmid_ray.deaths import classify, oom_kills, oom_kills_since
 from plasmid_ray.engines import report, wait_ready
+from plasmid_ray.options import RayOptions
 from plasmid_ray.placement import Placement
+from plasmid_ray.snapshots import AUTO_MAX_BYTES, SETTLE_SECONDS, snapshot_dir, write_tree
 
 #: Seconds a live worker has to answer the liveness probe after another call failed.
 PROBE_SECONDS = 10.0
 #: Seconds the workers get to leave their process group at shutdown before they are killed.
 SHUTDOWN_SECONDS = 10.0
+
+
+@dataclass
+class Snapshot:
+    """A step snapshot being taken or held (:mod:`plasmid_ray.snapshots`): of the state after
+    train step ``step``; ``files`` the ref of rank 0's ``{relative path: bytes}``, ``sizes`` the
+    refs of each reader rank's byte count (all ready and fine: the snapshot is whole), ``token``
+    its directory's name."""
+
+    step: int
+    files: Any
+    sizes: list[Any]
+    token: str
 
 
 class TrainerProxy:
@@ -50,7 +78,7 @@ class TrainerProxy:
     """
 
     def __init__(self, workers: list[Any], infos: list[dict[str, Any]], *, trainer: str = "trainer",
-                 provider: str = "", plugin: str = "", run_dir: str | None = None) -> None:
+                 provider: str = "", plugin: str = "", run_dir: str | None = None, step_snapshot: str = "off") -> None:
         self.workers, self.infos = workers, infos
         #: whether every call must reach every rank (see the module docstring)
         self.collective = bool(infos and infos[0].get("collective"))
@@ -61,6 +89,18 @@ class TrainerProxy:
         self.torn: str | None = None
         #: the kernel's OOM kill count when the workers started (see :func:`plasmid_ray.deaths.classify`)
         self.oom_base = oom_kills()
+        #: ``--ray-step-snapshot`` (``auto`` turns into ``off`` when a snapshot is too large)
+        self.step_snapshot = step_snapshot
+        nodes = {info.get("node_ip") for info in infos}
+        if step_snapshot != "off" and self.collective and len(nodes) > 1:
+            report(f"--ray-step-snapshot {step_snapshot}: off, the ranks of the collective {trainer} are on "
+                   f"{len(nodes)} nodes (a snapshot needs them on one)")
+            self.step_snapshot = "off"
+        #: the last train step that finished (None: none since the start or a load)
+        self.finished: int | None = None
+        #: the whole snapshot held, and the one being taken (:class:`Snapshot`)
+        self.snapshot: Snapshot | None = None
+        self.pending: Snapshot | None = None
 
     @property
     def rank0(self) -> Any:
@@ -77,13 +117,26 @@ class TrainerProxy:
             pid = self.infos[rank].get("pid", "?") if rank < len(self.infos) else "?"
             self.dead[rank] = (f"trainer worker rank {rank} of {len(self.workers)} (pid {pid}) of {self.trainer} "
                                f"died during {method}: {cause}")
-        return ProviderError(f"{self.dead[rank]}; the run cannot go on without it. {self._resume_hint()}",
+        lost = rank in self._readers() or self.torn is not None
+        return ProviderError(f"{self.dead[rank]}; the run cannot go on without it. {self._resume_hint(lost)}",
                              provider=self.provider, plugin=self.plugin)
 
-    def _resume_hint(self) -> str:
+    def _resume_hint(self, lost: bool = False) -> str:
+        """Where ``--resume`` continues from; ``lost``: the workers lost the last finished step's
+        state, so that is the driver-held snapshot's checkpoint, or the last complete one (and why)."""
+        root = Checkpoints(self.run_dir).root if self.run_dir is not None else None
+        if lost and self._snapshot_now() is not None and root is not None:
+            step = self.finished
+            return (f"Rerun with --resume to continue from step {step}'s checkpoint ({root / f'step_{step:06d}'}), "
+                    f"written from the driver-held snapshot of its trainer state")
         latest = Checkpoints(self.run_dir).latest() if self.run_dir is not None else None
         where = f"the last complete checkpoint ({latest})" if latest is not None else "the last complete checkpoint"
-        return f"Rerun with --resume to continue from {where}"
+        why = ""
+        if lost and self.finished is not None:
+            why = (" (--ray-step-snapshot off)" if self.step_snapshot == "off"
+                   else " (no whole snapshot of it was held)")
+            why = f"; the trainer state of the last finished step ({self.finished}) was lost with it{why}"
+        return f"Rerun with --resume to continue from {where}{why}"
 
     def _check(self, ranks: Sequence[int], method: str) -> None:
         """Raise for the first rank of ``ranks`` already known dead."""
@@ -171,7 +224,91 @@ class TrainerProxy:
         return await self._read("values", samples)
 
     async def train_step(self, batch: RolloutBatch) -> dict[str, float]:
-        return (await self._on(range(len(self.workers)), "train_step", batch))[0]
+        """The step on every rank; then the snapshot of its state is started, and it is awaited
+        before the next step (:mod:`plasmid_ray.snapshots`)."""
+        await self._settle()
+        metrics = (await self._on(range(len(self.workers)), "train_step", batch))[0]
+        self.finished = batch.rollout_id
+        if self.step_snapshot != "off":
+            base, token = self.infos[0]["snapshot_base"], uuid.uuid4().hex
+            parts = [self.workers[rank].snapshot.options(num_returns=2).remote(base, token, rank == 0)
+                     for rank in self._readers()]
+            self.pending = Snapshot(batch.rollout_id, parts[0][0], [size for _, size in parts], token)
+        return metrics
+
+    # ------------------------------------------------------------------------ step snapshots
+    async def _settle(self, timeout: float | None = None) -> None:
+        """Wait (at most ``timeout`` s) for the snapshot being taken, then :meth:`_conclude` it;
+        the first failed part ends the wait (a live rank may be stuck in a collective save with a
+        dead one)."""
+        if self.pending is None:
+            return
+        parts = [asyncio.ensure_future(self._await(size)) for size in self.pending.sizes]
+        for part in parts:
+            part.add_done_callback(_retrieve)
+        await asyncio.wait(parts, timeout=timeout, return_when=asyncio.FIRST_EXCEPTION)
+        self._conclude()
+
+    def _conclude(self) -> None:
+        """Settle the snapshot being taken, without waiting: a failed part drops it (a worker that
+        raised, rather than died, turns snapshots off with a report line); all parts done make it the
+        snapshot held (the older one dropped), unless ``auto`` finds it over :data:`AUTO_MAX_BYTES`.
+        Parts still running keep it pending."""
+        import ray
+
+        pending = self.pending
+        if pending is None:
+            return
+        done, running = ray.wait(pending.sizes, num_returns=len(pending.sizes), timeout=0)
+        errors = []
+        for part in done:
+            try:
+                ray.get(part)
+            except ray.exceptions.RayError as exc:
+                errors.append(exc)
+        if errors:
+            self.pending = self.snapshot = None
+            self._remove(pending)
+            if not running and not any(isinstance(exc, ray.exceptions.RayActorError) for exc in errors):
+                report(f"the step snapshot of step {pending.step} failed ({classify(errors[0]).cause}); "
+                       f"--ray-step-snapshot {self.step_snapshot} is now off")
+                self.step_snapshot = "off"
+            return
+        if running:
+            return
+        self.pending, size = None, ray.get(pending.sizes[0])
+        if self.step_snapshot == "auto" and size > AUTO_MAX_BYTES:
+            report(f"--ray-step-snapshot auto: off, the snapshot of step {pending.step} is {size / 1024**3:.1f} GiB "
+                   f"(over {AUTO_MAX_BYTES / 1024**3:.0f} GiB); --ray-step-snapshot on keeps it")
+            self.step_snapshot, self.snapshot = "off", None
+            return
+        self.snapshot = pending
+
+    def _snapshot_now(self) -> Snapshot | None:
+        """The snapshot held of the last finished step, as far as is known without waiting."""
+        self._conclude()
+        held = self.snapshot
+        return held if self.pending is None and held is not None and held.step == self.finished else None
+
+    def _remove(self, snapshot: Snapshot) -> None:
+        """Delete what a failed snapshot left in its directory, when that is on this machine
+        (a worker killed mid-snapshot cannot)."""
+        base = self.infos[0].get("snapshot_base") if self.infos else None
+        if base is not None:
+            shutil.rmtree(snapshot_dir(base, snapshot.token), ignore_errors=True)
+
+    async def _save_snapshot(self, path: str) -> bool:
+        """Write the snapshot of the last finished step into ``path``, if one is held (the one in
+        progress is awaited up to :data:`SETTLE_SECONDS`); whether it was."""
+        await self._settle(SETTLE_SECONDS)
+        held = self._snapshot_now()
+        if held is None:
+            return False
+        files = await held.files
+        written = await asyncio.to_thread(write_tree, files, path)
+        report(f"the trainer workers lost the state of step {held.step}: {path} is written from the driver-held "
+               f"snapshot of step {held.step} ({len(files)} files, {written} bytes)")
+        return True
 
     def export_weights(self, bucket_bytes: int) -> Iterator[list[tuple[str, Any]]]:
         """Rank 0's buckets, fetched one at a time into this process (numpy arrays). Blocking:
@@ -189,16 +326,25 @@ class TrainerProxy:
             self._raise_death_behind("export_weights", exc, self._probe_now(range(len(self.workers))))
 
     async def save(self, path: str) -> None:
-        """Save from rank 0 (every rank when collective); refused, before anything is written,
-        when a rank it needs is dead or rank 0's state is that of an unfinished step."""
-        self._check(self._readers(), "save")
+        """Save from rank 0 (every rank when collective). When a rank it needs is dead or rank 0's
+        state is that of an unfinished step, the driver-held snapshot of the last finished step is
+        written instead (:mod:`plasmid_ray.snapshots`); without one the save is refused, before
+        anything is written."""
+        readers = self._readers()
+        lost = any(rank in self.dead for rank in readers) or bool(self.dead and self.torn is not None)
+        if lost and await self._save_snapshot(path):
+            return
+        self._check(readers, "save")
         if self.dead and self.torn is not None:
             raise ProviderError(f"not saving a checkpoint to {path}: {self.torn} when "
                                 f"{'; '.join(self.dead.values())}, so the trainer's state is that of an unfinished "
-                                f"step. {self._resume_hint()}", provider=self.provider, plugin=self.plugin)
+                                f"step. {self._resume_hint(lost=True)}", provider=self.provider, plugin=self.plugin)
         await self._read("save", path)
 
     async def load(self, path: str) -> None:
+        """Load ``path`` on every rank; the snapshots held are of other state and dropped."""
+        await self._settle()
+        self.finished = self.snapshot = None
         await self._on(range(len(self.workers)), "load", path)
 
     async def offload(self) -> None:
@@ -220,6 +366,9 @@ class TrainerProxy:
         rank may be stuck in a collective with a dead one), then kill every worker."""
         import ray
 
+        if self.pending is not None:
+            self._remove(self.pending)
+        self.snapshot = self.pending = None
         live = [worker for rank, worker in enumerate(self.workers) if rank not in self.dead]
         try:
             await asyncio.wait_for(asyncio.gather(*(worker.shutdown.remote() for worker in live)), SHUTDOWN_SECONDS)
@@ -239,8 +388,6 @@ async def start_trainers(config: Config, placement: Placement, *, provider: Any 
     """Create the trainer workers in their bundles, join them in one process group (the store
     rank 0 names, see :meth:`TrainerWorker.rendezvous`), build each rank's trainer; the proxy
     over them. ``provider`` (the registry's trainer provider) names the trainer in errors."""
-    import uuid
-
     import ray
 
     world = len(placement.trainer_bundles)
@@ -261,7 +408,8 @@ async def start_trainers(config: Config, placement: Placement, *, provider: Any 
     described = f"trainer '{name}'" + (f" from plugin {provider.plugin.label}" if provider is not None else "")
     proxy = TrainerProxy(workers, list(infos), trainer=described, provider=name,
                          plugin=provider.plugin.name if provider is not None else "",
-                         run_dir=str(config.run_dir) if config.run_dir is not None else None)
+                         run_dir=str(config.run_dir) if config.run_dir is not None else None,
+                         step_snapshot=RayOptions.of(config).ray_step_snapshot)
     if proxy.collective and world > 1:
         await workers[0].lead.remote(workers[1:])
     if world > 1:
