@@ -1,4 +1,4 @@
-"""The adapter's tests run against the real verifiers package and the two fixture environments of
+"""The adapter's tests run against the real verifiers package and the fixture environments of
 ``tests/fixtures/plasmid-vf-fixtures`` (the ``environments`` tox env installs all three).
 
 Where one of them is not installed (the ``embedded`` env collects every plugin's tests) the
@@ -9,7 +9,8 @@ sets it), where a missing package is a collection error instead.
 import importlib.util
 import os
 
-_needed = ("plasmid_verifiers", "verifiers", "vf_plasmid_sum", "vf_plasmid_tool", "plasmid_agent")
+_needed = ("plasmid_verifiers", "verifiers", "vf_plasmid_sum", "vf_plasmid_tool", "vf_plasmid_v1_sum",
+           "vf_plasmid_v1_tool", "plasmid_agent")
 _installed = all(importlib.util.find_spec(name) is not None for name in _needed)
 if not _installed:
     if os.environ.get("PLASMID_REQUIRE_ENVIRONMENTS"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import defaultdict
 
 import pytest
 
@@ -75,12 +76,13 @@ def test_plasmid_train_with_a_v1_taskset_scores_each_episode_as_verifiers_does(t
         for sample in store.load(rollout_id).samples:
             a, b = map(int, QUESTION.search(tokenizer.decode(sample.prompt_tokens,
                                                              skip_special_tokens=False)).groups())
-            prompt, ids, logprobs = next(call for call in answered if call[0] == sample.prompt_tokens)
+            prompt = sample.prompt_tokens
             assert tokenizer.decode(prompt, skip_special_tokens=False) == \
                 f"{tokenizer.bos_token}<system>Answer with the sum.<user>{a}+{b}=<assistant>", \
                 "the task's system prompt, then its prompt"
-            assert sample.response_tokens == ids and sample.rollout_logprobs == logprobs
-            assert sample.loss_mask == [1] * len(ids)
+            assert (prompt, sample.response_tokens, sample.rollout_logprobs) in answered, \
+                "the engine's answer and log-probs (one prompt's two answers may differ in the last bits)"
+            assert sample.loss_mask == [1] * len(sample.response_tokens)
             reward, parts = expected(a, b)
             assert sample.reward == reward == sample.reward_components["verifiers"]
             assert {name: sample.reward_components[f"verifiers.{name}"] for name in parts} == parts
@@ -101,3 +103,71 @@ def test_v1_tasksets_rows_and_bad_config_in_one_line():
     with pytest.raises(UsageError, match=r"^--vf-env vf_plasmid_v1_sum: verifiers could not load this v1 taskset "
                                          r"\(ValidationError: .*TasksetConfig"):
         vf.load_env("vf_plasmid_v1_sum", vf.canonical_args({"size": "many"}))
+
+
+#: The end of a tool task's prompt (``a+b=``), and of the prompt after the tool's answer.
+TOOL_QUESTION = re.compile(r"<user>(\d+)\+(\d+)=<assistant>$")
+TOOL_ANSWERED = re.compile(r"<tool>(\d+)<assistant>$")
+
+
+@pytest.mark.timeout(300)
+def test_plasmid_train_with_a_v1_tool_taskset_masks_the_tool_turns(tmp_path, capsys, monkeypatch):
+    """``vf_plasmid_v1_tool``: the first turn calls the task's MCP ``add`` tool, verifiers' tool server
+    answers, the second turn replies the tool's result; one sample per episode, the tool turn masked,
+    the engine's log-probs on both model turns, the reward verifiers' score of the trace."""
+    from plasmid_torchgen.engine import TorchEngine
+
+    from plasmid_torch.hf import load_tokenizer
+
+    #: every answer by prompt ids (the log-probs of one prompt's answers may differ in the last bits: scored
+    #: in other batches)
+    answered: dict[tuple[int, ...], list[tuple[list[int], list[float]]]] = defaultdict(list)
+
+    async def generate(self, prompt_ids, params):
+        tokenizer = load_tokenizer(self.model_path)
+        text = tokenizer.decode(prompt_ids, skip_special_tokens=False)
+        if (question := TOOL_QUESTION.search(text)) is not None:
+            a, b = question.groups()
+            reply = f'<tool_call>{{"name": "add", "arguments": {{"a": {a}, "b": {b}}}}}</tool_call>'
+        else:
+            reply = TOOL_ANSWERED.search(text).group(1)
+        ids = tokenizer.encode(reply, add_special_tokens=False) + [tokenizer.eos_token_id]
+        logprobs = await self.score(list(prompt_ids) + ids, len(prompt_ids), params.temperature)
+        answered[tuple(prompt_ids)].append((ids, logprobs))
+        return GenerationOutput(ids, logprobs, Status.COMPLETED, self.weight_version)
+
+    monkeypatch.setattr(TorchEngine, "generate", generate)
+    run_dir, saved = tmp_path / "run", tmp_path / "rollouts"
+    code = main(["train", "--datasource", "verifiers", "--vf-env", "vf_plasmid_v1_tool", "--num-rollouts", "2",
+                 "--prompts-per-step", "2", "--n-samples-per-prompt", "2", "--max-new-tokens", "128",
+                 "--eval-interval", "0", "--save-interval", "0", "--run-dir", str(run_dir),
+                 "--save-rollouts", str(saved)])
+    err = capsys.readouterr().err
+    assert code == 0, err[-3000:]
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [step["step"] for step in metrics] == [0, 1]
+    for step in metrics:
+        assert (step["rollout/agent/calls_mean"], step["rollout/agent/samples_mean"],
+                step["rollout/agent/branches_mean"]) == (2.0, 1.0, 0.0), "the call, then the reply: one sample"
+        assert step["rollout/reward/verifiers"] == 1.0 and step["rollout/reward/verifiers.tool_results"] == 1.0
+        assert step["train/logprob_abs_diff_mean"] <= 1e-4
+
+    store = RolloutStore(saved)
+    tokenizer = load_tokenizer(str(run_dir / "model"))
+    for rollout_id in (0, 1):
+        for sample in store.load(rollout_id).samples:
+            prompt, response = sample.prompt_tokens, sample.response_tokens
+            a, b = map(int, TOOL_QUESTION.search(tokenizer.decode(prompt, skip_special_tokens=False)).groups())
+            call = answered[tuple(prompt)][0][0]
+            tool_turn = tokenizer.encode(f"<tool>{a + b}<assistant>", add_special_tokens=False)
+            reply = answered[tuple(prompt + call + tool_turn)][0][0]
+            assert response == call + tool_turn + reply, "the tool's answer as the template renders it"
+            assert tokenizer.decode(reply, skip_special_tokens=True) == str(a + b)
+            assert sample.loss_mask == [1] * len(call) + [0] * len(tool_turn) + [1] * len(reply)
+            logprobs = sample.rollout_logprobs
+            assert logprobs[len(call):len(call) + len(tool_turn)] == [0.0] * len(tool_turn)
+            assert (call, logprobs[:len(call)]) in answered[tuple(prompt)], "the engine's log-probs of the call"
+            assert (reply, logprobs[len(call) + len(tool_turn):]) in answered[tuple(prompt + call + tool_turn)]
+            assert sample.reward == 1.0 and sample.reward_components["verifiers.exact"] == 1.0
+            assert sample.reward_components["verifiers.tool_results"] == 1.0
+            assert "turn_rewards" not in sample.metadata, "v1 rewards the whole trace, no turn"
