@@ -51,11 +51,29 @@ class Echo:
         return arguments["text"]
 
 
+class Picture:
+    """Answers with content parts: a caption and an image (a tool that shows a vision-language policy one)."""
+
+    name = "picture"
+    description = "A one-pixel picture of the colour."
+    parameters = {"type": "object", "properties": {"colour": {"type": "string"}}, "required": ["colour"]}
+
+    def __init__(self, config):
+        pass
+
+    async def __call__(self, arguments, sample):
+        if not isinstance(arguments.get("colour"), str):
+            raise ToolError("colour must be a string")
+        return [{"type": "text", "text": arguments["colour"]},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]
+
+
 class Tools:
     @hookimpl
     def plasmid_tools(self, register):
         register("add", Adder)
         register("echo", Echo)
+        register("picture", Picture)
         register("also-add", Adder)
         register("not-a-tool", lambda config: object())
         register("exploding", self.explode)
@@ -79,6 +97,12 @@ class TestSchemaDerivedBadCalls(ToolContract):
     plugin = TOOLS
     provider = "echo"
     valid_arguments = [{"text": "hello"}]
+
+
+class TestAToolAnsweringContentPartsKeepsTheContract(ToolContract):
+    plugin = TOOLS
+    provider = "picture"
+    valid_arguments = [{"colour": "red"}]
 
 
 # ---------------------------------------------------------------------------------- the contract can fail
@@ -117,10 +141,19 @@ class Sync(Adder):
         return "5"
 
 
+class BadParts(Adder):
+    """Answers a list whose part is neither text nor an image_url."""
+
+    name = "bad-parts"
+
+    async def __call__(self, arguments, sample):
+        return [{"type": "image"}]
+
+
 class Broken:
     @hookimpl
     def plasmid_tools(self, register):
-        for cls in (Stateful, Lenient, BadSchema, Sync):
+        for cls in (Stateful, Lenient, BadSchema, Sync, BadParts):
             register(cls.name.replace(" ", "-"), cls)
 
 
@@ -135,6 +168,7 @@ def contract_for(provider, **attributes):
     ("lenient", "test_a_call_with_bad_arguments_raises_a_clear_error", "for the bad arguments"),
     ("bad-schema", "test_name_description_and_parameters_are_well_formed", "a tool name is"),
     ("sync", "test_a_call_with_valid_arguments_returns_a_string", "without awaiting"),
+    ("bad-parts", "test_a_call_with_valid_arguments_returns_a_string", "a list of text and image_url content parts"),
 ])
 def test_the_contract_fails_a_tool_that_breaks_it(provider, check, message, tmp_path):
     contract = contract_for(provider, invalid_arguments=[{"a": 1}])

@@ -348,10 +348,13 @@ class Tool(Protocol):
     description: str
     parameters: dict[str, Any]
 
-    async def __call__(self, arguments: dict[str, Any], sample: Sample) -> str:
+    async def __call__(self, arguments: dict[str, Any], sample: Sample) -> str | list[dict[str, Any]]:
         """Run the call with the model's decoded ``arguments`` for the rollout of ``sample``
-        (read its ``label``/``metadata``, never write them); the text appended to the
-        conversation as the tool's answer. Raise :class:`ToolError` for a failed call."""
+        (read its ``label``/``metadata``, never write them); the tool's answer appended to the
+        conversation: text, or OpenAI content parts (``{"type": "text", "text": T}``, ``{"type":
+        "image_url", "image_url": {"url": "data:image/png;base64,..."}}``) to show a vision-language
+        policy images (appended as its image tokens, loss-masked like text; a text-only policy, or a
+        format that appends text only, gets a tool error). Raise :class:`ToolError` for a failed call."""
         ...
 
 

@@ -114,6 +114,14 @@ class Scripted:
             return "x" * 50
         if self.behaviour == "number":
             return 42
+        if self.behaviour == "parts":
+            return [{"type": "text", "text": "ok"}, {"type": "audio"}]
+        if self.behaviour == "image":
+            return [{"type": "text", "text": "ok"}, {"type": "image_url", "image_url": {"url": "data:,"}}]
+        if self.behaviour == "long-parts":
+            return [{"type": "text", "text": "x" * 6}, {"type": "text", "text": "y" * 6}]
+        if self.behaviour == "text-parts":
+            return [{"type": "text", "text": "o"}, {"type": "text", "text": "k"}]
         return "ok"
 
 
@@ -215,7 +223,10 @@ def test_an_answer_without_a_call_is_one_turn_as_single_turn_would_give():
     ("tool-error", "error: no such city"),
     ("hang", "error: tool 'probe' did not answer within 0.05 s"),
     ("flood", "x" * 10 + " [cut: the answer had 50 characters, the limit is 10]"),
-    ("number", "error: tool 'probe' answered int, not text"),
+    ("number", "error: tool 'probe' answered int, not text or content parts"),
+    ("parts", "error: tool 'probe' answer part 1 is not a text or image_url part: {'type': 'audio'}"),
+    ("image", "error: images need a vision-language policy, and no --model is set"),
+    ("long-parts", "error: tool 'probe' answered 12 characters of text, the limit is 10"),
 ])
 @pytest.mark.timeout(60)
 def test_a_failing_tool_is_told_to_the_model_counted_and_the_rollout_goes_on(behaviour, told):
@@ -292,6 +303,15 @@ def test_a_tool_answer_that_does_not_fit_the_budget_is_cut_to_fit():
     sample = run_one(ctx, prompt_sample())
     assert sample.response_tokens == turn + ids(answer("ok"))[:4]
     assert sample.loss_mask == [1] * len(turn) + [0] * 4 and sample.status == Status.TRUNCATED
+
+
+def test_a_tool_answer_of_text_parts_only_is_appended_as_their_text():
+    first = ids(call("probe"))
+    final = ids("fine") + [EOS]
+    ctx, _ = make_context(ScriptedEngine([Reply(first), Reply(final)]), [Scripted("probe", "text-parts")])
+    sample = run_one(ctx, prompt_sample())
+    assert sample.response_tokens == first + ids(answer("ok")) + final
+    assert sample.metadata["rollout_metrics"]["tool_errors_mean"] == 0.0
 
 
 def test_the_default_budget_is_max_turns_times_max_new_tokens():

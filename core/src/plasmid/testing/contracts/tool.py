@@ -20,13 +20,15 @@ generate function relies on (:class:`plasmid.protocols.Tool`):
   in OpenAI function calling); ``description`` a non-empty string; ``parameters`` a JSON schema
   of an object (``{"type": "object", "properties": {...}}``, ``required`` naming properties), and
   all three are JSON-serialisable (they are rendered into prompts and chat templates);
-- a call is awaitable and, with each of ``valid_arguments``, returns a ``str``;
+- a call is awaitable and, with each of ``valid_arguments``, returns an answer: a ``str``, or a
+  list of OpenAI content parts (``{"type": "text", "text": str}``, ``{"type": "image_url",
+  "image_url": {"url": str}}``) for a tool that shows the policy images;
 - each of ``invalid_arguments`` raises :class:`plasmid.protocols.ToolError` or another exception
   with a message (the generate loop shows it to the model); it never returns;
 - a call leaves its ``arguments`` and the sample (prompt, tokens, label, metadata) unchanged;
 - concurrent calls give what sequential calls give (no per-call state on the tool); set
   ``deterministic = False`` for a tool whose answer may differ twice, which then only has to
-  answer with a ``str`` under concurrency.
+  answer (a ``str`` or content parts) under concurrency.
 
 Every call is bounded by ``call_timeout`` seconds. ``invalid_arguments`` defaults to one call per
 required parameter with that parameter left out (nothing, when none is required); give calls
@@ -54,6 +56,18 @@ from plasmid.types import Sample, Status
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
+def is_answer(answer: Any) -> bool:
+    """Whether ``answer`` is what a tool may answer (:class:`plasmid.protocols.Tool`): a ``str``, or a
+    non-empty list of ``{"type": "text", "text": str}`` and ``{"type": "image_url", "image_url":
+    {"url": str}}`` parts."""
+    if isinstance(answer, str):
+        return True
+    return isinstance(answer, list) and bool(answer) and all(
+        isinstance(part, dict) and (part.get("type") == "text" and isinstance(part.get("text"), str)
+                                    or part.get("type") == "image_url" and isinstance(part.get("image_url"), dict)
+                                    and isinstance(part["image_url"].get("url"), str)) for part in answer)
+
+
 def make_call_sample(label: Any = None, metadata: dict[str, Any] | None = None) -> Sample:
     """The sample a tool is called for: a prompt in the middle of its rollout (stand-in ids)."""
     return Sample(prompt="What is 2 * (3 + 4)?", tokens=[1, 40, 41, 42, 43], response="", response_length=0,
@@ -73,7 +87,7 @@ class ToolContract:
     provider: ClassVar[str] = ""
     #: Options for ``make_config`` (Python names).
     config_options: ClassVar[dict[str, Any]] = {}
-    #: Arguments of calls that must succeed (return a ``str``).
+    #: Arguments of calls that must succeed (return a ``str`` or content parts).
     valid_arguments: ClassVar[list[dict[str, Any]]] = []
     #: Arguments of calls that must fail (raise); ``None``: derived from the schema's ``required``.
     invalid_arguments: ClassVar[list[dict[str, Any]] | None] = None
@@ -172,9 +186,9 @@ class ToolContract:
     def test_a_call_with_valid_arguments_returns_a_string(self, tool: Any) -> None:
         for arguments in self.valid_arguments:
             answer = run(self.call(tool, copy.deepcopy(arguments), make_call_sample(self.label, self.metadata)))
-            assert isinstance(answer, str), (
+            assert is_answer(answer), (
                 f"{self.where()} answered {arguments!r} with {type(answer).__name__} {answer!r}; a tool returns "
-                f"the text shown to the model, a str"
+                f"the text shown to the model, a str, or a list of text and image_url content parts"
             )
 
     def test_a_call_with_bad_arguments_raises_a_clear_error(self, tool: Any) -> None:
@@ -221,8 +235,8 @@ class ToolContract:
             return one_by_one, list(together)
 
         one_by_one, together = run(sequential_then_concurrent())
-        assert all(isinstance(answer, str) for answer in together), (
-            f"{self.where()} answered concurrent calls with non-strings: {together!r}"
+        assert all(is_answer(answer) for answer in together), (
+            f"{self.where()} answered concurrent calls with something other than a str or content parts: {together!r}"
         )
         if self.deterministic:
             assert together == one_by_one, (

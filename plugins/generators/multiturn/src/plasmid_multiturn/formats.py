@@ -85,7 +85,9 @@ class Conversation:
     :ivar text: the chat-template text of the conversation so far (chat-template format);
     :ivar messages: the chat messages so far (chat-template format);
     :ivar mismatch: why the conversation stopped early because the chat template could not extend it
-        (it rewrote the history, or it raised while rendering a tool turn).
+        (it rewrote the history, or it raised while rendering a tool turn);
+    :ivar images: the conversation's images so far, the prompt's then the tools', as portable image
+        parts (:mod:`plasmid_multiturn.images`).
     """
 
     turns: int = 0
@@ -96,11 +98,13 @@ class Conversation:
     text: str = ""
     messages: list[dict[str, Any]] = field(default_factory=list)
     mismatch: str = ""
+    images: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {"turns": self.turns, "tool_calls": self.tool_calls, "tool_errors": self.tool_errors,
                 "tool_seconds": self.tool_seconds, "turn_start": self.turn_start, "text": self.text,
-                "messages": [dict(message) for message in self.messages], "mismatch": self.mismatch}
+                "messages": [dict(message) for message in self.messages], "mismatch": self.mismatch,
+                "images": [dict(part) for part in self.images]}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Conversation:
@@ -129,9 +133,10 @@ class ToolCallFormat(Protocol):
         ...
 
     def tool_turn(self, tokenizer: Tokenizer, conversation: Conversation, turn_text: str, calls: list[FoundCall],
-                  answers: list[str], tools: Mapping[str, Tool]) -> str:
+                  answers: list[Any], tools: Mapping[str, Tool]) -> str:
         """The text appended after the turn's ``calls`` (``found.all``), ``answers[i]`` the answer to
-        ``calls[i]``."""
+        ``calls[i]``: text, or (``chat-template`` only) a content list of text parts and
+        ``{"type": "image"}`` places, one image token each in the text (:mod:`plasmid_multiturn.images`)."""
         ...
 
 
@@ -257,7 +262,7 @@ class ChatTemplate(Parsed):
         return single_token(tokenizer, CALL_CLOSE)
 
     def tool_turn(self, tokenizer: Tokenizer, conversation: Conversation, turn_text: str, calls: list[FoundCall],
-                  answers: list[str], tools: Mapping[str, Tool]) -> str:
+                  answers: list[Any], tools: Mapping[str, Tool]) -> str:
         messages = [*conversation.messages, {"role": "assistant", "content": turn_text},
                     *({"role": "tool", "name": call.name, "content": answer}
                       for call, answer in zip(calls, answers, strict=True))]

@@ -18,6 +18,11 @@ class MultiTurnOptions(Options, group="multiturn", description="multi-turn rollo
                                        "as timed out (and counted as a tool error)", gt=0)
     tool_max_output_chars: int = option(2000, "a tool answer longer than this many characters is cut to it (the "
                                               "model is told; counted as a tool error)", min=1)
+    tool_max_images: int = option(4, "vision-language policies: most images one tool answer may hold (more is a "
+                                     "tool error)", min=1)
+    tool_max_image_pixels: int = option(4096 * 4096, "vision-language policies: largest image a tool may answer, in "
+                                                     "pixels (width x height; larger is a tool error)", min=1,
+                                        metavar="PIXELS")
     tool_call_format: Literal["tagged", "chat-template", "compact", "mistral"] = option(
         "tagged", "how calls and answers appear: 'tagged' <tool_call>{json}</tool_call> and "
                   "<tool_response>...</tool_response> text; 'chat-template' the tokenizer's chat template with "
