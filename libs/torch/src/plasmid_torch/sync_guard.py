@@ -440,14 +440,19 @@ class _Probe:
 
 
 def sampled_weights(trainer: Any, bucket_bytes: int, count: int, seed: int) -> dict[str, Any]:
-    """In the trainer's process: ``count`` tensors (0: all) of ``trainer.export_weights`` picked
-    at random (reservoir sampling seeded by ``seed``), as numpy arrays (bfloat16 upcast to float32,
-    exact), by name."""
+    """In the trainer's process: ``count`` tensors (0: all) of the trainer's weights picked at
+    random (reservoir sampling seeded by ``seed``), as numpy arrays copied out of the trainer
+    (bfloat16 upcast to float32, exact), by name. A trainer that offers its live tensors
+    (:class:`plasmid.protocols.SupportsSharedWeights`, in the order and names it exports) is
+    sampled from those, and only the picked tensors are copied; any other is sampled from
+    ``export_weights(bucket_bytes)``, which copies the whole model bucket by bucket."""
+    from plasmid.protocols import SupportsSharedWeights
     from plasmid_torch.tensors import as_numpy
 
+    live = trainer.shared_weights() if isinstance(trainer, SupportsSharedWeights) else None
     rng, seen = random.Random(seed), 0
     picked: dict[str, Any] = {}
-    for bucket in trainer.export_weights(bucket_bytes):
+    for bucket in [live] if live is not None else trainer.export_weights(bucket_bytes):
         for name, tensor in bucket:
             seen += 1
             if count and len(picked) >= count:
@@ -455,8 +460,8 @@ def sampled_weights(trainer: Any, bucket_bytes: int, count: int, seed: int) -> d
                 if slot >= count:
                     continue
                 del picked[list(picked)[slot]]
-            picked[name] = _float_numpy(tensor, as_numpy)
-    return picked
+            picked[name] = tensor
+    return {name: _float_numpy(tensor, as_numpy) for name, tensor in picked.items()}
 
 
 def _float_numpy(tensor: Any, as_numpy: Callable[[Any], Any]) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import numpy as np
 import plasmid_sync.plugin
 import pytest
 import torch
@@ -23,6 +24,7 @@ from plasmid_torch.sync_guard import (
     bucket_checksums,
     check_received,
     model_bytes_estimate,
+    sampled_weights,
 )
 
 
@@ -106,3 +108,31 @@ def test_a_failing_engine_is_raised_at_once_and_the_others_cancelled():
     with pytest.raises(SyncMismatch, match="engine 0 refused"):
         testing.run(guard.each_engine("load", [Provider(), Provider()], call))
     assert time.perf_counter() - began < 5 and cancelled == [1]
+
+
+class Exporter:
+    """A trainer whose weights are ``tensors``; ``live`` offers them in place (SupportsSharedWeights)."""
+
+    def __init__(self, tensors, live):
+        self.tensors, self.exports = tensors, 0
+        if live:
+            self.shared_weights = lambda: list(self.tensors)
+
+    def export_weights(self, bucket_bytes):
+        self.exports += 1
+        for index in range(0, len(self.tensors), 3):
+            yield [(name, tensor.clone()) for name, tensor in self.tensors[index:index + 3]]
+
+
+def test_read_back_samples_a_sharing_trainer_in_place_and_picks_what_an_export_would():
+    tensors = [(f"w{i}", torch.full((4,), float(i), dtype=torch.bfloat16 if i % 2 else torch.float32))
+               for i in range(10)]
+    live, exported = Exporter(tensors, live=True), Exporter(tensors, live=False)
+    sampled = sampled_weights(live, 1 << 20, 4, seed=7)
+    assert live.exports == 0, "a trainer that offers its live tensors must not export the whole model to sample it"
+    expected = sampled_weights(exported, 1 << 20, 4, seed=7)
+    assert exported.exports == 1 and list(sampled) == list(expected) and len(sampled) == 4
+    for name, value in sampled.items():
+        assert value.dtype == expected[name].dtype == np.float32 and (value == expected[name]).all()
+    tensors[int(next(iter(sampled))[1:])][1].add_(1)  # a later step must not change what was sampled
+    assert (sampled[next(iter(sampled))] == expected[next(iter(sampled))]).all()
