@@ -21,9 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from plasmid.types import Sample
 from plasmid_torch.vision import (
     IMAGE_PART_TYPES,
     MAX_IMAGE_PIXELS,
+    VISION_KEY,
     ImageInputs,
     VisionInputs,
     decode_image,
@@ -141,3 +143,15 @@ class ChatImages:
     def reference(self, parts: list[dict[str, Any]]) -> dict[str, Any]:
         """The ``Sample.metadata[VISION_KEY]`` reference of the portable image ``parts``."""
         return {"images": [dict(part) for part in parts]}
+
+
+def engine_images(engine: Any, parts: list[dict[str, Any]]) -> Any:
+    """What ``engine.generate_with_images`` takes for the portable image ``parts``: the answer of the
+    engine's ``images`` to a sample that references them (:class:`~plasmid_torch.vision.VisionInputs`
+    for torchgen, data URLs for the HTTP engines). A :class:`ValueError` (one line, naming the engine's
+    class) when the engine takes no images (no ``generate_with_images``, or no ``images`` because its
+    model is text-only); the engine's own error when it cannot read them."""
+    if getattr(engine, "generate_with_images", None) is None or getattr(engine, "images", None) is None:
+        raise ValueError(f"the rollout engine {type(engine).__name__} takes no images (torchgen, sglang and vllm "
+                         f"serving a vision-language model do)")
+    return engine.images(Sample(prompt="", metadata={VISION_KEY: {"images": [dict(part) for part in parts]}}))

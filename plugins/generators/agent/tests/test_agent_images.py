@@ -23,7 +23,7 @@ from plasmid.types import GenerationOutput, Sample, SamplingParams
 PIL = pytest.importorskip("PIL.Image")
 
 from plasmid_torch.tiny_vision import IMAGE_PAD_ID, build_tiny_vlm  # noqa: E402 (after the skip)
-from plasmid_torch.vision import VISION_KEY  # noqa: E402
+from plasmid_torch.vision import VISION_KEY, ImageInputs  # noqa: E402
 
 AGENTS = Path(__file__).parent / "agents.py"
 PARAMS = SamplingParams(temperature=1.0, max_new_tokens=8, stop_token_ids=(2,), seed=7)
@@ -48,12 +48,14 @@ def user(*urls: str, role: str = "user") -> dict:
 class ImageEngine(ScriptedEngine):
     """A :class:`ScriptedEngine` that also takes images; ``images`` holds the inputs of each such call."""
 
-    def __init__(self, tokenizer, texts):
+    def __init__(self, tokenizer, texts, model_dir):
         super().__init__(tokenizer, texts)
-        self.images = []
+        #: the engine's image inputs of a sample (torchgen's kind)
+        self.images = ImageInputs(str(model_dir))
+        self.received = []
 
     async def generate_with_images(self, prompt_ids, images, params) -> GenerationOutput:
-        self.images.append(images)
+        self.received.append(images)
         return await self.generate(prompt_ids, params)
 
 
@@ -88,7 +90,7 @@ def run(tmp_path, model_dir, tokenizer, engine, agent, **options):
 
 def refusal(tmp_path, model_dir, tokenizer, messages, **options) -> str:
     """The message of the 400 the gateway answers ``messages`` with (the engine never runs)."""
-    engine, seen = ImageEngine(tokenizer, []), {}
+    engine, seen = ScriptedEngine(tokenizer, []), {}
 
     async def agent(session):
         client = AsyncOpenAI(base_url=session.base_url, api_key=session.api_key, max_retries=0)
@@ -99,7 +101,7 @@ def refusal(tmp_path, model_dir, tokenizer, messages, **options) -> str:
 
     with pytest.raises(Exception, match="made no model call"):
         run(tmp_path, model_dir, tokenizer, engine, agent, **options)
-    assert engine.seen == [] and engine.images == []
+    assert engine.seen == []
     assert "\n" not in seen["message"]
     return seen["message"]
 
@@ -148,7 +150,7 @@ def test_images_reach_the_engine_expanded_and_the_sample_records_them(tmp_path, 
     32x32 image, the engine gets both images' inputs, the sample's reference names both."""
     path = tmp_path / "green.png"
     path.write_bytes(png(colour=(30, 180, 30)))
-    engine = ImageEngine(vlm_tokenizer, ["red<eos>"])
+    engine = ImageEngine(vlm_tokenizer, ["red<eos>"], vlm_dir)
 
     async def agent(session):
         client = AsyncOpenAI(base_url=session.base_url, api_key=session.api_key, max_retries=0)
@@ -159,7 +161,7 @@ def test_images_reach_the_engine_expanded_and_the_sample_records_them(tmp_path, 
     sample = run(tmp_path, vlm_dir, vlm_tokenizer, engine, agent, agent_image_paths=True)
     (prompt, _), = engine.seen
     assert prompt.count(IMAGE_PAD_ID) == 8 and prompt == sample.prompt_tokens
-    (inputs,) = engine.images
+    (inputs,) = engine.received
     assert inputs.image_grid_thw.tolist() == [[1, 4, 4], [1, 4, 4]]
     assert sample.metadata[VISION_KEY] == {"images": [{"type": "image", "image": data_url(png())},
                                                       {"type": "image", "image": str(path)}]}
@@ -169,7 +171,7 @@ def test_images_reach_the_engine_expanded_and_the_sample_records_them(tmp_path, 
 def test_a_call_with_other_images_behind_the_same_text_starts_a_sample_of_its_own(tmp_path, vlm_dir, vlm_tokenizer):
     """Image tokens are the same ids whatever the image: a second call whose text extends the first's but
     whose image differs is not the first's continuation (its sample holds its own image)."""
-    engine = ImageEngine(vlm_tokenizer, ["red<eos>", "blue<eos>"])
+    engine = ImageEngine(vlm_tokenizer, ["red<eos>", "blue<eos>"], vlm_dir)
     red, blue = data_url(png()), data_url(png(colour=(30, 60, 220)))
 
     async def agent(session):
@@ -182,3 +184,9 @@ def test_a_call_with_other_images_behind_the_same_text_starts_a_sample_of_its_ow
     samples = run(tmp_path, vlm_dir, vlm_tokenizer, engine, agent)
     assert [s.metadata[VISION_KEY]["images"][0]["image"] for s in samples] == [red, blue]
     assert [len(s.metadata[VISION_KEY]["images"]) for s in samples] == [1, 1]
+
+
+def test_images_for_an_engine_that_takes_none_are_a_400_naming_the_engine(tmp_path, vlm_dir, vlm_tokenizer):
+    message = refusal(tmp_path, vlm_dir, vlm_tokenizer, [user(data_url(png()))])
+    assert message == ("'messages' holds images, but the rollout engine ScriptedEngine takes no images (torchgen, "
+                       "sglang and vllm serving a vision-language model do)")

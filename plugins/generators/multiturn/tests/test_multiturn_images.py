@@ -153,7 +153,7 @@ def test_an_image_answer_the_run_cannot_show_is_a_one_line_tool_error(vlm_dir, t
     ("tagged", "with-images", "tool 'square' answered an image, and --tool-call-format tagged appends text only "
                               "(chat-template places images)"),
     ("chat-template", "text-only", "tool 'square' answered an image, and the engine TextEngine takes no images "
-                                   "(torchgen does)"),
+                                   "(torchgen, sglang and vllm serving a vision-language model do)"),
 ])
 def test_an_image_answer_a_format_or_an_engine_cannot_take_is_refused(vlm_dir, fmt, engine, told):
     """(The tiny VLM's alphabet cannot spell the text formats' tags, so this is asked of the check alone.)"""
@@ -162,6 +162,8 @@ def test_an_image_answer_a_format_or_an_engine_cannot_take_is_refused(vlm_dir, f
         async def generate(self, prompt_ids, params): ...
 
     class ImageEngine(TextEngine):
+        images = staticmethod(lambda sample: [])
+
         async def generate_with_images(self, prompt_ids, images, params): ...
 
     config = testing.make_config(plasmid_multiturn.plugin, model=str(vlm_dir), generate="multiturn",

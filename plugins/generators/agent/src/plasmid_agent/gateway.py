@@ -49,7 +49,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from plasmid.errors import ContextLengthError
+from plasmid.errors import ContextLengthError, UsageError
 from plasmid.protocols import RolloutEngine, Tokenizer
 from plasmid.types import GenerationOutput, SamplingParams, Status
 from plasmid_agent import fields, responses
@@ -258,7 +258,7 @@ class Gateway:
         text = self.render(self.placeholders(normalized) if images else normalized, tools)
         vision = self.vision.inputs([image.image for image in images]) if images else None
         prompt_ids = self.prompt_ids(rollout, text, chat=True, images=images, vision=vision)
-        choices = await self.generate(rollout, prompt_ids, text, sampling, images, vision)
+        choices = await self.generate(rollout, prompt_ids, text, sampling, images)
         ident, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), body.get("model") or self.model
         usage = usage_of(prompt_ids, choices)
         answers = []
@@ -528,11 +528,12 @@ class Gateway:
                                f"so far are kept)", status=429, headers=NO_RETRY)
 
     async def generate(self, rollout: Rollout, prompt_ids: list[int], text: str, sampling: Sampling = Sampling(),
-                       images: Sequence[Any] = (), vision: Any = None) -> list[Choice]:
+                       images: Sequence[Any] = ()) -> list[Choice]:
         """Run ``sampling.n`` engine calls for ``rollout`` on ``prompt_ids`` (the prompt's ``text``),
         cut each at the first of ``sampling.stops``, and record them, in choice order. A prompt with
-        ``images`` (:meth:`images_of`) goes to the engine's ``generate_with_images`` with their model
-        inputs ``vision``; an engine without it is a 400 naming the engine."""
+        ``images`` (:meth:`images_of`) goes to the engine's ``generate_with_images`` with what the
+        engine's ``images`` makes of them (:func:`plasmid_torch.chat_images.engine_images`); an engine
+        that takes no images is a 400 naming it."""
         if rollout.aborting is not None and rollout.aborting.is_set():
             rollout.aborted = True
         if rollout.aborted:
@@ -544,9 +545,14 @@ class Gateway:
             raise RequestError(ContextLengthError(self.context, len(prompt_ids), budget).openai_message)
         self._reserve(rollout, sampling.n)
         engine: Any = rollout.engine
-        if images and getattr(engine, "generate_with_images", None) is None:
-            raise RequestError(f"'messages' holds images, but the rollout engine {type(engine).__name__} takes no "
-                               f"images (torchgen does)")
+        vision = None
+        if images:
+            from plasmid_torch.chat_images import engine_images
+
+            try:
+                vision = engine_images(engine, [image.part for image in images])
+            except (ValueError, UsageError) as error:         # one line naming the engine
+                raise RequestError(f"'messages' holds images, but {error}") from None
         params = [replace(rollout.params, max_new_tokens=budget, seed=rollout.next_seed(), stop=sampling.stops)
                   for _ in range(sampling.n)]
         results = await asyncio.gather(*(engine.generate_with_images(list(prompt_ids), vision, p) if images

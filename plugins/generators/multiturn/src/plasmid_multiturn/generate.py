@@ -210,7 +210,7 @@ class MultiTurn:
                 try:
                     if conversation.images:
                         output = await engine.generate_with_images(
-                            prompt + response, self.images.inputs(conversation.images), turn_params)
+                            prompt + response, self.images.engine_inputs(engine, conversation.images), turn_params)
                     else:
                         output = await engine.generate(prompt + response, turn_params)
                 except ContextLengthError:
@@ -302,9 +302,11 @@ class MultiTurn:
         if images and self.options.tool_call_format != "chat-template":
             raise ValueError(f"tool '{name}' answered an image, and --tool-call-format "
                              f"{self.options.tool_call_format} appends text only (chat-template places images)")
-        if images and getattr(ctx.engine_for(sample), "generate_with_images", None) is None:
-            raise ValueError(f"tool '{name}' answered an image, and the engine "
-                             f"{type(ctx.engine_for(sample)).__name__} takes no images (torchgen does)")
+        engine = ctx.engine_for(sample)
+        if images and (getattr(engine, "generate_with_images", None) is None or getattr(engine, "images", None)
+                       is None):
+            raise ValueError(f"tool '{name}' answered an image, and the engine {type(engine).__name__} takes no "
+                             f"images (torchgen, sglang and vllm serving a vision-language model do)")
         return content, images
 
     def metrics(self, conversation: Conversation, status: Status) -> dict[str, float]:

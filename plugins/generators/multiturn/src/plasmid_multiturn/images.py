@@ -118,6 +118,14 @@ class ConversationImages:
         return self.vision().images(Sample(prompt="", metadata={VISION_KEY: {"images": parts}}))
 
     @staticmethod
+    def engine_inputs(engine: Any, parts: list[dict[str, Any]]) -> Any:
+        """What ``engine.generate_with_images`` takes for ``parts``
+        (:func:`plasmid_torch.chat_images.engine_images`)."""
+        from plasmid_torch.chat_images import engine_images
+
+        return engine_images(engine, parts)
+
+    @staticmethod
     def reference(parts: list[dict[str, Any]]) -> dict[str, Any]:
         """``{VISION_KEY: {"images": parts}}``: what the finished sample's metadata gets."""
         from plasmid_torch.vision import VISION_KEY
