@@ -11,6 +11,9 @@ check on top of the contract::
         def make_engines(self, config, count): ...   # the session's engines
         def close(self, setup): ...                   # put the checkpoint back
 
+Its deadline test freezes the engine's server processes (:meth:`ServerSyncContract.hold_engine`), so
+the engine is really stuck, whatever path its transport loads by.
+
 The exact check: after syncing a trainer whose tied input embedding is zero, every hidden state
 is zero, so every logit is equal and every log-prob an engine scores (at temperature 1 and 0.7)
 is ``-ln(vocabulary size)``, ``-ln(16)`` for the tiny test models.
@@ -19,7 +22,7 @@ is ``-ln(vocabulary size)``, ``-ln(16)`` for the tiny test models.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -51,6 +54,23 @@ class ServerSyncContract(WeightSyncContract):
         loss = testing.build("loss", "grpo", self.loss_plugin, config=config)
         trainer: Trainer = testing.build("trainer", "torchtrain", self.trainer_plugin, config=config, args=(loss,))
         return trainer
+
+    def hold_engine(self, setup: SyncSetup, index: int) -> Callable[[], None]:
+        """A really stuck engine for the contract's deadline test: every process of engine ``index``'s
+        launched servers is frozen (``SIGSTOP``, :meth:`plasmid_serving.server_process.ManagedServer.freeze`)
+        until the returned function continues them; the engine stays the real one, so whatever call the
+        transport makes to load (its own HTTP endpoint included) hangs. The servers' health checks wait
+        up to 30 s, longer than the test, so the monitor does not restart them."""
+        engine = setup.engines[index]
+        thaws = [server.process.freeze() for server in getattr(engine, "servers", []) if server.process is not None]
+        if not thaws:
+            pytest.skip(f"engine {index} has no launched server to freeze")
+
+        def release() -> None:
+            for thaw in thaws:
+                thaw()
+
+        return release
 
     def test_a_trainer_with_a_zero_embedding_makes_every_logprob_uniform(self, setup: SyncSetup) -> None:
         with torch.no_grad():

@@ -38,6 +38,9 @@ And that a sync can neither hang nor lie (:mod:`plasmid_torch.sync_guard`):
 - an engine whose served weights differ in one tensor from what it was sent is caught by the probe
   (``--verify-sync-check probe``, the check of engines that cannot read weights back), and an
   honest sync passes it (engines in this process only);
+- an engine that loads through a server of its own and reports loaded checksums (``loaded_checksums``:
+  SGLang, vLLM) is caught by them when it loads other values (:meth:`WeightSyncContract.misloading_engine`),
+  and an honest sync checks one tensor per bucket and engine (skipped for other engines);
 - a bucket corrupted on its way is refused by the receiver's checksums, where the subclass says how
   to corrupt one (:meth:`WeightSyncContract.sync_with_corrupted_bucket`; skipped otherwise).
 
@@ -67,7 +70,14 @@ from plasmid.protocols import RolloutEngine, Trainer, WeightSync
 from plasmid.providers import adopt_legacy_score
 from plasmid.remote import is_remote
 from plasmid.types import Sample
-from plasmid_torch.sync_guard import SyncGuard, SyncGuardOptions, SyncMismatch, SyncTimeout
+from plasmid_torch.sync_guard import (
+    LOADED_TENSORS_PER_BUCKET,
+    SyncGuard,
+    SyncGuardOptions,
+    SyncMismatch,
+    SyncTimeout,
+    reports_loaded,
+)
 from plasmid_torch.testing.batches import make_rollout_batch
 from plasmid_torch.testing.contracts.trainer import as_numpy, exported, tensor_nbytes
 from plasmid_torch.tiny import build_tiny_model
@@ -169,6 +179,18 @@ class WeightSyncContract:
             setup.engines[index] = engine
 
         return release
+
+    def misloading_engine(self, setup: SyncSetup, index: int) -> Any:
+        """An engine that loads other values than it is sent, to put in place of engine ``index``
+        (the tests put the real one back). The default, :class:`MisloadingEngine`, changes what
+        reaches ``update_weights``; a subclass whose transport makes the engine load by another path
+        (a server's own endpoint) overrides it to change what that path loaded. Skipped for an
+        engine of another process (the fault is injected in this one)."""
+        engine = setup.engines[index]
+        if is_remote(engine):
+            self.close(setup)
+            pytest.skip("the engine is a proxy of another process: the misloading is injected in this one")
+        return MisloadingEngine(engine)
 
     async def sync_with_corrupted_bucket(self, setup: SyncSetup, weight_version: int) -> Any:
         """Sync ``weight_version`` into ``setup.engines`` with one tensor's bytes changed on the
@@ -283,13 +305,35 @@ class WeightSyncContract:
         assert waited < self.stuck_timeout * 6 + 30, f"the sync gave up after {waited:.1f} s, not near its deadline"
 
     def test_an_engine_that_loads_other_values_is_caught_by_read_back(self, model_dir: Path, tmp_path: Path) -> None:
-        setup = self.build_setup(model_dir, tmp_path, verify_sync_every=1, verify_sync_tensors=0)
-        honest = setup.engines[0]
-        if is_remote(honest):
+        # checksums off: an engine that reports loaded checksums would be caught by them first
+        setup = self.build_setup(model_dir, tmp_path, verify_sync_every=1, verify_sync_tensors=0, sync_checksums="off")
+        self.assert_caught(setup, self.misloading_engine(setup, 0), rf"weight sync '{self.provider}': tensor '[^']+' "
+                           r"read back from engine 0 \(.*differs from the trainer's")
+
+    def test_an_engine_that_loads_other_values_is_caught_by_its_loaded_checksums(self, model_dir: Path,
+                                                                                 tmp_path: Path) -> None:
+        setup = self.build_setup(model_dir, tmp_path, verify_sync_every=0)
+        self._require_loaded_checksums(setup)
+        self.assert_caught(setup, self.misloading_engine(setup, 0), rf"weight sync '{self.provider}': tensor '[^']+' "
+                           r"loaded by engine 0 \(.* has CRC32 [0-9a-f]{8} \(first \w+ rows as float32\), the "
+                           r"trainer's is [0-9a-f]{8}")
+
+    def test_loaded_checksums_pass_after_an_honest_sync(self, model_dir: Path, tmp_path: Path) -> None:
+        setup = self.build_setup(model_dir, tmp_path, verify_sync_every=0)
+        self._require_loaded_checksums(setup)
+        try:
+            report = testing.run(self.train_then_sync(setup, 1))
+        finally:
             self.close(setup)
-            pytest.skip("the engine is a proxy of another process: the misloading is injected in this one")
-        self.assert_caught(setup, MisloadingEngine(honest), rf"weight sync '{self.provider}': tensor '[^']+' read "
-                           r"back from engine 0 \(.*differs from the trainer's")
+        assert report.metrics["sync/loaded_checksums"] == LOADED_TENSORS_PER_BUCKET * report.buckets * self.engine_count
+
+    def _require_loaded_checksums(self, setup: SyncSetup) -> None:
+        """Skip (closing ``setup``) unless every engine reports loaded checksums (engines that load
+        through a server of their own: their transport's checksums cannot see inside it)."""
+        if any(is_remote(engine) or not reports_loaded(engine) for engine in setup.engines):
+            self.close(setup)
+            pytest.skip("the engines do not report loaded checksums (loaded_checksums): the transport's own "
+                        "checksums cover what they load")
 
     def test_read_back_passes_after_an_honest_sync(self, model_dir: Path, tmp_path: Path) -> None:
         setup = self.build_setup(model_dir, tmp_path, verify_sync_every=1, verify_sync_tensors=3)
