@@ -177,3 +177,17 @@ def test_an_image_answer_a_format_or_an_engine_cannot_take_is_refused(vlm_dir, f
     assert str(caught.value) == told
     content, images = generate.image_answer(view, "square", [{"type": "text", "text": "no image"}], Sample())
     assert content == [{"type": "text", "text": "no image"}] and images == []
+
+
+def test_an_image_answer_for_a_text_only_policy_is_refused_naming_the_model(tmp_path):
+    from plasmid_torch.tiny import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "text-model", seed=0)
+    config = testing.make_config(plasmid_multiturn.plugin, model=str(model), generate="multiturn",
+                                 tool_call_format="chat-template")
+    generate = testing.build("generate", "multiturn", plasmid_multiturn.plugin, config=config)
+    answer = [{"type": "text", "text": "here"}, {"type": "image_url", "image_url": {"url": png_url(32, SQUARE)}}]
+    with pytest.raises(ValueError) as caught:
+        generate.image_answer(None, "square", answer, Sample())
+    assert str(caught.value) == (f"the policy (--model {model}) cannot read images: {model} is not a "
+                                 f"vision-language model (its config has no vision_config)")
