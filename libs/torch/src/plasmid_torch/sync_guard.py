@@ -91,7 +91,8 @@ class SyncGuardOptions(Options, group="sync checks",
         "it the run stops with an error naming the transport, phase, engine and rank", gt=0,
         default_text="max(60, bytes of the phase / 50 MB/s)")
     sync_checksums: Literal["on", "off"] = option(
-        "on", "CRC32 of every tensor a sync sends, checked by the receiver before it loads the bucket")
+        "on", "CRC32 of every tensor a sync sends, checked by the receiver before it loads the bucket; engines that "
+        "load through their own server (SGLang, vLLM) also report CRC32s of a sample of each bucket as they hold it")
     verify_sync_every: int = option(
         50, "every N syncs, read sampled tensors back from every engine and compare them bit for bit with the "
         "trainer's (0: never)", min=0)
