@@ -21,9 +21,10 @@ call answered as the same requests one by one. Imports torch and transformers (a
 
 Images (opt-in): an engine that takes prompts with images claims it with ``multimodal = True``. It must
 then serve a vision-language model (here the tiny Qwen2-VL of :func:`plasmid_torch.tiny_vision.build_tiny_vlm`)
-with what the ``vision`` generate function calls: ``images`` (a sample -> its
-:class:`plasmid_torch.vision.VisionInputs`, rebuilt from ``metadata[VISION_KEY]``) and ``async
-generate_with_images(prompt_ids, images, params) -> GenerationOutput``. Checked: a response within the
+with what the ``vision`` generate function, the agent gateway and multi-turn tools call: ``images`` (a
+sample -> the engine's own form of its images, rebuilt from ``metadata[VISION_KEY]``: torchgen's
+:class:`plasmid_torch.vision.VisionInputs`, data URLs for a server) and ``async
+generate_with_images(prompt_ids, images, params) -> GenerationOutput`` taking that form. Checked: a response within the
 limits with one log-prob per token, equal to a float32 forward pass with the same images (within
 ``logprob_atol``), reproducible by seed; and another image changes the output distribution (the
 log-probs are not those of the other image's forward pass, and greedy answers or their log-probs differ).
@@ -49,7 +50,7 @@ from plasmid_torch.hf import load_causal_lm
 from plasmid_torch.ops import logprobs_from_logits
 from plasmid_torch.testing.images import BLUE, RED, image_samples
 from plasmid_torch.tiny import BOS_ID, EOS_ID, build_tiny_model
-from plasmid_torch.vision import VisionInputs, forward_inputs
+from plasmid_torch.vision import ImageInputs, VisionInputs, forward_inputs
 
 #: Prompts of different lengths (token ids of the tiny model's alphabet after ``<bos>``).
 PROMPTS = [[BOS_ID, 4, 5, 14, 6, 15], [BOS_ID, 7], [BOS_ID, 3, 3, 3, 3, 3, 3, 3, 3, 3, 9], [BOS_ID, 12, 8, 15]]
@@ -358,7 +359,7 @@ class GeneratorContract:
         output = self.generate_with_images(vlm_engine, sample, params)
         self.check_output(output, params, vlm_reference.config.get_text_config().vocab_size)
         assert output.weight_version == 0
-        expected = self.reference_image_logprobs(vlm_reference, vlm_engine.images(sample),
+        expected = self.reference_image_logprobs(vlm_reference, ImageInputs(str(vlm_dir))(sample),
                                                  sample.tokens + output.token_ids, len(sample.tokens), 1.0)
         np.testing.assert_allclose(output.logprobs, expected, rtol=0, atol=self.logprob_atol)
         assert self.generate_with_images(vlm_engine, sample, params).token_ids == output.token_ids, \
@@ -373,7 +374,7 @@ class GeneratorContract:
         assert on_red.token_ids != on_blue.token_ids or not np.allclose(on_red.logprobs, on_blue.logprobs,
                                                                         rtol=0, atol=1e-3), \
             "a red and a blue image give the same answer with the same log-probs: are the images used?"
-        under_blue = self.reference_image_logprobs(vlm_reference, vlm_engine.images(blue),
+        under_blue = self.reference_image_logprobs(vlm_reference, ImageInputs(str(vlm_dir))(blue),
                                                    red.tokens + on_red.token_ids, len(red.tokens), 1.0)
         assert not np.allclose(on_red.logprobs, under_blue, rtol=0, atol=1e-3), \
             "the answer to the red image has the log-probs it would have with the blue one"
