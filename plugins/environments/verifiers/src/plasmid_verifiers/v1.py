@@ -50,28 +50,35 @@ def check_offered(name: str | None = None) -> None:
                          f"'verifiers>=0.3.1,<0.3.2')")
 
 
-def taskset_class(name: str) -> type | None:
-    """The v1 ``Taskset`` subclass that module ``name`` exports (as verifiers' v1 loader resolves a
-    taskset id), or ``None`` when it is no v1 taskset. A module that needs ``verifiers.v1`` while the
-    installed verifiers has none is a v1 taskset this verifiers cannot load: a one-line
-    :class:`UsageError` (:func:`check_offered`)."""
+def is_taskset(name: str) -> bool:
+    """Whether ``name`` is a v1 taskset: the module verifiers' v1 loader resolves for it exports one
+    ``Taskset`` subclass in ``__all__`` and no classic ``load_environment`` (and no installed module
+    ``name`` has one: the classic environment comes first, as before v1). A module that
+    needs ``verifiers.v1`` while the installed verifiers has none is a v1 taskset this verifiers
+    cannot load: a one-line :class:`UsageError` (:func:`check_offered`)."""
     import importlib
 
     try:
-        from verifiers.v1.utils.loaders import taskset_class as resolve
+        from verifiers.v1.utils.loaders import import_taskset, taskset_class
     except ImportError:
         try:
             importlib.import_module(name.replace("-", "_"))
         except ModuleNotFoundError as exc:
-            if (exc.name or "").startswith("verifiers.v1") or exc.name == "verifiers":
+            if (exc.name or "").startswith("verifiers.v1"):
                 check_offered(name)
-        except Exception:  # noqa: BLE001 - not importable, so not a v1 taskset this can tell
-            return None
-        return None
+        except Exception:  # noqa: BLE001 - not importable: not a v1 taskset this can tell
+            return False
+        return False
     try:
-        return resolve(name)
+        if hasattr(importlib.import_module(name.replace("-", "_")), "load_environment"):
+            return False   # a classic environment, even where verifiers ships a v1 taskset of that name
+    except Exception:  # noqa: BLE001 - verifiers' v1 loader may still resolve it (a hub id, a built-in)
+        pass
+    try:
+        taskset_class(name)
     except Exception:  # noqa: BLE001 - not a v1 taskset, whatever the reason
-        return None
+        return False
+    return not hasattr(import_taskset(name), "load_environment")
 
 
 @dataclass

@@ -61,20 +61,21 @@ def canonical_args(args: dict[str, Any]) -> str:
 @functools.lru_cache(maxsize=16)
 def load_env(name: str, args_json: str = "{}") -> Any:
     """The environment ``verifiers.load_environment(name, **args)``, or, when module ``name`` is a
-    verifiers v1 taskset, that taskset (:func:`plasmid_verifiers.v1.load`, ``args`` its config); one
-    per name and arguments per process. Anything that goes wrong is one :class:`UsageError` naming
-    ``--vf-env`` (a v1 taskset with a verifiers that offers no v1 tasksets included)."""
+    verifiers v1 taskset (:func:`plasmid_verifiers.v1.is_taskset`), that taskset
+    (:func:`plasmid_verifiers.v1.load`, ``args`` its config); one per name and arguments per process.
+    Anything that goes wrong is one :class:`UsageError` naming ``--vf-env`` (a v1 taskset with a
+    verifiers that offers no v1 tasksets included)."""
     check_version()
     args = parse_env_args(args_json)
     import verifiers
 
+    from plasmid_verifiers import v1
+
+    if v1.is_taskset(name):
+        return v1.load(name, args)
     try:
         env = verifiers.load_environment(name, **args)
     except Exception as exc:  # noqa: BLE001 - the environment's own failure, told in one line
-        from plasmid_verifiers import v1
-
-        if v1.taskset_class(name) is not None:
-            return v1.load(name, args)
         cause = exc.__cause__ or exc
         detail = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
         raise UsageError(f"--vf-env {name}: verifiers could not load it ({type(cause).__name__}: {detail}); is "
