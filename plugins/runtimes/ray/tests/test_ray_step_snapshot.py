@@ -22,6 +22,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from plasmid_ray.snapshots import read_tree, write_tree  # noqa: E402
 from plasmid_ray.trainer import TrainerProxy  # noqa: E402
 
 from plasmid.app.run import run_training  # noqa: E402
@@ -80,6 +81,21 @@ def learning(entry: dict[str, float]) -> dict[str, float]:
 
 def complete(run_dir) -> list[str]:
     return sorted(p.name for p in (run_dir / "checkpoints").iterdir() if (p / "meta.json").is_file())
+
+
+def test_a_snapshot_writes_back_the_layout_it_read(tmp_path):
+    saved = tmp_path / "saved"
+    (saved / "model").mkdir(parents=True)
+    (saved / "empty" / "dir").mkdir(parents=True)
+    (saved / "model" / "weights.safetensors").write_bytes(bytes(range(256)) * 3)
+    (saved / "state.pt").write_bytes(b"")
+    files = read_tree(saved)
+    assert files == {"model/weights.safetensors": bytes(range(256)) * 3, "state.pt": b"", "empty/dir/": b""}
+    assert write_tree(files, tmp_path / "copy" / "trainer") == 768
+    assert read_tree(tmp_path / "copy" / "trainer") == files
+    with pytest.raises(ValueError, match="leaves the checkpoint directory"):
+        write_tree({"../outside": b"x"}, tmp_path / "copy" / "trainer")
+    assert not (tmp_path / "copy" / "outside").exists()
 
 
 @pytest.mark.timeout(900)

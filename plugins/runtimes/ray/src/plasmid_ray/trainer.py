@@ -327,9 +327,9 @@ class TrainerProxy:
 
     async def save(self, path: str) -> None:
         """Save from rank 0 (every rank when collective). When a rank it needs is dead or rank 0's
-        state is that of an unfinished step, the driver-held snapshot of the last finished step is
-        written instead (:mod:`plasmid_ray.snapshots`); without one the save is refused, before
-        anything is written."""
+        state is that of an unfinished step (found before or during the save), the driver-held
+        snapshot of the last finished step is written instead (:mod:`plasmid_ray.snapshots`);
+        without one the save is refused (before anything is written, when found before)."""
         readers = self._readers()
         lost = any(rank in self.dead for rank in readers) or bool(self.dead and self.torn is not None)
         if lost and await self._save_snapshot(path):
@@ -339,7 +339,14 @@ class TrainerProxy:
             raise ProviderError(f"not saving a checkpoint to {path}: {self.torn} when "
                                 f"{'; '.join(self.dead.values())}, so the trainer's state is that of an unfinished "
                                 f"step. {self._resume_hint(lost=True)}", provider=self.provider, plugin=self.plugin)
-        await self._read("save", path)
+        try:
+            await self._read("save", path)
+        except ProviderError:  # a reader died during the save: what it wrote is replaced by the snapshot
+            if not any(rank in self.dead for rank in readers):
+                raise
+            await asyncio.to_thread(shutil.rmtree, path, True)
+            if not await self._save_snapshot(path):
+                raise
 
     async def load(self, path: str) -> None:
         """Load ``path`` on every rank; the snapshots held are of other state and dropped."""
