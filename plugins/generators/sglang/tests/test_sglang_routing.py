@@ -28,6 +28,7 @@ from sglang_test_support import sglang_installed
 from plasmid import testing
 from plasmid.errors import UsageError
 from plasmid.types import SamplingParams, Status
+from plasmid_serving.engine import Ticket
 from plasmid_torch.tiny import build_tiny_model
 
 needs_sglang = pytest.mark.skipif(not sglang_installed(), reason="SGLang is not installed")
@@ -110,7 +111,7 @@ def test_a_continued_response_reports_the_last_requests_routing(sparse_step_moe,
     engine.routing, engine.router, engine.request_timeout = layout, None, 10.0
     engine._weight_version, engine._stats = 0, {"continuations": 0}
     server = SimpleNamespace(url="http://fake", name="fake")
-    ticket = SimpleNamespace(aborted=False)
+    ticket = Ticket()
     output = testing.run(engine._generate_on(server, ticket, prompt, SamplingParams(max_new_tokens=4)))
     assert [body["return_routed_experts"] for body in bodies] == [True, True]
     assert output.token_ids == first + second and output.status is Status.TRUNCATED
