@@ -18,7 +18,15 @@ bytes (``sync/raw_bytes`` for delta) over the sync's wall clock, counted once pe
 every engine receives them, the median of ``--repeats``; the next column is that over the
 baseline (above 1: faster than an in-process copy of one model).
 
+``--checks`` adds, per local sync, the milliseconds of a sync with the load checks off, with
+checksums (the default), with a read-back of 8 tensors per engine after every sync and with the
+probe after every sync, and each over "off". The local syncs share one trainer (its step guard
+off: its per-step snapshot is a training cost, and only syncs are timed); each setting has its
+own sync and engines, and after each training step every setting syncs the same new weights
+(:func:`time_local`), so a round costs one step, not one per setting.
+
     OMP_NUM_THREADS=1 python benchmarks/bench_weight_sync.py --repeats 3
+    OMP_NUM_THREADS=1 python benchmarks/bench_weight_sync.py --checks --hidden 1024 --layers 8 --no-ray  # 134 M
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import plasmid_grpo.plugin as grpo_plugin
 import plasmid_sync.plugin as sync_plugin
@@ -77,47 +86,81 @@ async def time_syncs(sync, trainer, engines, repeats: int, vocab: int, first_ver
     return statistics.median(speeds), {"bytes": report.bytes, "seconds": statistics.median(seconds), **report.metrics}
 
 
-#: What the load checks cost (plasmid_torch.sync_guard): none, the defaults (CRC32 of every tensor
-#: sent; the read-back every 50 syncs is not reached here) and a sampled read-back after every sync.
+#: What the load checks cost (plasmid_torch.sync_guard), one column each with ``--checks``: none;
+#: the defaults (CRC32 of every tensor sent; the default read-back every 50 syncs is not reached
+#: here); and after every sync, on top of the CRC32s, a read-back of 8 sampled tensors per engine,
+#: or the probe (4 fixed sequences scored by every engine and the trainer).
 CHECKS = {"off": {"sync_checksums": "off", "verify_sync_every": 0},
-          "default": {},
-          "read-back 1": {"verify_sync_every": 1}}
+          "checksums": {},
+          "read-back": {"verify_sync_every": 1, "verify_sync_check": "read-back"},
+          "probe": {"verify_sync_every": 1, "verify_sync_check": "probe"}}
+#: The local runtime's syncs: (label, --weight-sync, --inprocess-share-weights). ``inprocess``
+#: copies; ``inprocess-shared`` hands the trainer's own tensors over (its MB/s is the model's bytes
+#: over the sync's seconds: nothing is copied).
+LOCAL = (("inprocess", "inprocess", "off"), ("inprocess-shared", "inprocess", "auto"),
+         ("disk", "disk", "off"), ("delta", "delta", "off"))
 
 
-def check_rows(model_dir: Path, work: Path, engines: int, repeats: int, vocab: int) -> list[tuple[str, list[float]]]:
-    """Per local sync, the median milliseconds of a sync under each of :data:`CHECKS`."""
-    rows = []
-    for label, name, share in (("inprocess", "inprocess", "off"), ("inprocess-shared", "inprocess", "auto"),
-                               ("disk", "disk", "off"), ("delta", "delta", "off")):
-        times = []
-        for number, checks in enumerate(CHECKS.values()):
-            config = make_config(*PLUGINS, model=str(model_dir), run_dir=work / f"checks-{label}-{number}", lr=1e-6,
-                                 update_weight_buffer_size=16 * MB, inprocess_share_weights=share, **checks)
-            loss = build("loss", "grpo", *PLUGINS, config=config)
-            trainer = build("trainer", "torchtrain", *PLUGINS, config=config, args=(loss,))
-            served = [build("engine", "torchgen", *PLUGINS, config=config) for _ in range(engines)]
-            sync = build("weight_sync", name, *PLUGINS, config=config)
-            _speed, last = asyncio.run(time_syncs(sync, trainer, served, repeats, vocab, 1))
-            times.append(last["seconds"] * 1000)
-        rows.append((label, times))
-    return rows
+async def time_settings(trainer, setups: dict[str, tuple], repeats: int, vocab: int) -> dict[str, dict]:
+    """``setups``: per setting, ``(sync, engines)`` sharing ``trainer``. A first sync of each warms
+    up (delta: its full snapshot); then ``repeats`` times one training step and one sync of each
+    setting, in an order rotated by one per repeat. Per setting: the median ``seconds`` and
+    ``mb_per_second`` of its timed syncs and its last report's ``bytes`` and metrics."""
+    seconds: dict[str, list[float]] = {name: [] for name in setups}
+    speeds: dict[str, list[float]] = {name: [] for name in setups}
+    last: dict[str, Any] = {}
+    for sync, engines in setups.values():
+        await sync.sync(trainer, engines, 1)
+    order = list(setups)
+    for repeat in range(repeats):
+        await trainer.train_step(make_rollout_batch(vocab, seed=repeat))
+        for name in order[repeat % len(order):] + order[:repeat % len(order)]:
+            sync, engines = setups[name]
+            report = await sync.sync(trainer, engines, repeat + 2)
+            raw = report.metrics.get("sync/raw_bytes", report.metrics.get("sync/shared_bytes", report.bytes))
+            seconds[name].append(report.seconds)
+            speeds[name].append(raw / MB / report.seconds)
+            last[name] = report
+    return {name: {"seconds": statistics.median(seconds[name]), "mb_per_second": statistics.median(speeds[name]),
+                   "bytes": last[name].bytes, **last[name].metrics} for name in setups}
 
 
-def local_rows(model_dir: Path, work: Path, engines: int, repeats: int, vocab: int) -> list[tuple[str, float, dict]]:
-    rows = []
-    # inprocess copies (--inprocess-share-weights off); inprocess-shared hands the trainer's own tensors over:
-    # its MB/s is the model's bytes over the sync's seconds (nothing is copied)
-    for label, name, share in (("inprocess", "inprocess", "off"), ("inprocess-shared", "inprocess", "auto"),
-                               ("disk", "disk", "off"), ("delta", "delta", "off")):
-        config = make_config(*PLUGINS, model=str(model_dir), run_dir=work / f"local-{label}", lr=1e-6,
-                             update_weight_buffer_size=16 * MB, inprocess_share_weights=share)
-        loss = build("loss", "grpo", *PLUGINS, config=config)
-        trainer = build("trainer", "torchtrain", *PLUGINS, config=config, args=(loss,))
-        served = [build("engine", "torchgen", *PLUGINS, config=config) for _ in range(engines)]
-        sync = build("weight_sync", name, *PLUGINS, config=config)
-        speed, last = asyncio.run(time_syncs(sync, trainer, served, repeats, vocab, 1))
-        rows.append((f"local  {label}", speed, last))
-    return rows
+def time_local(model_dir: Path, work: Path, engines: int, repeats: int, vocab: int,
+               checks: dict[str, dict]) -> dict[str, dict[str, dict]]:
+    """Every local sync of :data:`LOCAL` under every setting of ``checks`` (name -> options):
+    ``{label: {setting: {"seconds", "mb_per_second", "bytes", **metrics}}}``.
+
+    One trainer serves them all, built with its step guard off (``--max-update-ratio 0``): only
+    syncs are timed, and the guard's per-step snapshot of the weights and optimizer state would
+    make each untimed step cost as much again. Before each timed round the trainer takes one
+    training step (lr 1e-6, as in RL fine-tuning), so every sync moves new weights and ``delta``
+    sees realistic differences; every setting has its own sync and its own engines, so each
+    setting's sync moves the same new weights (:func:`time_settings`)."""
+    config = make_config(*PLUGINS, model=str(model_dir), run_dir=work / "trainer", lr=1e-6, max_update_ratio=0.0)
+    trainer = build("trainer", "torchtrain", *PLUGINS, config=config, args=(build("loss", "grpo", *PLUGINS,
+                                                                                     config=config),))
+    results = {}
+    for label, name, share in LOCAL:
+        setups = {}
+        for number, (setting, options) in enumerate(checks.items()):
+            config = make_config(*PLUGINS, model=str(model_dir), run_dir=work / f"local-{label}-{number}", lr=1e-6,
+                                 update_weight_buffer_size=16 * MB, inprocess_share_weights=share, **options)
+            setups[setting] = (build("weight_sync", name, *PLUGINS, config=config),
+                               [build("engine", "torchgen", *PLUGINS, config=config) for _ in range(engines)])
+        results[label] = asyncio.run(time_settings(trainer, setups, repeats, vocab))
+        del setups
+        for number in range(len(checks)):
+            shutil.rmtree(work / f"local-{label}-{number}", ignore_errors=True)
+    return results
+
+
+def local_rows(model_dir: Path, work: Path, engines: int, repeats: int, vocab: int,
+               timed: dict[str, dict[str, dict]] | None = None) -> list[tuple[str, float, dict]]:
+    """Each local sync's MB/s with the default checks: from ``timed`` (:func:`time_local` with a
+    ``checksums`` setting) when given, else measured here."""
+    timed = timed or time_local(model_dir, work, engines, repeats, vocab, {"checksums": CHECKS["checksums"]})
+    return [(f"local  {label}", timed[label]["checksums"]["mb_per_second"], timed[label]["checksums"])
+            for label, _name, _share in LOCAL]
 
 
 def ray_rows(model_dir: Path, work: Path, engines: int, repeats: int, vocab: int) -> list[tuple[str, float, dict]]:
@@ -167,22 +210,25 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-ray", action="store_true", help="only the local runtime's syncs")
     parser.add_argument("--checks", action="store_true",
-                        help="also time each local sync with its load checks off, at their defaults, and with a "
-                             "read-back after every sync")
+                        help="also time each local sync with its load checks off, with checksums (the default), and "
+                             "with a read-back or the probe after every sync")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    began = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="plasmid-bench-sync-"))
     model_dir = build_tiny_model(work / "model", hidden_size=args.hidden, num_layers=args.layers, num_heads=8,
                                  tie_word_embeddings=False)
     model = load_causal_lm(str(model_dir))
     size = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    parameters = sum(p.numel() for p in model.parameters())
     vocab = model.config.vocab_size
     del model
-    print(f"model: hidden {args.hidden}, {args.layers} layers, {size / MB:.1f} MB float32; {args.engines} engines; "
-          f"median of {args.repeats} syncs", flush=True)
+    print(f"model: hidden {args.hidden}, {args.layers} layers, {parameters / 1e6:.1f} M parameters, "
+          f"{size / MB:.1f} MB float32; {args.engines} engines; median of {args.repeats} syncs", flush=True)
     baseline = baseline_copy(model_dir, args.repeats)
     rows = [("in-process copy (baseline)", baseline, {})]
-    rows += local_rows(model_dir, work, args.engines, args.repeats, vocab)
+    timed = time_local(model_dir, work, args.engines, args.repeats, vocab, CHECKS) if args.checks else None
+    rows += local_rows(model_dir, work, args.engines, args.repeats, vocab, timed)
     if not args.no_ray:
         try:
             import ray  # noqa: F401
@@ -190,7 +236,6 @@ def main() -> None:
             print("ray is not installed: skipping the Ray runtime's syncs")
         else:
             rows += ray_rows(model_dir, work, args.engines, args.repeats, vocab)
-    checks = check_rows(model_dir, work, args.engines, args.repeats, vocab) if args.checks else []
     shutil.rmtree(work, ignore_errors=True)
     print(f"{'sync':<28} {'MB/s':>9} {'x baseline':>11}  notes")
     for name, speed, last in rows:
@@ -198,10 +243,15 @@ def main() -> None:
         if "sync/compression_ratio" in last:
             notes = f"wrote {last['bytes'] / MB:.1f} MB, compression {last['sync/compression_ratio']:.2f}x"
         print(f"{name:<28} {speed:9.1f} {speed / baseline:11.3f}  {notes}", flush=True)
-    if checks:
-        print(f"\n{'ms per sync, checks:':<28}" + "".join(f" {label:>12}" for label in CHECKS))
-        for label, times in checks:
-            print(f"{'local  ' + label:<28}" + "".join(f" {ms:12.1f}" for ms in times), flush=True)
+    if timed:
+        checked = [label for label in CHECKS if label != "off"]
+        print(f"\n{'ms per sync, checks:':<28}" + "".join(f" {label:>10}" for label in CHECKS)
+              + "   x off:" + "".join(f" {label:>10}" for label in checked))
+        for label, by_check in timed.items():
+            off = by_check["off"]["seconds"]
+            print(f"{'local  ' + label:<28}" + "".join(f" {by_check[c]['seconds'] * 1000:10.1f}" for c in CHECKS)
+                  + "        " + "".join(f" {by_check[c]['seconds'] / off:10.2f}" for c in checked), flush=True)
+    print(f"\nthe benchmark took {time.perf_counter() - began:.0f} s", flush=True)
 
 
 if __name__ == "__main__":
