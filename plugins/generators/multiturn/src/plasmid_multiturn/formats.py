@@ -25,7 +25,9 @@ JSON (the quickstart's tiny model on ``--task toolcalc``): ``<call>12*34</call>`
 ``calculator`` tool with that expression. ``mistral`` is Mistral's syntax (the ``mistral`` parser),
 several calls in one turn: ``[TOOL_CALLS][{"name": NAME, "arguments": {...}}, ...]`` (or the newer
 ``[TOOL_CALLS]NAME[ARGS]{...}`` per call), each answer appended in order as
-``[TOOL_RESULTS]{"content": ANSWER}[/TOOL_RESULTS]``. ``compact`` reads its own syntax and takes
+``[TOOL_RESULTS]{"content": ANSWER}[/TOOL_RESULTS]``. ``harmony`` is OpenAI's harmony (gpt-oss:
+the ``openai`` parser): calls are messages ``to=functions.NAME`` ending in ``<|call|>``, answers are
+appended as harmony tool messages (:class:`Harmony`). ``compact`` reads its own syntax and takes
 neither parser option.
 """
 
@@ -41,6 +43,12 @@ from plasmid.errors import UsageError
 from plasmid.protocols import Tokenizer, Tool
 from plasmid.types import Sample
 from plasmid_serving.parsers import CallSpan, ReasoningParser, ToolCall, ToolParser
+from plasmid_serving.parsers.harmony import CALL as HARMONY_CALL
+from plasmid_serving.parsers.harmony import CHANNEL as HARMONY_CHANNEL
+from plasmid_serving.parsers.harmony import END as HARMONY_END
+from plasmid_serving.parsers.harmony import MESSAGE as HARMONY_MESSAGE
+from plasmid_serving.parsers.harmony import START as HARMONY_START
+from plasmid_serving.parsers.harmony import Harmony as HarmonyParser
 from plasmid_serving.parsers.tools import TOOL_CALL_CLOSE, Hermes
 from plasmid_serving.parsers.tools import Mistral as MistralParser
 
@@ -356,6 +364,47 @@ class Mistral(Parsed):
                        for answer in answers)
 
 
+class Harmony(ChatTemplate):
+    """``--tool-call-format harmony``: OpenAI's harmony conversations (gpt-oss), read by the shared
+    ``openai`` parser (:class:`plasmid_serving.parsers.harmony.Harmony`).
+
+    The prompt is the sample's chat messages rendered by the tokenizer's chat template with the tools
+    and the generation prompt (a harmony template ends it with ``<|start|>assistant``), as
+    ``chat-template`` renders it. The model's turn is a run of harmony messages; a message addressed
+    ``to=functions.NAME`` and closed by ``<|call|>`` is a call (its body the JSON arguments), and
+    ``<|call|>`` ends the turn (a stop token when the tokenizer has it as one token, as gpt-oss's
+    does). Each answer is appended as harmony's tool message, then the next generation prompt::
+
+        <|start|>functions.NAME to=assistant<|channel|>commentary<|message|>ANSWER<|end|><|start|>assistant
+
+    written by this format, never by re-rendering the conversation (gpt-oss's own template drops
+    earlier reasoning and moves a past call's recipient, so it cannot extend a conversation token for
+    token). The answer is the tool's text as it is (a JSON answer stays JSON). ``--reasoning-parser
+    openai_gptoss`` reads calls only after the opening ``analysis`` messages (a call is never read
+    from them anyway: they address no one).
+    """
+
+    default_parser: ToolParser = HarmonyParser()
+
+    def prompt_ids(self, tokenizer: Tokenizer, sample: Sample, tools: Mapping[str, Tool],
+                   conversation: Conversation) -> list[int]:
+        try:
+            return super().prompt_ids(tokenizer, sample, tools, conversation)
+        except UsageError:
+            raise UsageError("--tool-call-format harmony: the tokenizer has no chat template; use a harmony model "
+                             "(gpt-oss) or give the tokenizer a harmony chat template") from None
+
+    def stop_token_ids(self, tokenizer: Tokenizer) -> tuple[int, ...]:
+        return single_token(tokenizer, HARMONY_CALL)
+
+    def tool_turn(self, tokenizer: Tokenizer, conversation: Conversation, turn_text: str, calls: list[FoundCall],
+                  answers: list[Any], tools: Mapping[str, Tool]) -> str:
+        answered = "".join(f"{HARMONY_START}functions.{call.name} to=assistant{HARMONY_CHANNEL}commentary"
+                           f"{HARMONY_MESSAGE}{answer}{HARMONY_END}"
+                           for call, answer in zip(calls, answers, strict=True))
+        return f"{answered}{HARMONY_START}assistant"
+
+
 def spellable(tokenizer: Tokenizer, text: str) -> str:
     """``text`` without the characters ``tokenizer`` cannot encode (all of it when it encodes whole);
     the generate loop applies it to every tool answer before a format wraps it."""
@@ -375,5 +424,5 @@ def spellable(tokenizer: Tokenizer, text: str) -> str:
 
 
 #: ``--tool-call-format`` -> the format's class (those but ``compact`` take ``parser=`` and ``reasoning=``).
-FORMATS: dict[str, type[Tagged] | type[ChatTemplate] | type[Compact] | type[Mistral]] = {
-    "tagged": Tagged, "chat-template": ChatTemplate, "compact": Compact, "mistral": Mistral}
+FORMATS: dict[str, type[Tagged] | type[ChatTemplate] | type[Compact] | type[Mistral] | type[Harmony]] = {
+    "tagged": Tagged, "chat-template": ChatTemplate, "compact": Compact, "mistral": Mistral, "harmony": Harmony}

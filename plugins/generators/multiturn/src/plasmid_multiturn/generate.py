@@ -140,7 +140,8 @@ def make_format(name: str, parsers: ParserOptions) -> ToolCallFormat:
     if cls is Compact:
         if parsers.tool_parser is not None or parsers.reasoning_parser is not None:
             raise UsageError("--tool-call-format compact reads only its own <call>...</call> syntax: drop "
-                             "--tool-parser and --reasoning-parser, or choose tagged, chat-template or mistral")
+                             "--tool-parser and --reasoning-parser, or choose tagged, chat-template, mistral or "
+                             "harmony")
         return Compact()
     return cls(parsers.tool(), parsers.reasoning())
 

@@ -23,13 +23,14 @@ class MultiTurnOptions(Options, group="multiturn", description="multi-turn rollo
     tool_max_image_pixels: int = option(4096 * 4096, "vision-language policies: largest image a tool may answer, in "
                                                      "pixels (width x height; larger is a tool error)", min=1,
                                         metavar="PIXELS")
-    tool_call_format: Literal["tagged", "chat-template", "compact", "mistral"] = option(
+    tool_call_format: Literal["tagged", "chat-template", "compact", "mistral", "harmony"] = option(
         "tagged", "how calls and answers appear: 'tagged' <tool_call>{json}</tool_call> and "
                   "<tool_response>...</tool_response> text; 'chat-template' the tokenizer's chat template with "
                   "tools, rendered turn by turn; 'compact' <call>EXPRESSION</call> calls the calculator, its answer "
                   "appended as <result>...</result> (for tiny models, --task toolcalc); 'mistral' "
                   "[TOOL_CALLS][{json}, ...], several calls per turn, each answer appended as "
-                  "[TOOL_RESULTS]{\"content\": ...}[/TOOL_RESULTS]")
+                  "[TOOL_RESULTS]{\"content\": ...}[/TOOL_RESULTS]; 'harmony' OpenAI's harmony (gpt-oss): calls "
+                  "to=functions.NAME ending in <|call|>, each answer appended as a harmony tool message")
 
     def budget(self, max_new_tokens: int) -> int:
         """The response token budget: ``--max-response-tokens``, else ``--max-turns`` x ``max_new_tokens``."""
