@@ -4,9 +4,9 @@ The server is TEST SUPPORT (``sglang_image_standin.py``): it speaks SGLang's nat
 ``image_data`` and runs the tiny Qwen2-VL with transformers, because the real CPU servers of these
 tests cannot serve a vision-language model (see its docstring). What is checked is the engine's side:
 the request (``image_data`` as data URLs, one image token per image in ``input_ids``), the expanded
-prompt the server reports against plasmid's, log-probs that line up with torchtrain's on the same image
-(within the text path's bound, ``test_sglang_train.LOGPROB_BOUND``), and one error naming the engine
-for images sent to a text-only model.
+prompt the server reports against plasmid's, log-probs of ``--generate vision`` (plasmid-torchgen's
+generate function) that line up with torchtrain's on the same images (within the text path's bound,
+``test_sglang_train.LOGPROB_BOUND``), and one error naming the engine for images sent to a text-only model.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from plasmid.types import Sample, SamplingParams
 PIL = pytest.importorskip("PIL.Image")
 pytest.importorskip("plasmid_torchtrain")
 pytest.importorskip("plasmid_grpo")
+pytest.importorskip("plasmid_torchgen")
 
 #: engine and trainer log-probs on the same image: the text path's bound (test_sglang_train.py)
 LOGPROB_BOUND = 1e-5
@@ -92,27 +93,45 @@ def test_images_go_to_sglang_as_image_data_beside_one_image_token_per_image(engi
     assert len(output.token_ids) == 4 and len(output.logprobs) == 4
 
 
-def test_log_probs_with_an_image_match_torchtrains_on_the_same_image(engine, vlm_dir, tmp_path):
+class View:
+    """The part of a rollout context a generate function reads."""
+
+    def __init__(self, engine, tokenizer):
+        self.engines, self.tokenizer = [engine], tokenizer
+
+    def engine_for(self, sample):
+        return self.engines[0]
+
+
+def test_through_generate_vision_log_probs_with_images_match_torchtrains_on_the_same_images(engine, standin,
+                                                                                            vlm_dir, tmp_path):
+    """``--generate vision`` (plasmid-torchgen's generate function, as a rollout calls it) on the sglang
+    engine, then torchtrain's log-probs of the same samples."""
     import plasmid_grpo.plugin
+    import plasmid_torchgen.plugin
     import plasmid_torchtrain.plugin
     import torch
+    from plasmid_torchgen.vision import VisionSingleTurn
 
     from plasmid import testing
+    from plasmid_torch.vision import VisionEncoder
 
     torch.set_num_threads(1)
-    sample = sample_of(vlm_dir, messages(image_url((0, 160, 60))))
-    params = SamplingParams(temperature=1.0, max_new_tokens=12, seed=3)
-    output = run(engine.generate_with_images(sample.tokens, engine.images(sample), params))
-    scored = Sample(prompt=sample.prompt, tokens=sample.tokens + output.token_ids,
-                    response_length=len(output.token_ids), rollout_logprobs=output.logprobs, index=0,
-                    metadata=sample.metadata)
+    samples = [sample_of(vlm_dir, messages(image_url(colour)), index) for index, colour in
+               enumerate([(0, 160, 60), (200, 30, 90)])]
+    params = [SamplingParams(temperature=1.0, max_new_tokens=12, seed=3 + i) for i in range(len(samples))]
+    generate = VisionSingleTurn(make_config(plasmid_torchgen.plugin, run_dir=tmp_path / "generate"))
+    run(generate.generate_many(View(engine, VisionEncoder(str(vlm_dir)).tokenizer), samples, params))
+    assert [s.response_length for s in samples] == [12, 12]
+    assert [len(body.get("image_data", [])) for body in standin.bodies[-2:]] == [1, 1], "the images were sent"
     config = testing.make_config(plasmid_torchtrain.plugin, plasmid_grpo.plugin, model=str(vlm_dir),
                                  run_dir=tmp_path / "run")
     loss = testing.build("loss", "grpo", plasmid_grpo.plugin, config=config)
     trainer = testing.build("trainer", "torchtrain", plasmid_torchtrain.plugin, config=config, args=(loss,))
-    (trained,) = run(trainer.logprobs([scored], 1.0))
-    assert len(trained) == len(output.logprobs) == 12
-    assert max(abs(a - b) for a, b in zip(trained, output.logprobs, strict=True)) <= LOGPROB_BOUND
+    trained = run(trainer.logprobs(samples, 1.0))
+    diff = max(abs(a - b) for sample, values in zip(samples, trained, strict=True)
+               for a, b in zip(sample.rollout_logprobs, values, strict=True))
+    assert diff <= LOGPROB_BOUND, f"engine and trainer log-probs disagree: max {diff:.2e}"
 
 
 def test_another_image_changes_the_response(engine, vlm_dir):
