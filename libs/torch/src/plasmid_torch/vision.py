@@ -24,6 +24,7 @@ import base64
 import io
 import json
 from collections import OrderedDict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -461,6 +462,18 @@ def is_placeholder(part: Any) -> bool:
     datasets mark where each image of their image column goes)."""
     return isinstance(part, dict) and part.get("type") == "image" and all(
         part.get(key) is None for key in ("image", "path", "url", "bytes"))
+
+
+def collect_column(rows: Iterable[tuple[str, Any]], key: str, into: list[Any]) -> Iterator[tuple[str, Any]]:
+    """``(location, row)`` of ``rows`` as they are, appending each row's ``key`` value (dotted for nested
+    objects, :func:`plasmid.records.lookup`; ``None`` where a row has none) to ``into``: a data source
+    reads its image column beside the records that :func:`plasmid.records.records_of` makes of the rows."""
+    from plasmid.records import MISSING, lookup
+
+    for location, row in rows:
+        value = lookup(row, key) if isinstance(row, dict) else MISSING
+        into.append(None if value is MISSING else value)
+        yield location, row
 
 
 def with_column_images(prompt: Any, values: Any, location: str) -> Any:

@@ -12,11 +12,11 @@ from plasmid.errors import UsageError
 from plasmid.kernel_options import GeneralOptions, PromptOptions, RolloutOptions
 from plasmid.options import Options
 from plasmid.prompt_limits import PromptLimit, PromptScreen
-from plasmid.records import MISSING, Keys, Record, RecordStream, lookup, records_of
+from plasmid.records import Keys, Record, RecordStream, records_of
 from plasmid_hf_datasets.loading import open_dataset, rows_of, split_of
 from plasmid_hf_datasets.options import HfDatasetOptions
 from plasmid_torch.prompts import PromptEncoder
-from plasmid_torch.vision import ImagePromptEncoder, with_column_images
+from plasmid_torch.vision import ImagePromptEncoder, collect_column, with_column_images
 
 
 class HfDatasetSource(RecordStream):
@@ -110,11 +110,7 @@ class HfDatasetSource(RecordStream):
         if column is not None and column.split(".")[0] not in rows.column_names:
             raise UsageError(f"--hf-image-column {column}: {label} has no such column; its columns are "
                              f"{', '.join(rows.column_names)}")
-        for location, row in rows_of(rows, label):
-            if column is not None:
-                value = lookup(row, column)
-                images.append(None if value is MISSING else value)
-            yield location, row
+        yield from rows_of(rows, label) if column is None else collect_column(rows_of(rows, label), column, images)
 
 
 def encoded(encoder: ImagePromptEncoder, record: Record) -> list[int]:

@@ -11,6 +11,7 @@ objects, the label rule), which the ``hf`` data source shares.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,18 +25,29 @@ __all__ = ["SUFFIXES", "Keys", "Record", "lookup", "read_records"]
 SUFFIXES = (".jsonl", ".parquet")
 
 
-def read_records(path: str | Path, keys: Keys, flag: str) -> list[Record]:
+def read_records(path: str | Path, keys: Keys, flag: str, image_key: str | None = None) -> list[Record]:
     """Every row of ``path`` as a :class:`Record`; ``flag`` (``--prompt-data``) names the
     option that gave the path in error messages. Raises :class:`UsageError` on a missing,
     unreadable, empty or malformed file, on a row without ``keys.input``, and on a row without
-    a label where one is needed (:attr:`Keys.label_required`, or other rows have one)."""
+    a label where one is needed (:attr:`Keys.label_required`, or other rows have one). With
+    ``image_key`` (``--image-key``), each row's images under that key (dotted for nested objects;
+    a row without it has none) become image parts of its prompt
+    (:func:`plasmid_torch.vision.with_column_images`; not decoded here)."""
     path = Path(path)
     if path.suffix not in SUFFIXES:
         raise UsageError(f"{flag} {path}: unsupported file type '{path.suffix}'; use one of {', '.join(SUFFIXES)}")
     if not path.is_file():
         raise UsageError(f"{flag} {path}: no such file")
     rows = _jsonl_rows(path, flag) if path.suffix == ".jsonl" else _parquet_rows(path, flag)
-    records = records_of(rows, keys)
+    if image_key is None:
+        records = records_of(rows, keys)
+    else:
+        from plasmid_torch.vision import collect_column, with_column_images
+
+        images: list[Any] = []
+        records = records_of(collect_column(rows, image_key, images), keys)
+        records = [dataclasses.replace(record, prompt=with_column_images(record.prompt, value, record.location))
+                   for record, value in zip(records, images, strict=True)]
     if not records:
         raise UsageError(f"{flag} {path}: the file has no rows")
     return records

@@ -26,8 +26,11 @@ class JsonlSource(RecordStream):
     ``label`` (the row's ``--label-key`` value as stored; keys may be dotted, see
     :mod:`plasmid_jsonl.reader`) and ``metadata`` (its ``--metadata-key`` object). Chat messages may
     have image parts (OpenAI ``image_url`` with a data URL, file URL or path; Hugging Face ``image``
-    with ``image``/``path``/``bytes``; paths relative to the file) for a vision-language ``--model``:
-    each image is decoded and checked at start-up (one-line errors naming file and row), the image
+    with ``image``/``path``/``bytes``; paths relative to the file) for a vision-language ``--model``,
+    and ``--image-key`` names a field of images that fill the messages' ``{"type": "image"}``
+    placeholders or go first in the first user message (:func:`plasmid_torch.vision.with_column_images`):
+    each image is decoded and checked at start-up (at most ``--max-image-pixels``; one-line errors
+    naming file and row), the image
     tokens are expanded in ``tokens`` and ``metadata["plasmid_torch.vision"]`` holds a JSON reference
     to the images (:mod:`plasmid_torch.vision`); use ``--generate vision``. Every row is
     read and checked at construction: a row without the label is an error when ``--label-key``
@@ -55,8 +58,10 @@ class JsonlSource(RecordStream):
         if not general.model:
             raise UsageError("the jsonl data source needs --model: its tokenizer encodes the prompts")
         self.path = str(options.prompt_data)
-        encoder = ImagePromptEncoder(PromptEncoder(general.model, chat=options.apply_chat_template), general.model)
+        encoder = ImagePromptEncoder(PromptEncoder(general.model, chat=options.apply_chat_template), general.model,
+                                     max_pixels=options.max_image_pixels)
         keys = dataclasses.replace(options.keys, label_required=config.is_given("label_key"))
+        self.image_key = options.image_key
         train = self._read(encoder, options.prompt_data, keys, "--prompt-data")
         eval_records = (self._read(encoder, options.eval_prompt_data, keys, "--eval-prompt-data")
                         if options.eval_prompt_data is not None else [])
@@ -67,12 +72,12 @@ class JsonlSource(RecordStream):
                          eval_data=f"--eval-prompt-data {options.eval_prompt_data}",
                          chat_template_flag=encoder.chat_template_flag)
 
-    @staticmethod
-    def _read(encoder: ImagePromptEncoder, path: Path, keys: Keys, flag: str) -> list[Record]:
-        """The rows of ``path`` with checked prompts; a prompt's images are decoded and checked now,
-        relative paths resolved against the file's directory (see :meth:`ImagePromptEncoder.prepare`)."""
+    def _read(self, encoder: ImagePromptEncoder, path: Path, keys: Keys, flag: str) -> list[Record]:
+        """The rows of ``path`` with checked prompts (``--image-key``'s images added to them); a prompt's
+        images are decoded and checked now, relative paths resolved against the file's directory (see
+        :meth:`ImagePromptEncoder.prepare`)."""
         records = []
-        for record in read_records(path, keys, flag):
+        for record in read_records(path, keys, flag, self.image_key):
             prompt = encoder.check(record.prompt, record.location)
             prompt, metadata = encoder.prepare(prompt, record.metadata, record.location, Path(path).resolve().parent)
             records.append(dataclasses.replace(record, prompt=prompt, metadata=metadata))
