@@ -337,7 +337,7 @@ class GeneratorContract:
         return engine
 
     @staticmethod
-    def reference_image_logprobs(model: Any, images: VisionInputs, token_ids: list[int], prompt_length: int,
+    def reference_image_logprobs(model: Any, images: VisionInputs | None, token_ids: list[int], prompt_length: int,
                                  temperature: float) -> list[float]:
         """The log-probs of ``token_ids[prompt_length:]`` in one forward pass of ``model`` with ``images``."""
         with torch.inference_mode():
