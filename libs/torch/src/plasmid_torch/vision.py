@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from plasmid.errors import UsageError
+from plasmid.records import MISSING, lookup
 
 #: ``Sample.metadata`` key of a sample's :class:`VisionInputs` (owned by this module).
 VISION_KEY = "plasmid_torch.vision"
@@ -468,8 +469,6 @@ def collect_column(rows: Iterable[tuple[str, Any]], key: str, into: list[Any]) -
     """``(location, row)`` of ``rows`` as they are, appending each row's ``key`` value (dotted for nested
     objects, :func:`plasmid.records.lookup`; ``None`` where a row has none) to ``into``: a data source
     reads its image column beside the records that :func:`plasmid.records.records_of` makes of the rows."""
-    from plasmid.records import MISSING, lookup
-
     for location, row in rows:
         value = lookup(row, key) if isinstance(row, dict) else MISSING
         into.append(None if value is MISSING else value)
