@@ -190,3 +190,33 @@ def test_images_for_an_engine_that_takes_none_are_a_400_naming_the_engine(tmp_pa
     message = refusal(tmp_path, vlm_dir, vlm_tokenizer, [user(data_url(png()))])
     assert message == ("'messages' holds images, but the rollout engine ScriptedEngine takes no images (torchgen, "
                        "sglang and vllm serving a vision-language model do)")
+
+
+def test_responses_input_images_in_a_user_message_and_a_function_call_output_reach_the_engine(tmp_path, vlm_dir,
+                                                                                              vlm_tokenizer):
+    """/v1/responses (the OpenAI Agents SDK's default): ``input_image`` parts as chat image parts, errors
+    naming the ``input`` field."""
+    engine = ImageEngine(vlm_tokenizer, ["red<eos>"], vlm_dir)
+    red, blue = data_url(png()), data_url(png(colour=(30, 60, 220)))
+    seen = {}
+
+    async def agent(session):
+        client = AsyncOpenAI(base_url=session.base_url, api_key=session.api_key, max_retries=0)
+        items = [{"role": "user", "content": [{"type": "input_image", "image_url": red},
+                                              {"type": "input_text", "text": QUESTION}]},
+                 {"type": "function_call", "call_id": "c0", "name": "look", "arguments": "{}"},
+                 {"type": "function_call_output", "call_id": "c0",
+                  "output": [{"type": "input_text", "text": "look:"}, {"type": "input_image", "image_url": blue}]}]
+        response = await client.responses.create(model=session.model, input=items)
+        bad = [*items[:2], {**items[2], "output": [{"type": "input_image", "image_url": "data:image/png;base64,AA"}]}]
+        with pytest.raises(openai.BadRequestError) as caught:
+            await client.responses.create(model=session.model, input=bad)
+        seen["bad"] = caught.value.body["message"]
+        return float(response.output_text == "red")
+
+    sample = run(tmp_path, vlm_dir, vlm_tokenizer, engine, agent)
+    (prompt, _), = engine.seen
+    assert prompt.count(IMAGE_PAD_ID) == 8 and engine.received[0].image_grid_thw.tolist() == [[1, 4, 4]] * 2
+    assert [part["image"] for part in sample.metadata[VISION_KEY]["images"]] == [red, blue]
+    assert sample.metadata["agent_reward"] == 1.0
+    assert seen["bad"].startswith("'input[2].output[0].image_url': data URL 'data:image/png;base64,AA'...: bad base64")

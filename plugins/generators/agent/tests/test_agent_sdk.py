@@ -101,7 +101,12 @@ def test_responses_answers_text_and_function_calls_in_the_shapes_of_the_openai_c
 @pytest.mark.parametrize(("fields", "message"), [
     ({"input": 5}, "'input' must be a string or a non-empty list of items"),
     ({"input": [{"role": "robot", "content": "x"}]}, "'input[0].role' must be one of system, developer, user"),
-    ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, "'input[0].content[0]' must be an"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]},
+     "'input[0].content[0].image_url' must be a data URL string"),
+    ({"input": [{"role": "assistant", "content": [{"type": "input_image", "image_url": "data:,"}]}]},
+     "'input[0].content[0]' must be an input_text or output_text part"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64,AA"}]}]},
+     "'input[0].content[0]' is an image, but the model 'plasmid' (the policy) is not a vision-language model"),
     ({"input": [{"type": "function_call", "call_id": "c", "name": "f"}]}, "'input[0].arguments' must be a string"),
     ({"input": [{"type": "computer_call"}]}, "'input[0].type' 'computer_call' is not supported"),
     ({"tools": [{"type": "web_search"}]}, "'tools[0]' of type 'web_search' is not supported"),

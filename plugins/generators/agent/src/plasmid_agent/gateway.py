@@ -254,10 +254,7 @@ class Gateway:
         stream, include_usage = fields.streaming(body)
         want_logprobs = requested_logprobs(body, chat=True)
         sampling = fields.sampling(body)
-        images = self.images_of(normalized)
-        text = self.render(self.placeholders(normalized) if images else normalized, tools)
-        vision = self.vision.inputs([image.image for image in images]) if images else None
-        prompt_ids = self.prompt_ids(rollout, text, chat=True, images=images, vision=vision)
+        text, prompt_ids, images = self.chat_prompt(rollout, normalized, tools)
         choices = await self.generate(rollout, prompt_ids, text, sampling, images)
         ident, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), body.get("model") or self.model
         usage = usage_of(prompt_ids, choices)
@@ -385,9 +382,9 @@ class Gateway:
         """``/v1/responses``: the request as chat messages and tools (:mod:`plasmid_agent.responses`),
         one engine call as for a chat request, the answer as Responses output items."""
         request = responses.parse_request(body)
-        text = self.render(request.messages, request.tools)
-        prompt_ids = self.prompt_ids(rollout, text, chat=True)
-        (choice,) = await self.generate(rollout, prompt_ids, text, Sampling(max_tokens=request.max_output_tokens))
+        text, prompt_ids, images = self.chat_prompt(rollout, request.messages, request.tools, request.image_fields)
+        (choice,) = await self.generate(rollout, prompt_ids, text, Sampling(max_tokens=request.max_output_tokens),
+                                        images)
         content, tool_calls, reasoning = self.parse(choice, request.tools, request.tool_choice)
         response = responses.response_object(body, request, self.model, content, tool_calls, choice,
                                              len(prompt_ids), reasoning)
@@ -429,25 +426,38 @@ class Gateway:
         return without_special(content, specials), calls, without_special(reasoning, specials)
 
     # ------------------------------------------------------------------ pieces
-    def images_of(self, messages: list[dict[str, Any]]) -> list[Any]:
+    def chat_prompt(self, rollout: Rollout, messages: list[dict[str, Any]], tools: Any,
+                    image_fields: Sequence[str] = ()) -> tuple[str, list[int], list[Any]]:
+        """``(text, prompt ids, images)`` of chat ``messages``: their images checked (:meth:`images_of`),
+        the chat template's text with one image token per image, and the prompt ids with each expanded
+        (:meth:`prompt_ids`)."""
+        images = self.images_of(messages, image_fields)
+        text = self.render(self.placeholders(messages) if images else messages, tools)
+        vision = self.vision.inputs([image.image for image in images]) if images else None
+        return text, self.prompt_ids(rollout, text, chat=True, images=images, vision=vision), images
+
+    def images_of(self, messages: list[dict[str, Any]], image_fields: Sequence[str] = ()) -> list[Any]:
         """The image parts of ``messages`` (as :func:`normalize_message` keeps them: ``user`` and
         ``tool`` messages), in order, each checked (:func:`plasmid_torch.chat_images.check_image`:
         a data URL, or a local path with ``--agent-image-paths``; decodable; at most
         ``--agent-max-image-pixels``), at most ``--agent-max-images`` of them; each a
         :class:`~plasmid_torch.chat_images.CheckedImage`. Any failure, or an image for a policy that
-        is not a vision-language model, is a 400 naming the field (and the model)."""
+        is not a vision-language model, is a 400 naming the field (and the model): ``image_fields``,
+        when given, names each image's field (a ``/v1/responses`` request's ``input[k].content[j]``)."""
         found = [(f"messages[{m}].content[{p}]", part) for m, message in enumerate(messages)
                  if isinstance(message["content"], list)
                  for p, part in enumerate(message["content"]) if part.get("type") != "text"]
         if not found:
             return []
+        if image_fields:
+            found = [(name, part) for name, (_, part) in zip(image_fields, found, strict=True)]
         if self.vision is None:
             raise RequestError(f"'{found[0][0]}' is an image, but the model {self.model!r} ({self.policy}) is not "
                                f"a vision-language model; send text only")
         from plasmid_torch.chat_images import check_count, check_image
 
         try:
-            check_count(len(found), "'messages'", self.image_limits)
+            check_count(len(found), "'input'" if image_fields else "'messages'", self.image_limits)
             return [check_image(part, f"'{where}.image_url'", self.image_limits) for where, part in found]
         except ValueError as error:
             hint = {"images, over": " (--agent-max-images)", "pixels is over": " (--agent-max-image-pixels)",

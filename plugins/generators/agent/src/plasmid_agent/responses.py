@@ -3,10 +3,13 @@ model class (``OpenAIResponsesModel``) uses, mapped onto the gateway's chat endp
 
 The request: ``input`` a string (one user message) or a list of items: messages (``role``
 ``system``, ``developer`` (rendered as ``system``), ``user`` or ``assistant``; ``content`` a string
-or ``input_text``/``output_text`` parts), ``function_call`` items (``call_id``, ``name``,
-``arguments``), which join the assistant message before them as its ``tool_calls``, and
-``function_call_output`` items (``call_id``, ``output``) as ``tool`` messages; ``reasoning`` items
-are dropped. ``instructions`` is a system message first. ``tools`` are function tools
+or ``input_text``/``output_text`` parts, and in user messages ``input_image`` parts whose
+``image_url`` is a data URL, for a vision-language policy), ``function_call`` items (``call_id``,
+``name``, ``arguments``), which join the assistant message before them as its ``tool_calls``, and
+``function_call_output`` items (``call_id``, ``output``: a string or parts, ``input_image`` ones
+too) as ``tool`` messages; ``reasoning`` items are dropped. Images are read as the chat endpoint
+reads ``image_url`` parts (:meth:`plasmid_agent.gateway.Gateway.images_of`), errors naming the
+``input`` field. ``instructions`` is a system message first. ``tools`` are function tools
 (``{"type": "function", "name", "description", "parameters"}``), given to the chat template as
 Chat Completions tools. ``tool_choice`` and ``text.format`` (``{"type": "text"}`` only) as for chat
 (:mod:`plasmid_agent.fields`); ``max_output_tokens`` honoured up to ``--max-new-tokens``;
@@ -47,6 +50,8 @@ class ResponsesRequest:
 
     :ivar messages: chat messages (as :func:`plasmid_agent.gateway.normalize_message` makes them).
     :ivar tools: Chat Completions function tools, or None.
+    :ivar image_fields: the request field of each image part of ``messages``, in order
+        (``input[2].content[0]``), for errors.
     """
 
     messages: list[dict[str, Any]]
@@ -54,6 +59,7 @@ class ResponsesRequest:
     tool_choice: str
     max_output_tokens: int | None
     stream: bool
+    image_fields: tuple[str, ...] = ()
 
 
 def parse_request(body: dict[str, Any]) -> ResponsesRequest:
@@ -82,29 +88,44 @@ def parse_request(body: dict[str, Any]) -> ResponsesRequest:
     stream = bool(fields.boolean(body, "stream"))
     limit = fields.integer(body, "max_output_tokens", 1)
     instructions = fields.text(body, "instructions")
-    messages = ([{"role": "system", "content": instructions}] if instructions else []) + input_messages(body)
+    image_fields: list[str] = []
+    messages = ([{"role": "system", "content": instructions}] if instructions else []) + input_messages(
+        body, image_fields)
     return ResponsesRequest(messages=messages, tools=function_tools(body), tool_choice=fields.tool_choice(body),
-                            max_output_tokens=limit, stream=stream)
+                            max_output_tokens=limit, stream=stream, image_fields=tuple(image_fields))
 
 
-def _content_text(content: Any, where: str) -> str:
+def _content(content: Any, where: str, image_fields: list[str] | None = None) -> str | list[dict[str, Any]]:
+    """``content`` (a string or parts; ``where`` its field) as a chat message's content: text, or with
+    ``input_image`` parts (only where ``image_fields`` is given, which collects their fields) a list of
+    ``text`` and ``image_url`` parts."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise RequestError(f"'{where}.content' must be a string or a list of text parts, got "
-                           f"{type(content).__name__}")
-    texts = []
+        raise RequestError(f"'{where}' must be a string or a list of text parts, got {type(content).__name__}")
+    parts: list[dict[str, Any]] = []
     for number, part in enumerate(content):
+        if image_fields is not None and isinstance(part, dict) and part.get("type") == "input_image":
+            if not isinstance(part.get("image_url"), str):
+                raise RequestError(f"'{where}[{number}].image_url' must be a data URL string (the gateway "
+                                   f"stores no files, so file_id is not read), got {str(part)[:80]}")
+            image_fields.append(f"{where}[{number}]")
+            parts.append({"type": "image_url", "image_url": {"url": part["image_url"]}})
+            continue
         if not isinstance(part, dict) or part.get("type") not in ("input_text", "output_text", "text") \
                 or not isinstance(part.get("text"), str):
-            raise RequestError(f"'{where}.content[{number}]' must be an input_text or output_text part with a "
-                               f"string 'text' (the gateway serves text only), got {str(part)[:80]}")
-        texts.append(part["text"])
-    return "".join(texts)
+            kinds = "an input_text, output_text or input_image part" if image_fields is not None \
+                else "an input_text or output_text part with a string 'text'"
+            raise RequestError(f"'{where}[{number}]' must be {kinds}, got {str(part)[:80]}")
+        parts.append({"type": "text", "text": part["text"]})
+    if any(part["type"] == "image_url" for part in parts):
+        return parts
+    return "".join(part["text"] for part in parts)
 
 
-def input_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """``input`` as chat messages (see the module docstring)."""
+def input_messages(body: dict[str, Any], image_fields: list[str] | None = None) -> list[dict[str, Any]]:
+    """``input`` as chat messages (see the module docstring); the field of each image part found is
+    appended to ``image_fields`` (without it, an image part is refused)."""
     items = body.get("input")
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
@@ -120,7 +141,8 @@ def input_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
             role = item.get("role")
             if role not in ROLES:
                 raise RequestError(f"'{where}.role' must be one of {', '.join(ROLES)}, got {role!r}")
-            messages.append({"role": ROLES[role], "content": _content_text(item.get("content"), where)})
+            messages.append({"role": ROLES[role], "content": _content(
+                item.get("content"), f"{where}.content", image_fields if role == "user" else None)})
         elif kind == "function_call":
             for name in ("call_id", "name", "arguments"):
                 if not isinstance(item.get(name), str):
@@ -141,7 +163,7 @@ def input_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
             if not isinstance(item.get("call_id"), str):
                 raise RequestError(f"'{where}.call_id' must be a string, got {item.get('call_id')!r}")
             messages.append({"role": "tool", "tool_call_id": item["call_id"],
-                             "content": output if isinstance(output, str) else _content_text(output, where)})
+                             "content": _content(output, f"{where}.output", image_fields)})
         elif kind == "reasoning":
             continue
         else:
