@@ -36,6 +36,18 @@ top-k alternatives, and the gateway does not make up ones it was not given.
 
 ``/v1/responses`` (OpenAI's Responses API, what the OpenAI Agents SDK calls by default) is the
 chat endpoint with another request and answer shape (:mod:`plasmid_agent.responses`).
+
+Images (a vision-language policy, ``--model`` with a ``vision_config``): ``user`` and ``tool``
+messages may hold ``image_url`` parts (an agent's own images, a tool's image results). Before anything
+is generated each is checked (:meth:`Gateway.images_of`: a data URL, or a local path with
+``--agent-image-paths``, never a download; it decodes; at most ``--agent-max-image-pixels``; at most
+``--agent-max-images`` a request), else a 400 naming the field; a text-only policy answers an image
+part with a 400 naming the model. The template renders one image token per image, which the prompt
+ids expand to the image's token count; a call reuses an earlier call's ids only when its images begin
+with that call's images. The engine gets the images through its ``generate_with_images`` (an engine
+without it: 400), and the recorded call keeps them (:attr:`plasmid_agent.recorder.Call.images`), so
+a sample's ``metadata[plasmid_torch.vision.VISION_KEY]`` names the images its tokens hold and the
+trainer computes with the same pixels; a tool image's tokens in a later turn are loss-masked.
 """
 
 from __future__ import annotations
