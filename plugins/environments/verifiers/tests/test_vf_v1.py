@@ -171,3 +171,51 @@ def test_plasmid_train_with_a_v1_tool_taskset_masks_the_tool_turns(tmp_path, cap
             assert sample.reward == 1.0 and sample.reward_components["verifiers.exact"] == 1.0
             assert sample.reward_components["verifiers.tool_results"] == 1.0
             assert "turn_rewards" not in sample.metadata, "v1 rewards the whole trace, no turn"
+
+
+OWN_ENV = '''
+import verifiers.v1 as vf
+from vf_plasmid_v1_sum import SumTaskset
+
+__all__ = ["SumTaskset", "JudgedEnv"]
+
+
+class JudgedEnv(vf.SingleAgentEnv):
+    """An environment of the taskset's own (where a multi-agent taskset declares its roles)."""
+'''
+
+ENDLESS = '''
+import verifiers.v1 as vf
+from vf_plasmid_v1_sum import SumData, SumTask
+
+__all__ = ["Endless"]
+
+
+class Endless(vf.Taskset):
+    INFINITE = True
+
+    def load(self):
+        while True:
+            yield SumTask(SumData(prompt="1+1=", answer="2"))
+'''
+
+
+@pytest.mark.parametrize(("name", "source", "message"), [
+    ("vf_plasmid_v1_own_env", OWN_ENV, r"the v1 taskset's package exports its own environment "
+                                       r"\(vf_plasmid_v1_own_env\.JudgedEnv\); plasmid-verifiers runs v1 tasksets "
+                                       r"in verifiers' SingleAgentEnv"),
+    ("vf_plasmid_v1_endless", ENDLESS, r"the v1 taskset is infinite; plasmid-verifiers needs a finite one"),
+])
+def test_a_v1_taskset_this_adapter_cannot_run_is_one_line(tmp_path, monkeypatch, name, source, message):
+    from plasmid_verifiers import vf
+
+    from plasmid.errors import UsageError
+
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    vf.load_env.cache_clear()
+    try:
+        with pytest.raises(UsageError, match=f"^--vf-env {name}: {message}"):
+            vf.load_env(name)
+    finally:
+        vf.load_env.cache_clear()

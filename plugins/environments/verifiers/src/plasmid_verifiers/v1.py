@@ -2,8 +2,9 @@
 
 A v1 taskset (``verifiers.v1.Taskset``: a module exporting one ``Taskset`` subclass in ``__all__``,
 whose ``load()`` yields ``Task`` objects; rewards and metrics are the task's ``@vf.reward`` and
-``@vf.metric`` methods) is run as verifiers runs it: its environment (``SingleAgentEnv`` unless the
-taskset's package exports an ``Env``) is built by ``verifiers.v1.load_environment``, and each rollout
+``@vf.metric`` methods) is run as verifiers runs it: its environment, verifiers' ``SingleAgentEnv`` (a
+taskset whose package exports an ``Env`` of its own, several agents say, is refused), is built by
+``verifiers.v1.load_environment``, and each rollout
 is ``Env.run_episode`` of one task, whose agent is :mod:`plasmid_verifiers_harness` (a chat loop in
 this process) in a subprocess runtime, with verifiers' model client pointed at the session's
 plasmid-agent gateway (so the engine answers, and the gateway records the exact tokens). The
@@ -29,7 +30,8 @@ HARNESS_ID = "plasmid_verifiers_harness"
 #: session's key is part of its base URL).
 API_KEY_VAR = "PLASMID_VERIFIERS_V1_API_KEY"
 #: What of verifiers.v1 this module uses (a verifiers that lacks one offers no v1 tasksets here).
-REQUIRED = ("Taskset", "Harness", "ModelContext", "EvalClientConfig", "load_environment", "resolve_env_config")
+REQUIRED = ("Taskset", "Harness", "ModelContext", "EvalClientConfig", "SingleAgentEnv", "environment_class",
+            "load_environment", "resolve_env_config")
 
 
 def check_offered(name: str | None = None) -> None:
@@ -180,10 +182,16 @@ def prompt_messages(data: Any) -> list[dict[str, Any]]:
 def load(name: str, args: dict[str, Any]) -> V1Taskset:
     """The v1 taskset ``name`` with its taskset config ``args`` (``--vf-env-args``: fields of its
     ``TasksetConfig``), run with this adapter's harness in a subprocess runtime; a bad config, a
-    taskset with no task or an endless one is a one-line :class:`UsageError` naming ``--vf-env``."""
+    taskset with no task or an endless one, or one with its own ``Env``, is a one-line
+    :class:`UsageError` naming ``--vf-env``."""
     check_offered(name)
     import verifiers.v1 as vf1
 
+    env_class = vf1.environment_class(name)
+    if env_class is not vf1.SingleAgentEnv:
+        raise UsageError(f"--vf-env {name}: the v1 taskset's package exports its own environment "
+                         f"({env_class.__module__}.{env_class.__qualname__}); plasmid-verifiers runs v1 tasksets in "
+                         f"verifiers' SingleAgentEnv (one agent: the policy)")
     try:
         config = vf1.resolve_env_config({"taskset": {**args, "id": name},
                                          "agent": {"harness": {"id": HARNESS_ID}, "runtime": {"type": "subprocess"}}})
