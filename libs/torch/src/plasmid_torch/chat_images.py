@@ -29,6 +29,7 @@ from plasmid_torch.vision import (
     ImageInputs,
     VisionInputs,
     decode_image,
+    expand_image_tokens,
     is_vision_config,
     portable_part,
 )
@@ -127,22 +128,13 @@ class ChatImages:
 
     def counts(self, inputs: VisionInputs) -> list[int]:
         """How many image tokens each image of ``inputs`` takes in the prompt."""
-        return [int(count) for count in (inputs.image_grid_thw.prod(dim=1) // self.images.merge ** 2).tolist()]
+        return self.images.token_counts(inputs)
 
     def expand(self, ids: list[int], counts: list[int]) -> list[int]:
-        """``ids`` with its ``k``-th image token repeated ``counts[k]`` times; a :class:`ValueError`
-        when ``ids`` holds another number of image tokens than ``counts`` has entries."""
-        places = [i for i, token in enumerate(ids) if token == self.image_token_id]
-        if len(places) != len(counts):
-            raise ValueError(f"the chat template placed {len(places)} image tokens for {len(counts)} images")
-        expanded = list(ids)
-        for place, count in zip(reversed(places), reversed(counts), strict=True):
-            expanded[place:place + 1] = [self.image_token_id] * count
-        return expanded
-
-    def reference(self, parts: list[dict[str, Any]]) -> dict[str, Any]:
-        """The ``Sample.metadata[VISION_KEY]`` reference of the portable image ``parts``."""
-        return {"images": [dict(part) for part in parts]}
+        """``ids`` with its ``k``-th image token repeated ``counts[k]`` times
+        (:func:`plasmid_torch.vision.expand_image_tokens`); a :class:`ValueError` when ``ids`` holds
+        another number of image tokens than ``counts`` has entries."""
+        return expand_image_tokens(ids, self.image_token_id, counts)
 
 
 def engine_images(engine: Any, parts: list[dict[str, Any]]) -> Any:

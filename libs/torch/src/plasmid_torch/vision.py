@@ -203,6 +203,10 @@ class ImageInputs:
         self._cache: OrderedDict[str, VisionInputs] = OrderedDict()
         self._cache_size = cache_size
 
+    def token_counts(self, inputs: VisionInputs) -> list[int]:
+        """How many image tokens each image of ``inputs`` takes in a prompt (``grid t * h * w / merge_size**2``)."""
+        return [int(count) for count in (inputs.image_grid_thw.prod(dim=1) // self.merge ** 2).tolist()]
+
     def process(self, images: list[Any]) -> VisionInputs:
         """The image processor's tensors of PIL ``images`` (at least one)."""
         processed = self.image_processor(images=images, return_tensors="pt")
@@ -229,6 +233,18 @@ class ImageInputs:
         else:
             self._cache.move_to_end(key)
         return inputs
+
+
+def expand_image_tokens(ids: list[int], image_token_id: int, counts: list[int]) -> list[int]:
+    """``ids`` with its ``k``-th ``image_token_id`` repeated ``counts[k]`` times (a chat template places
+    one per image); a :class:`ValueError` when ``ids`` holds another number of them than ``counts`` has."""
+    places = [i for i, token in enumerate(ids) if token == image_token_id]
+    if len(places) != len(counts):
+        raise ValueError(f"the chat template placed {len(places)} image tokens for {len(counts)} images")
+    expanded = list(ids)
+    for place, count in zip(reversed(places), reversed(counts), strict=True):
+        expanded[place:place + 1] = [image_token_id] * count
+    return expanded
 
 
 class VisionEncoder:
@@ -263,16 +279,10 @@ class VisionEncoder:
         rendered prompt's image tokens do not match the number of images."""
         text = self.tokenizer.apply_chat_template(text_only(messages), add_generation_prompt=True, tokenize=False)
         ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        places = [i for i, token in enumerate(ids) if token == self.image_token_id]
-        if len(places) != len(images):
-            raise ValueError(f"the chat template placed {len(places)} image tokens for {len(images)} images")
         if not images:
-            return ids, None
+            return expand_image_tokens(ids, self.image_token_id, []), None
         inputs = self.images.process(images)
-        counts = (inputs.image_grid_thw.prod(dim=1) // self.images.merge ** 2).tolist()
-        for place, count in zip(reversed(places), reversed(counts), strict=True):
-            ids[place:place + 1] = [self.image_token_id] * count
-        return ids, inputs
+        return expand_image_tokens(ids, self.image_token_id, self.images.token_counts(inputs)), inputs
 
     def encode(self, messages: list[dict[str, Any]], location: str, base_dir: Path | None = None,
                max_pixels: int = MAX_IMAGE_PIXELS) -> tuple[list[int], dict[str, Any] | None]:
