@@ -34,7 +34,7 @@ def test_an_openai_client_sends_a_prompt_image_and_a_tool_image_and_the_run_trai
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "PLASMID_CLIENT_LOG": str(log)}
     proc = subprocess.run([sys.executable, "-m", "plasmid.app.cli", "train", "--task", "colours",
-                           "--colours-warmup-steps", "2", "--generate", "agent",
+                           "--colours-warmup-steps", "10", "--generate", "agent",
                            "--agent", f"{AGENTS}:colours_with_square", "--reward-key", "correct",
                            "--num-rollouts", "2", "--prompts-per-step", "2", "--n-samples-per-prompt", "2",
                            "--max-new-tokens", "6", "--eval-interval", "0", "--save-interval", "0",
