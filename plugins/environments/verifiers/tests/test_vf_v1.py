@@ -6,6 +6,7 @@ methods are the reward, exactly as verifiers scores the trace."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections import defaultdict
@@ -219,3 +220,78 @@ def test_a_v1_taskset_this_adapter_cannot_run_is_one_line(tmp_path, monkeypatch,
             vf.load_env(name)
     finally:
         vf.load_env.cache_clear()
+
+
+STOPPING = '''
+import verifiers.v1 as vf
+from vf_plasmid_v1_tool import AddData, AddTask, AddTasksetConfig
+
+__all__ = ["StoppingTaskset"]
+
+
+class StoppingTask(AddTask):
+    @vf.stop
+    async def three_replies(self, trace: vf.Trace) -> bool:
+        return len(trace.assistant_messages) >= 3
+
+
+class StoppingTaskset(vf.Taskset[StoppingTask, AddTasksetConfig]):
+    def load(self):
+        yield StoppingTask(AddData(idx=0, prompt="10+20=", answer="30"), self.config.task)
+'''
+
+
+def tool_call(name: str, arguments: str) -> dict:
+    return {"role": "assistant", "content": None,
+            "tool_calls": [{"id": f"call-{name}", "type": "function", "function": {"name": name,
+                                                                                   "arguments": arguments}}]}
+
+
+@pytest.mark.timeout(120)
+def test_the_harness_answers_bad_calls_and_ends_where_a_stop_refuses_the_turn(tmp_path, monkeypatch):
+    """The in-process chat loop against a scripted OpenAI endpoint: arguments that are not JSON and an
+    unknown tool are answered with an error the model reads, a good call with the MCP tool's result;
+    the task's ``@vf.stop`` (three replies) refuses the fourth model call, which ends the episode
+    cleanly, and verifiers scores the trace."""
+    from aiohttp import web
+    from plasmid_verifiers import vf
+
+    (tmp_path / "vf_plasmid_v1_stopping.py").write_text(STOPPING)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    replies = [tool_call("add", "{a: 1"), tool_call("mul", '{"a": 1}'), tool_call("add", '{"a": 10, "b": 20}'),
+               {"role": "assistant", "content": "never asked for"}]
+    requests: list[dict] = []
+
+    async def chat(request):
+        body = await request.json()
+        requests.append(body)
+        message = replies[len(requests) - 1]
+        return web.json_response({"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                                  "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})
+
+    async def episode():
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        try:
+            taskset = vf.load_env("vf_plasmid_v1_stopping")
+            return await taskset.rollout(0, f"http://127.0.0.1:{port}/v1", "policy")
+        finally:
+            await runner.cleanup()
+
+    vf.load_env.cache_clear()
+    try:
+        reward, parts = asyncio.run(episode())
+    finally:
+        vf.load_env.cache_clear()
+    assert len(requests) == 3, "the fourth call is refused by the @stop before it reaches the model"
+    tools = [message["content"] for message in requests[-1]["messages"] if message["role"] == "tool"]
+    assert tools[0].startswith("error: the arguments are not JSON") and tools[1] == "error: unknown tool 'mul'"
+    assert [tool["function"]["name"] for tool in requests[0]["tools"]] == ["add"]
+    assert len(tools) == 2, "the third request holds the answers to the first two calls"
+    # verifiers' trace holds what reached the model: the third call's answer went out only with the refused call
+    assert (reward, parts) == (0.0, {"exact": 0.0, "tool_results": 2.0}), "scored on the trace the stop ended"
