@@ -309,6 +309,7 @@ def test_a_failing_train_step_checkpoints_the_last_finished_step_with_its_batch_
     session = make_session(tmp_path / "run", save_interval=3, num_rollouts=5, schedule=schedule,
                            placement="disaggregate")
     session.ctx.data_source, session.driver = CountingData(), RecordingDriver()
+    session.trainer.saves_finished_step = True  # as the Ray runtime's proxy, with its step snapshot
 
     def die():
         raise RuntimeError("trainer worker rank 0 died during train_step")
@@ -336,6 +337,31 @@ def test_a_failing_train_step_checkpoints_the_last_finished_step_with_its_batch_
     train(resumed)
     assert trained == [3.0, 4.0] and resumed.driver.ran == [4], "step 3 trains the saved batch"
     assert resumed.ctx.data_source.taken == 5
+
+
+def test_a_trainer_that_cannot_vouch_for_its_state_after_a_failed_step_is_not_checkpointed_then(tmp_path, capsys):
+    """A trainer without ``saves_finished_step`` may be half-updated after a failed step: nothing is
+    saved (the save-interval checkpoint of step 2 stays as it was), so no checkpoint holds a torn state."""
+    session = make_session(tmp_path / "run", save_interval=3, num_rollouts=5, placement="disaggregate")
+    session.ctx.data_source, session.driver = CountingData(), RecordingDriver()
+    saved = []
+    real_save = session.trainer.save
+
+    async def recording_save(path):
+        saved.append(Path(path).parent.name)
+        await real_save(path)
+
+    session.trainer.save = recording_save
+
+    def die():
+        raise RuntimeError("the loss raised")
+
+    session.trainer.on_step[3] = die
+    with pytest.raises(RuntimeError, match="the loss raised"):
+        train(session)
+    assert checkpoint_steps(tmp_path / "run") == [2] and len(saved) == 1
+    assert not (tmp_path / "run" / "checkpoints" / "step_000002" / "in_flight.json").exists()
+    assert "written before stopping" not in capsys.readouterr().err
 
 
 def test_a_rollout_failing_in_the_first_step_saves_nothing(tmp_path):

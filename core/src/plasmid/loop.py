@@ -176,7 +176,8 @@ class Loop:
         try:
             metrics.update(await self.train_step(batch))
         except Exception:
-            await self.keep_progress(rollout_id - 1, batch)  # a --resume trains this very batch
+            if getattr(self.session.trainer, "saves_finished_step", False):  # see Trainer.train_step
+                await self.keep_progress(rollout_id - 1, batch)  # a --resume trains this very batch
             raise
         trained = time.perf_counter()
         await self.colocated("resume_memory")

@@ -486,7 +486,9 @@ class Trainer(Protocol):
         blow up) leaves the weights and the optimizer state exactly as they were and reports why
         with metrics named ``BAD_STEP_PREFIX + reason`` (e.g. ``train/bad_step/nonfinite_grad_norm``,
         value 1.0); the loop logs it with the trainer's plugin and stops the run, with a checkpoint,
-        after ``--max-bad-steps`` such steps in a row.
+        after ``--max-bad-steps`` such steps in a row. A step that raises leaves the state unknown; a
+        trainer whose ``save`` then writes its last finished step's state (or refuses) says so with
+        ``saves_finished_step = True``, and the loop checkpoints that step with the failed batch.
         """
         ...
 

@@ -77,6 +77,10 @@ class TrainerProxy:
     :ivar dead: rank -> the error line of each worker found dead (see the module docstring).
     """
 
+    #: after a failed train step, ``save`` writes the last finished step's snapshot or refuses
+    #: (:meth:`plasmid.protocols.Trainer.train_step`), so the loop checkpoints that step then
+    saves_finished_step = True
+
     def __init__(self, workers: list[Any], infos: list[dict[str, Any]], *, trainer: str = "trainer",
                  provider: str = "", plugin: str = "", run_dir: str | None = None, step_snapshot: str = "off") -> None:
         self.workers, self.infos = workers, infos
@@ -331,14 +335,15 @@ class TrainerProxy:
         snapshot of the last finished step is written instead (:mod:`plasmid_ray.snapshots`);
         without one the save is refused (before anything is written, when found before)."""
         readers = self._readers()
-        lost = any(rank in self.dead for rank in readers) or bool(self.dead and self.torn is not None)
+        lost = any(rank in self.dead for rank in readers) or self.torn is not None
         if lost and await self._save_snapshot(path):
             return
         self._check(readers, "save")
-        if self.dead and self.torn is not None:
-            raise ProviderError(f"not saving a checkpoint to {path}: {self.torn} when "
-                                f"{'; '.join(self.dead.values())}, so the trainer's state is that of an unfinished "
-                                f"step. {self._resume_hint(lost=True)}", provider=self.provider, plugin=self.plugin)
+        if self.torn is not None:
+            died = f" when {'; '.join(self.dead.values())}" if self.dead else ""
+            raise ProviderError(f"not saving a checkpoint to {path}: {self.torn}{died}, so the trainer's state is "
+                                f"that of an unfinished step. {self._resume_hint(lost=True)}",
+                                provider=self.provider, plugin=self.plugin)
         try:
             await self._read("save", path)
         except ProviderError:  # a reader died during the save: what it wrote is replaced by the snapshot
