@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import shutil
 import statistics
@@ -149,6 +150,7 @@ def time_local(model_dir: Path, work: Path, engines: int, repeats: int, vocab: i
                                [build("engine", "torchgen", *PLUGINS, config=config) for _ in range(engines)])
         results[label] = asyncio.run(time_settings(trainer, setups, repeats, vocab))
         del setups
+        gc.collect()  # this sync's engines and copies go before the next sync's are built
         for number in range(len(checks)):
             shutil.rmtree(work / f"local-{label}-{number}", ignore_errors=True)
     return results
