@@ -41,11 +41,22 @@ def engine_options(**options):
 
 
 def reset(engine, model_dir) -> None:
-    """Put ``model_dir``'s weights back on every server of ``engine``, at version 0, cache flushed."""
+    """Put ``model_dir``'s weights back on every server of ``engine``, at version 0, cache flushed.
+    A weight-update session left open is closed first: a sync cut by its deadline while a server was
+    frozen (the contract's stuck engine) has its ``/begin_weight_update`` answered once the server
+    continues, and nobody ends it. A server that does not answer is being restarted by the health
+    monitor (a distributed group's members stall with a frozen one), and a new server has no session."""
     from plasmid.testing import run
+    from plasmid_serving.http import ServerUnreachable, request
 
     async def restore():
         await engine.abort_all()
+        for server in engine.usable_servers():
+            try:
+                status, text = await request(server.url, "/end_weight_update", {}, timeout=60)
+            except ServerUnreachable:
+                continue
+            assert status == 200 or "no weight-update session is open" in text, (status, text)
         await engine.load_weights_from_disk(str(model_dir), 0)
         await engine.flush_cache()
 

@@ -1,11 +1,14 @@
 """The check that ends a verifying SGLang sync, without servers: ``/get_weights_by_name``'s payload
 and how its refusal reads, and ``sglang-tensor`` and ``sglang-distributed`` ending with
 :meth:`SyncGuard.verify` (read-back where the engine can, the scored probe where SGLang's model class
-cannot read weights back). Stand-in engines load the packed buckets in this process."""
+cannot read weights back), a load past ``--sync-timeout`` and the loaded checksums. Stand-in engines
+load the packed buckets in this process."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 
 import plasmid_sglang.plugin
 import plasmid_sync.plugin
@@ -13,7 +16,7 @@ import pytest
 from plasmid_sglang.requests import READBACK_REFUSED, readback_refused, weights_request
 
 from plasmid import testing
-from plasmid_torch.sync_guard import ReadBackUnsupported, SyncMismatch
+from plasmid_torch.sync_guard import ReadBackUnsupported, SyncMismatch, SyncTimeout, loaded_checksum
 
 torch = pytest.importorskip("torch")
 
@@ -104,3 +107,60 @@ def test_sglang_distributed_is_guarded_too(model, tmp_path):
     sync = testing.build("weight_sync", "sglang-distributed", plasmid_sglang.plugin, plasmid_sync.plugin,
                          config=config)
     assert sync.guard.transport == "sglang-distributed" and sync.guard.options.verify_sync_every == 50
+
+
+class SlowEngine(Engine):
+    """An engine whose load does not return for ``seconds`` (a server that stopped answering)."""
+
+    def __init__(self, seconds):
+        super().__init__()
+        self.seconds = seconds
+
+    async def load_payload(self, names, payload, weight_version, restorable=False):
+        await asyncio.sleep(self.seconds)
+
+
+def test_a_load_past_sync_timeout_is_one_error_naming_phase_engine_and_rank(model, tmp_path):
+    sync = tensor_sync(model, tmp_path, sync_timeout=0.5, verify_sync_every=0)
+    began = time.perf_counter()
+    with pytest.raises(SyncTimeout) as raised:
+        testing.run(sync.sync(Trainer(), [Engine(), SlowEngine(30)], 1))
+    assert time.perf_counter() - began < 5, "the sync waited for the engine, not for its deadline"
+    assert str(raised.value).startswith("weight sync 'sglang-tensor': phase 'load' of engine 1 (SlowEngine, rank 2) "
+                                        "did not finish within 0.5 s (--sync-timeout")
+
+
+def test_a_load_within_sync_timeout_passes(model, tmp_path):
+    sync = tensor_sync(model, tmp_path, sync_timeout=5.0, verify_sync_every=0)
+    assert testing.run(sync.sync(Trainer(), [SlowEngine(0.2)], 1)).buckets == 1
+
+
+class HoldingEngine(Engine):
+    """An engine that reports CRC32s of what it holds (``loaded_checksums``): what it was sent, plus
+    ``skew`` on every value."""
+
+    def __init__(self, skew=0.0):
+        super().__init__()
+        self.skew, self.held, self.asked = skew, {}, []
+
+    async def load_payload(self, names, payload, weight_version, restorable=False):
+        for name, tensor in next(iter(Trainer().export_weights(0))):
+            self.held[name] = tensor + self.skew
+
+    async def loaded_checksums(self, requests):
+        self.asked.append(list(requests))
+        return {name: loaded_checksum(self.held[name][:rows] if rows else self.held[name]) for name, rows in requests}
+
+
+def test_each_bucket_is_checked_against_the_checksums_the_engine_reports(model, tmp_path):
+    engine = HoldingEngine()
+    report = testing.run(tensor_sync(model, tmp_path, verify_sync_every=0).sync(Trainer(), [engine], 4))
+    assert report.metrics["sync/loaded_checksums"] == 1.0 and len(engine.asked) == 1
+    ((name, rows),) = engine.asked[0]
+    assert (name, rows) in (("model.norm.weight", 4), ("lm_head.weight", VOCAB))
+
+
+def test_an_engine_holding_other_values_is_refused(model, tmp_path):
+    with pytest.raises(SyncMismatch, match=r"weight sync 'sglang-tensor': tensor '[^']+' loaded by engine 0 "
+                       r"\(HoldingEngine, rank 1\) has CRC32 [0-9a-f]{8} .*\(--sync-checksums\)"):
+        testing.run(tensor_sync(model, tmp_path, verify_sync_every=0).sync(Trainer(), [HoldingEngine(1e-3)], 1))

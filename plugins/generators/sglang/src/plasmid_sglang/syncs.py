@@ -199,8 +199,7 @@ class DistributedSync:
         members = [await guard.phase(run_on(trainer, process_token), "connect", trainer, None, 0),
                    *await guard.each_engine("connect", engines, lambda engine, _index: run_on(engine, engine_member),
                                             0)]
-        name = await guard.phase(self.group.ensure(members, lambda new: self._make_group(new, trainer, engines)),
-                                 "connect", trainer, None, 0)
+        name = await self.group.ensure(members, lambda new: self._make_group(new, trainer, engines))
         await guard.phase(run_on(trainer, start_export, self.key, self.bucket_bytes), "gather", trainer, None, 0)
         try:
             while (described := await guard.phase(
@@ -230,14 +229,25 @@ class DistributedSync:
                        checked=checked)
 
     async def _make_group(self, name: str, trainer: Any, engines: Sequence[Any]) -> None:
-        ranks = list(await asyncio.gather(*(run_on(engine, engine_rank_count) for engine in engines)))
+        """Form group ``name``, each member's part under the ``connect`` deadline. The trainer waits on
+        the servers, so a server that does not join is named, not the trainer: the engines' joins are
+        awaited first."""
+        guard = self.guard
+        ranks = await guard.each_engine("connect", engines, lambda engine, _index: run_on(engine, engine_rank_count),
+                                        0)
         world = 1 + sum(ranks)
-        host, port, backend = await run_on(trainer, group_address, self.backend)
+        host, port, backend = await guard.phase(run_on(trainer, group_address, self.backend), "connect", trainer,
+                                                None, 0)
         offsets = [1 + sum(ranks[:i]) for i in range(len(engines))]
-        await asyncio.gather(
-            run_on(trainer, join_as_sender, self.key, name, host, port, world, backend, self.timeout),
-            *(run_on(engine, join_as_receiver, host, port, offset, world, name, backend)
-              for engine, offset in zip(engines, offsets, strict=True)))
+        sender = asyncio.ensure_future(guard.phase(
+            run_on(trainer, join_as_sender, self.key, name, host, port, world, backend, self.timeout), "connect",
+            trainer, None, 0))
+        try:
+            await guard.each_engine("connect", engines, lambda engine, index: run_on(
+                engine, join_as_receiver, host, port, offsets[index], world, name, backend), 0)
+            await sender
+        finally:
+            sender.cancel()
 
 
 def engine_member(engine: Any) -> str:
