@@ -1,11 +1,14 @@
 """The check that ends a verifying ``vllm-nccl`` sync, without servers or a GPU: whether a server can
 read its weights back (only with plasmid's worker extension: vLLM has no API for it), and the sync
-ending with :meth:`SyncGuard.verify`, which probes an engine that cannot. The stand-in trainer
+ending with :meth:`SyncGuard.verify`, which probes an engine that cannot; its ``send`` deadline and
+the loaded checksums an engine with plasmid's worker extension reports. The stand-in trainer
 answers the NCCL broadcast itself (it needs CUDA and vLLM's transfer engine)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 
 import plasmid_sync.plugin
 import plasmid_vllm.plugin
@@ -14,7 +17,7 @@ from plasmid_vllm.server import WORKER_EXTENSION, has_weight_readback, server_va
 from plasmid_vllm.syncs import send_over_nccl
 
 from plasmid import testing
-from plasmid_torch.sync_guard import SyncMismatch
+from plasmid_torch.sync_guard import SyncMismatch, SyncTimeout
 
 VOCAB = 16
 
@@ -141,3 +144,21 @@ def test_no_loaded_checksums_with_sync_checksums_off(tmp_path):
     sync = nccl_sync(tmp_path, verify_sync_every=0, sync_checksums="off")
     assert testing.run(sync.sync(ExportingTrainer(), [engine], 1)).metrics == {}
     assert engine.asked == []
+
+
+class StalledTrainer(Trainer):
+    """A trainer whose NCCL broadcast never finishes (a server that never joins the collective)."""
+
+    async def plasmid_call(self, fn, *args):
+        if fn is send_over_nccl:
+            await asyncio.Event().wait()
+        return await super().plasmid_call(fn, *args)
+
+
+def test_a_broadcast_past_sync_timeout_is_one_error_naming_the_phase(tmp_path):
+    began = time.perf_counter()
+    with pytest.raises(SyncTimeout) as raised:
+        testing.run(nccl_sync(tmp_path, sync_timeout=0.5).sync(StalledTrainer(), [Engine()], 1))
+    assert time.perf_counter() - began < 5, "the sync waited for the broadcast, not for its deadline"
+    assert str(raised.value).startswith("weight sync 'vllm-nccl': phase 'send' of the trainer (StalledTrainer, rank 0) "
+                                        "did not finish within 0.5 s")
