@@ -171,8 +171,7 @@ def loaded_checksum(values: Any) -> int:
 
     if isinstance(values, torch.Tensor):
         values = values.detach().to("cpu", torch.float32).contiguous().numpy()
-    array = np.ascontiguousarray(values, dtype=np.float32)
-    return zlib.crc32(memoryview(array.reshape(-1).view(np.uint8)))
+    return zlib.crc32(np.ascontiguousarray(values, dtype=np.float32).tobytes())
 
 
 def loaded_rows(shape: Sequence[int]) -> int:
