@@ -253,3 +253,21 @@ def test_batched_log_probs_are_the_trainers_and_unseeded_rows_follow_the_configu
     assert len({tuple(s.tokens) for s in samples}) > 1                  # rows of one prompt draw differently
     testing.run(engine.shutdown())
     testing.run(other_engine.shutdown())
+
+
+def test_abort_all_answers_image_requests_still_waiting_for_a_batch(vlm_dir, tmp_path):
+    _, engine, _ = engine_and_trainer(vlm_dir, tmp_path)
+    requests = image_requests(vlm_dir)[:2]
+
+    async def queue_then_abort():
+        calls = [asyncio.ensure_future(engine.generate_with_images(ids, images, SamplingParams(max_new_tokens=3)))
+                 for ids, images in requests]
+        await asyncio.sleep(0)                              # queued, the batch not started
+        aborted = await engine.abort_all()
+        return aborted, await asyncio.gather(*calls)
+
+    aborted, outputs = testing.run(queue_then_abort())
+    assert aborted == 2 and [(o.status, o.token_ids) for o in outputs] == [(Status.ABORTED, [])] * 2
+    after = testing.run(engine.generate_with_images(*requests[0], SamplingParams(max_new_tokens=3)))
+    assert after.status == Status.TRUNCATED and len(after.token_ids) == 3      # the queue still serves
+    testing.run(engine.shutdown())

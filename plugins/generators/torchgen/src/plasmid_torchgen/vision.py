@@ -158,6 +158,14 @@ class ImageQueue:
         engine = self.engine
         loop = asyncio.get_running_loop()
         await asyncio.sleep(0)                       # requests queued in the same tick join the first batch
+        try:
+            await self._serve_batches(engine, loop)
+        finally:  # cancelled (the loop is closing) or a bug: nobody is left waiting forever
+            for entry in self.take_waiting():
+                if not entry.future.done():
+                    entry.future.cancel()
+
+    async def _serve_batches(self, engine: Any, loop: asyncio.AbstractEventLoop) -> None:
         while self._waiting:
             async with engine._lock:
                 batch: list[ImageRequest] = []
