@@ -225,7 +225,9 @@ def test_a_batched_request_with_images_answers_as_it_does_alone(vlm_dir, tmp_pat
                                       for (ids, images), p in zip(requests, params, strict=True)))
 
     batched = testing.run(together())
-    assert engine.stats()["batches"] == batches + 1                     # the four calls made one batch
+    stats = engine.stats()
+    assert stats["batches"] == batches + 1 and stats["max_batch_size"] == 4   # the four calls made one batch
+    assert stats["generated_tokens"] == 2 * sum(len(o.token_ids) for o in alone) and stats["busy_seconds"] > 0
     assert [o.token_ids for o in batched] == [o.token_ids for o in alone]
     assert [o.status for o in batched] == [o.status for o in alone]
     assert all(o.status == Status.TRUNCATED and len(o.token_ids) == p.max_new_tokens

@@ -32,6 +32,7 @@ ordinary path otherwise, so a text-only run is unchanged whichever generate func
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ from plasmid_torch import vision
 from plasmid_torch.ops import logprobs_from_logits
 from plasmid_torchgen.batch import Request
 from plasmid_torchgen.sampling import SamplingBatch, sample_tokens
+from plasmid_torchgen.stats import EngineStats
 
 
 @dataclass
@@ -57,10 +59,13 @@ class ImageRequest:
     images: vision.VisionInputs
 
 
-def generate_batch(model: Any, requests: Sequence[Request], images: Sequence[vision.VisionInputs]) -> None:
+def generate_batch(model: Any, requests: Sequence[Request], images: Sequence[vision.VisionInputs]) -> EngineStats:
     """Decode ``requests`` (each with its own ``generator``) with their ``images`` as one batch of the
     vision-language ``model`` (see the module docs), filling each request's ``token_ids``, ``logprobs``
-    and final status. Runs until every row has ended; rows that ended stay in the batch, ignored."""
+    and final status. Runs until every row has ended; rows that ended stay in the batch, ignored.
+
+    :returns: the batch's counts (one prefill, its decoding steps, rows, tokens, busy seconds)."""
+    start = time.perf_counter()
     device = next(model.parameters()).device
     rows = len(requests)
     width = max(len(r.prompt_ids) for r in requests)
@@ -80,6 +85,8 @@ def generate_batch(model: Any, requests: Sequence[Request], images: Sequence[vis
     live = [True] * rows
     budget = [r.params.max_new_tokens for r in requests]
     cache = _new_cache(model)
+    counts = EngineStats(batches=1, prompt_tokens=sum(len(r.prompt_ids) for r in requests), forward_rows=rows,
+                         max_batch_size=rows)
     with torch.no_grad():
         output = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, cache=cache,
                        use_cache=True, logits_to_keep=1, **extra)
@@ -95,15 +102,19 @@ def generate_batch(model: Any, requests: Sequence[Request], images: Sequence[vis
                 request = requests[row]
                 request.token_ids.append(token)
                 request.logprobs.append(logprob)
+                counts.generated_tokens += 1
                 if token in request.stop_token_ids or len(request.token_ids) >= budget[row]:
                     request.finish()
                     live[row] = False
             if not any(live):
-                return
+                counts.busy_seconds = time.perf_counter() - start
+                return counts
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones((rows, 1))], dim=1)
             output = model(input_ids=tokens.view(rows, 1), attention_mask=attention_mask,
                            position_ids=next_position.expand(3, rows, 1), cache=cache, use_cache=True)
             next_position = next_position + 1
+            counts.decode_steps += 1
+            counts.forward_rows += rows
 
 
 def _new_cache(model: Any) -> Any:
@@ -177,14 +188,12 @@ class ImageQueue:
                     continue
                 requests = [entry.request for entry in batch]
                 try:
-                    await loop.run_in_executor(engine._worker, generate_batch, engine.model, requests,
-                                               [entry.images for entry in batch])
+                    counts = await loop.run_in_executor(engine._worker, generate_batch, engine.model, requests,
+                                                        [entry.images for entry in batch])
                 except Exception as error:  # noqa: BLE001 - answered to every caller in the batch
                     engine._fail(requests, error)
                     continue
-                engine._stats.batches += 1
-                engine._stats.prompt_tokens += sum(len(r.prompt_ids) for r in requests)
-                engine._stats.generated_tokens += sum(len(r.token_ids) for r in requests)
+                engine._stats.add(counts)
                 engine._answer(requests)
 
 
