@@ -117,6 +117,8 @@ def benchmarks() -> list[Bench]:
               writes_json="real_model/real_model.json", minutes=12.0),
         Bench("weight_sync", "bench_weight_sync.py", lambda a: ["--repeats", "3"], env={"OMP_NUM_THREADS": "1"},
               minutes=2.0),
+        Bench("vision_batching", "bench_vision_batching.py", lambda a: ["--prompts", "16", "--group-size", "8"],
+              env={"OMP_NUM_THREADS": "1"}, minutes=1.0),
         Bench("rewards", "bench_rewards.py", lambda a: ["--rounds", "5"], env={"OMP_NUM_THREADS": "1"}, minutes=2.0),
         Bench("scaling", "bench_scaling.py", lambda a: ["--quick"],
               optional=[("--json", "{out}/{name}.json"), ("--out", "{out}/{name}")], writes_json="{name}.json",
