@@ -20,17 +20,24 @@ from plasmid_torch.tiny import char_tokenizer
 AGENTS = Path(__file__).parent / "client_agents.py"
 
 
-def train(tmp_path: Path, agent: str) -> tuple[list[dict], list[dict], list[dict]]:
-    """Run two steps with ``agent``; its metrics, saved samples and the client log."""
+def train(tmp_path: Path, agent: str, run_args: tuple[str, ...] | None = None,
+          steps: tuple[int, int, int] = (2, 4, 2), max_new_tokens: int = 16
+          ) -> tuple[list[dict], list[dict], list[dict]]:
+    """Run ``plasmid train --generate agent`` with ``agent`` of ``client_agents.py``: ``steps`` is
+    (rollouts, prompts per step, samples per prompt) and ``run_args`` the arguments before
+    ``--generate`` (default: the quickstart's model with this file's tool parser). The run's metrics,
+    saved samples and the client log."""
     run_dir, log = tmp_path / "run", tmp_path / "client.jsonl"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "PLASMID_CLIENT_LOG": str(log)}
     # --plugins FILE (a local module, the installed plugins stay on) registers the tool parser before start-up
-    proc = subprocess.run([sys.executable, "-m", "plasmid.app.cli", "train", "--plugins", str(AGENTS),
-                           "--generate", "agent",
-                           "--agent", f"{AGENTS}:{agent}", "--tool-parser", "tiny-digits", "--reward-key", "correct",
-                           "--num-rollouts", "2", "--prompts-per-step", "4", "--n-samples-per-prompt", "2",
-                           "--max-new-tokens", "16", "--eval-interval", "0", "--save-interval", "0",
+    run_args = ("--plugins", str(AGENTS), "--tool-parser", "tiny-digits") if run_args is None else run_args
+    rollouts, prompts, samples_per_prompt = steps
+    proc = subprocess.run([sys.executable, "-m", "plasmid.app.cli", "train", *run_args, "--generate", "agent",
+                           "--agent", f"{AGENTS}:{agent}", "--reward-key", "correct",
+                           "--num-rollouts", str(rollouts), "--prompts-per-step", str(prompts),
+                           "--n-samples-per-prompt", str(samples_per_prompt),
+                           "--max-new-tokens", str(max_new_tokens), "--eval-interval", "0", "--save-interval", "0",
                            "--save-rollouts", str(tmp_path / "rollouts"), "--run-dir", str(run_dir)],
                           capture_output=True, text=True, env=env, timeout=280)
     assert proc.returncode == 0, proc.stderr[-3000:]

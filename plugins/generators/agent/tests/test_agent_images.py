@@ -5,27 +5,22 @@ reference to its images)."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import io
-from pathlib import Path
 
 import openai
-import plasmid_agent.plugin
 import pytest
-from conftest import ScriptedEngine, make_ctx
+from conftest import ScriptedEngine
 from openai import AsyncOpenAI
-from plasmid_agent.generate import AgentGenerate
+from test_agent_protocol import run_agent
 
-from plasmid.testing import build, make_config
-from plasmid.types import GenerationOutput, Sample, SamplingParams
+from plasmid.types import GenerationOutput, SamplingParams
 
 PIL = pytest.importorskip("PIL.Image")
 
 from plasmid_torch.tiny_vision import IMAGE_PAD_ID, build_tiny_vlm  # noqa: E402 (after the skip)
 from plasmid_torch.vision import VISION_KEY, ImageInputs  # noqa: E402
 
-AGENTS = Path(__file__).parent / "agents.py"
 PARAMS = SamplingParams(temperature=1.0, max_new_tokens=8, stop_token_ids=(2,), seed=7)
 QUESTION = "which colour?"
 
@@ -73,19 +68,9 @@ def vlm_tokenizer(vlm_dir):
 
 def run(tmp_path, model_dir, tokenizer, engine, agent, **options):
     """The samples of one rollout of ``agent`` (an async function of the session) on ``--model model_dir``."""
-    config = make_config(plasmid_agent.plugin, run_dir=tmp_path / "run", generate="agent", model=str(model_dir),
-                         agent=f"{AGENTS}:answer", **options)
-    generate: AgentGenerate = build("generate", "agent", plasmid_agent.plugin, config=config)
-    generate.func = agent
-    sample = Sample(prompt="2", tokens=tokenizer("2")["input_ids"], label="red", index=1)   # the agents send their own
-
-    async def main():
-        try:
-            return await generate(make_ctx(tokenizer, engine), sample, PARAMS)
-        finally:
-            await generate.shutdown()
-
-    return asyncio.run(main())
+    # the agents send their own prompts
+    return run_agent(tmp_path, agent, tokenizer, engine, prompt="2", label="red", params=PARAMS,
+                     model=str(model_dir), **options)
 
 
 def refusal(tmp_path, model_dir, tokenizer, messages, **options) -> str:

@@ -9,42 +9,22 @@ trainer's log-probs (computed with the recorded images) are the engine's."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("PIL")
 pytest.importorskip("openai")
 
-from test_agent_clients_train import trained_runs
+from test_agent_clients_train import train, trained_runs
 
 from plasmid_torch.tiny_vision import IMAGE_PAD_ID, vision_tokenizer
 from plasmid_torch.vision import VISION_KEY
 
-AGENTS = Path(__file__).parent / "client_agents.py"
-
 
 @pytest.mark.timeout(300)
 def test_an_openai_client_sends_a_prompt_image_and_a_tool_image_and_the_run_trains_on_exactly_them(tmp_path):
-    run_dir, log = tmp_path / "run", tmp_path / "client.jsonl"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "PLASMID_CLIENT_LOG": str(log)}
-    proc = subprocess.run([sys.executable, "-m", "plasmid.app.cli", "train", "--task", "colours",
-                           "--colours-warmup-steps", "10", "--generate", "agent",
-                           "--agent", f"{AGENTS}:colours_with_square", "--reward-key", "correct",
-                           "--num-rollouts", "2", "--prompts-per-step", "2", "--n-samples-per-prompt", "2",
-                           "--max-new-tokens", "6", "--eval-interval", "0", "--save-interval", "0",
-                           "--save-rollouts", str(tmp_path / "rollouts"), "--run-dir", str(run_dir)],
-                          capture_output=True, text=True, env=env, timeout=280)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    samples = [sample for path in sorted((tmp_path / "rollouts").glob("step_*.jsonl"))
-               for line in path.read_text().splitlines()[1:] for sample in json.loads(line)["samples"]]
+    metrics, samples, client = train(tmp_path, "colours_with_square",
+                                     ("--task", "colours", "--colours-warmup-steps", "10"), steps=(2, 2, 2),
+                                     max_new_tokens=6)
     assert len(metrics) == 2
     for step in metrics:
         assert step["rollout/agent/errors_fraction"] == 0.0
@@ -69,7 +49,6 @@ def test_an_openai_client_sends_a_prompt_image_and_a_tool_image_and_the_run_trai
             continued += len(in_response) == 4
     assert continued >= 4, "most second calls continue their first call's sample, the tool's image in its response"
     vocab = vision_tokenizer().get_vocab()
-    client = [json.loads(line) for line in log.read_text().splitlines()]
     turns = sorted((tuple(vocab[token] for token in turn["tokens"]), tuple(turn["logprobs"])) for turn in client)
     runs = sorted(run for sample in samples for run in trained_runs(sample))
     assert len(client) == 2 * 4 * 3

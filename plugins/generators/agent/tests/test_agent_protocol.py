@@ -28,16 +28,18 @@ CALCULATOR = {"type": "function", "function": {"name": "calculator", "descriptio
 TOOL_REPLY = '<tool_call>{"name": "calculator", "arguments": {"expression": "2*3"}}</tool_call><eos>'
 
 
-def run_agent(tmp_path, func, tokenizer, engine, prompt="what is 2*3", **options):
+def run_agent(tmp_path, func, tokenizer, engine, prompt="what is 2*3", label="6", params=PARAMS, **options):
+    """One rollout of ``func`` (an async agent function of the session) on the sample ``prompt``
+    (label ``label``) with sampling ``params``; ``options`` are the run's options."""
     config = make_config(plasmid_agent.plugin, run_dir=tmp_path / "run", generate="agent",
                          agent=f"{AGENTS}:answer", **options)
     generate: AgentGenerate = build("generate", "agent", plasmid_agent.plugin, config=config)
     generate.func = func
-    sample = Sample(prompt=prompt, tokens=tokenizer(prompt)["input_ids"], label="6", index=1)
+    sample = Sample(prompt=prompt, tokens=tokenizer(prompt)["input_ids"], label=label, index=1)
 
     async def main():
         try:
-            return await generate(make_ctx(tokenizer, engine), sample, PARAMS)
+            return await generate(make_ctx(tokenizer, engine), sample, params)
         finally:
             await generate.shutdown()
 
