@@ -200,9 +200,9 @@ class ImageQueue:
 class VisionSingleTurn(SingleTurn):
     """Generate function ``vision``: :class:`plasmid.builtin.SingleTurn`, except that a sample with
     images (``metadata[VISION_KEY]``) is answered by its engine's ``generate_with_images`` with the
-    inputs its ``images`` rebuilds (torchgen serving a vision-language model has both; another
-    engine or a text-only model is an error naming it). A resumed partial response is continued with
-    the same images."""
+    inputs its ``images`` gives (torchgen, SGLang and vLLM serving a vision-language model have both;
+    an engine without them or a text-only model is an error naming it). A resumed partial response is
+    continued with the same images."""
 
     async def __call__(self, ctx: RolloutView, sample: Sample, params: SamplingParams) -> Sample:
         if not vision.has_images(sample):
