@@ -23,7 +23,7 @@ While a run trains, faults are injected:
   and one error line naming the worker (no traceback), then ``--resume`` must train on;
 - ``gateway-flood`` (agent): ``--flood-requests`` posts at the agent gateway at once, without a
   session key, with unknown keys, and with bodies over ``--agent-max-body``; each must be refused
-  (401, 413) and the run must train on;
+  (401, 413) and the run must train on (an agent attempt floods at its first chance, then at random);
 - ``remote-trickle`` (remote): the scoring server answers a fraction (``--trickle-p``) of requests
   one byte at a time, far past ``--rm-timeout``; the run must train on;
 - ``reward-raise`` / ``reward-hang`` (the ``soak-exact`` modes): the reward raises, or blocks its
@@ -328,6 +328,7 @@ def soak_one_run(base: list[str], run_dir: Path, mode: str, rng: random.Random, 
             killed = False
             sigkilled_at: float | None = None
             trainer_killed_at: float | None = None
+            flooded = False  # an agent attempt floods at its first chance (its gateway is up only while agents run)
             survivable: list[tuple[str, float]] = []  # faults survived once a step is written after them
             while process.poll() is None:
                 time.sleep(0.2)
@@ -360,7 +361,9 @@ def soak_one_run(base: list[str], run_dir: Path, mode: str, rng: random.Random, 
                     tally.injected["trainer-kill"] += 1
                     trainer_killed_at = time.time()
                     continue
-                if mode == "agent" and draw < 0.6 and "gateway-flood" in args.faults and (work / "gateway").is_file():
+                if (mode == "agent" and (draw < 0.6 or not flooded) and "gateway-flood" in args.faults
+                        and (work / "gateway").is_file()):
+                    flooded = True
                     answers = flood_gateway((work / "gateway").read_text(), args.flood_requests, 1 << 20)
                     tally.injected["gateway-flood"] += 1
                     wrong = {status: n for status, n in answers.items() if status not in ("401", "413", "error")}
