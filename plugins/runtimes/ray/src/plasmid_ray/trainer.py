@@ -23,9 +23,11 @@ or a train step failed or was cut short by the death, leaving the state of an un
 ``save`` writes the driver-held *step snapshot* of that step instead (:mod:`plasmid_ray.snapshots`,
 ``--ray-step-snapshot``): after each train step the reader ranks save into a temporary directory
 and hand the files back as the return value of an actor task, which the driver owns and Ray's
-object store keeps after the worker died. It starts as the train step returns (a call that needs
-the worker's lock, such as a weight export, waits for it) and is awaited before the next train
-step; one report line names the step a checkpoint came from. Without a
+object store keeps after the worker died. It starts once the step's weight sync has read the
+weights (after the first ``plasmid_call``/``plasmid_call_all`` or export that follows the step), so
+it runs while the engines roll out the next step instead of delaying the sync, or, with no sync in
+between, right before the next train step; it is awaited before that step. One report line names
+the step a checkpoint came from. Without a
 whole snapshot of that step (snapshots off, or the death cut the snapshot short) ``save`` refuses,
 naming why, and the death's line says the state was lost. A refused ``save`` writes nothing, so
 the checkpoint being written stays ``.partial`` and the last complete one stands
@@ -102,6 +104,8 @@ class TrainerProxy:
             self.step_snapshot = "off"
         #: the last train step that finished (None: none since the start or a load)
         self.finished: int | None = None
+        #: the finished step whose snapshot is yet to start (see the module docstring)
+        self.due: int | None = None
         #: the whole snapshot held, and the one being taken (:class:`Snapshot`)
         self.snapshot: Snapshot | None = None
         self.pending: Snapshot | None = None
@@ -228,17 +232,23 @@ class TrainerProxy:
         return await self._read("values", samples)
 
     async def train_step(self, batch: RolloutBatch) -> dict[str, float]:
-        """The step on every rank; then the snapshot of its state is started, and it is awaited
-        before the next step (:mod:`plasmid_ray.snapshots`)."""
+        """The step on every rank, once the previous step's snapshot is whole (started now when no
+        sync started it); this step's snapshot is then due (:meth:`_start_snapshot`)."""
+        self._start_snapshot()
         await self._settle()
         metrics = (await self._on(range(len(self.workers)), "train_step", batch))[0]
         self.finished = batch.rollout_id
-        if self.step_snapshot != "off":
-            base, token = self.infos[0]["snapshot_base"], uuid.uuid4().hex
-            parts = [self.workers[rank].snapshot.options(num_returns=2).remote(base, token, rank == 0)
-                     for rank in self._readers()]
-            self.pending = Snapshot(batch.rollout_id, parts[0][0], [size for _, size in parts], token)
+        self.due = batch.rollout_id if self.step_snapshot != "off" else None
         return metrics
+
+    def _start_snapshot(self) -> None:
+        """Start the due snapshot on the reader ranks (non-blocking: the driver keeps the refs)."""
+        if self.due is None or self.step_snapshot == "off" or any(rank in self.dead for rank in self._readers()):
+            return
+        base, token = self.infos[0]["snapshot_base"], uuid.uuid4().hex
+        parts = [self.workers[rank].snapshot.options(num_returns=2).remote(base, token, rank == 0)
+                 for rank in self._readers()]
+        self.pending, self.due = Snapshot(self.due, parts[0][0], [size for _, size in parts], token), None
 
     # ------------------------------------------------------------------------ step snapshots
     async def _settle(self, timeout: float | None = None) -> None:
@@ -324,6 +334,7 @@ class TrainerProxy:
         try:
             for ref in self.rank0.export_buckets.remote(bucket_bytes):
                 yield ray.get(ref)
+            self._start_snapshot()  # the sync has read the weights
         except ray.exceptions.RayActorError as exc:
             raise self._died(0, "export_weights", self.death_cause(exc)) from exc
         except ray.exceptions.RayError as exc:  # rank 0 failed in a gather with a rank that died?
@@ -356,7 +367,7 @@ class TrainerProxy:
     async def load(self, path: str) -> None:
         """Load ``path`` on every rank; the snapshots held are of other state and dropped."""
         await self._settle()
-        self.finished = self.snapshot = None
+        self.finished = self.snapshot = self.due = None
         await self._on(range(len(self.workers)), "load", path)
 
     async def offload(self) -> None:
@@ -366,12 +377,18 @@ class TrainerProxy:
         await self._on(range(len(self.workers)), "onload")
 
     async def plasmid_call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(trainer, *args)`` on rank 0 (see :func:`plasmid.remote.run_on`)."""
-        return (await self._on([0], "call", fn, args))[0]
+        """``fn(trainer, *args)`` on rank 0 (see :func:`plasmid.remote.run_on`); then the due
+        snapshot starts (a weight sync's trainer-side step has read the weights)."""
+        result = (await self._on([0], "call", fn, args))[0]
+        self._start_snapshot()
+        return result
 
     async def plasmid_call_all(self, fn: Callable[..., Any], *args: Any) -> list[Any]:
-        """``fn(trainer, *args)`` on every rank at once; the results in rank order."""
-        return await self._on(range(len(self.workers)), "call", fn, args)
+        """``fn(trainer, *args)`` on every rank at once; the results in rank order; then the due
+        snapshot starts, as after :meth:`plasmid_call`."""
+        results = await self._on(range(len(self.workers)), "call", fn, args)
+        self._start_snapshot()
+        return results
 
     async def shutdown(self) -> None:
         """Let the live workers leave their process group (at most :data:`SHUTDOWN_SECONDS`: a
