@@ -36,6 +36,7 @@ def test_keys_and_data_files_are_read_as_given():
 @pytest.mark.parametrize(("bad", "message"), [
     ({"hf_num_epochs": 0}, "--hf-num-epochs 0: must be >= 1"),
     ({"hf_max_prompt_tokens": 0}, "--hf-max-prompt-tokens 0: must be >= 1"),
+    ({"hf_max_image_pixels": 0}, "--hf-max-image-pixels 0: must be >= 1"),
     ({"hf_shuffle": "yes"}, "--hf-shuffle: expected true or false, got 'yes'"),
     ({"hf_data_files": ("a.jsonl",)}, "--hf-data-files needs --hf-path (the builder: json, parquet or csv)"),
 ])

@@ -36,6 +36,7 @@ def test_paths_are_read_as_paths_and_keys_as_given():
 
 @pytest.mark.parametrize(("bad", "message"), [
     ({"num_epochs": 0}, "--num-epochs 0: must be >= 1"),
+    ({"max_image_pixels": 0}, "--max-image-pixels 0: must be >= 1"),
     ({"num_epochs": 1.5}, "--num-epochs: expected int, got 1.5"),
     ({"rollout_shuffle": "yes"}, "--rollout-shuffle: expected true or false, got 'yes'"),
 ])

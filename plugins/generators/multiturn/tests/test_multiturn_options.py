@@ -24,6 +24,8 @@ def test_the_typed_read_gives_the_declared_defaults():
     ({"max_response_tokens": 0}, "--max-response-tokens 0: must be >= 1"),
     ({"tool_timeout": 0.0}, "--tool-timeout 0.0: must be > 0"),
     ({"tool_max_output_chars": 0}, "--tool-max-output-chars 0: must be >= 1"),
+    ({"tool_max_images": 0}, "--tool-max-images 0: must be >= 1"),
+    ({"tool_max_image_pixels": 0}, "--tool-max-image-pixels 0: must be >= 1"),
     ({"tool_call_format": "xml"}, "--tool-call-format 'xml': choose one of tagged, chat-template, compact, mistral, "
                                   "harmony"),
 ])
