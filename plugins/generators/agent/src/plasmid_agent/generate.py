@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import inspect
-import json
 import math
 import numbers
 import sys
@@ -31,6 +30,7 @@ from plasmid_agent.options import AgentOptions
 from plasmid_agent.recorder import Call, RecordedSample, record_samples
 from plasmid_agent.session import AgentSession
 from plasmid_agent.toolcalls import parsers_of
+from plasmid_serving.images import takes_images
 from plasmid_serving.parsers.options import ParserOptions
 from plasmid_serving.turns import TURN_REWARDS_KEY, checked_turn_rewards
 
@@ -72,16 +72,6 @@ def session_metrics(calls: Sequence[Call], samples: int, seconds: float, failed:
             "agent/samples_mean": float(samples), "agent/branches_mean": float(max(samples - 1, 0)),
             "agent/seconds_mean": float(seconds), "agent/errors_fraction": float(failed),
             "agent/max_calls_fraction": float(capped)}
-
-
-def is_vision_model_dir(model_dir: str | Path) -> bool:
-    """Whether the Hugging Face model directory ``model_dir`` holds a vision-language model (its
-    ``config.json`` has a ``vision_config``), read without importing transformers."""
-    try:
-        config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(config, dict) and config.get("vision_config") is not None
 
 
 def prompt_messages(prompt: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -232,7 +222,7 @@ class AgentGenerate:
         #: where a sample's images go in its metadata (plasmid_torch.vision.VISION_KEY), with ``vision``
         self.images_key: str | None = None
         self.policy = f"--model {model_dir}" if model_dir else "the policy"
-        if model_dir and is_vision_model_dir(model_dir):
+        if model_dir and takes_images(str(model_dir)):
             from plasmid_torch.chat_images import ChatImages, ImageLimits
             from plasmid_torch.vision import VISION_KEY
 
