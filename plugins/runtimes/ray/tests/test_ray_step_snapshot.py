@@ -73,10 +73,17 @@ def logged(run_dir) -> dict[int, dict[str, float]]:
     return {entry["step"]: entry for entry in map(json.loads, filter(None, lines))}
 
 
+#: metrics comparing the engine's log-probs with the trainer's: the engine batches requests as they
+#: arrive, so its float rounding (1e-8 here) differs from run to run; the loss does not use them
+ENGINE_NOISE = ("train/logprob_abs_diff_mean", "train/mismatch_", "train/train_rollout_logprob_abs_diff")
+
+
 def learning(entry: dict[str, float]) -> dict[str, float]:
-    """What a step learned and trained on (not its timings or the run's counters)."""
+    """What a step learned and trained on (not its timings, the run's counters or the engine's
+    rounding, :data:`ENGINE_NOISE`)."""
     return {k: v for k, v in entry.items()
-            if k.startswith(("train/", "rollout/reward", "rollout/response")) and not k.endswith("seconds")}
+            if k.startswith(("train/", "rollout/reward", "rollout/response")) and not k.endswith("seconds")
+            and not k.startswith(ENGINE_NOISE)}
 
 
 def complete(run_dir) -> list[str]:
@@ -140,3 +147,86 @@ def test_a_dead_rank_0_leaves_the_last_finished_step_and_resume_trains_the_next_
     assert {"train/loss", "train/entropy"} <= set(learning(after[KILLED])), "compared what it learned"
     with capfd.disabled():
         print(f"\n  ray step snapshot: killed runs without/with snapshots {plain_seconds:.0f}/{snapshot_seconds:.0f} s")
+
+
+class RecordingWorker:
+    """Test support: a trainer worker's surface (the methods the proxy sends in a step and a sync)
+    that records each call with whether a snapshot was being taken on it when the call began.
+    ``call`` runs ``fn(self, *args)``, which returns what a real worker's ``call`` does:
+    ``(result, weights read whole since the step)``."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, bool]] = []
+        self.snapshotting = False
+
+    async def train_step(self, batch):
+        self.log.append(("train_step", self.snapshotting))
+        return {"train/loss": 0.0}
+
+    async def logprobs(self, samples, temperature):
+        self.log.append(("logprobs", self.snapshotting))
+        return [[0.0]]
+
+    async def snapshot(self, base, token, read):
+        self.log.append(("snapshot", self.snapshotting))
+        self.snapshotting = True
+        await asyncio.sleep(0.5)  # a collective save: long enough for a careless driver to send more
+        self.snapshotting = False
+        return {"state.pt": b"x"} if read else {}, 1 if read else 0
+
+    async def call(self, fn, args):
+        self.log.append((fn.__name__, self.snapshotting))
+        return fn(self, *args)
+
+    async def recorded(self):
+        return self.log
+
+
+def export_begun(worker):
+    return None, False  # an export is open (a sync reads it one bucket per call)
+
+
+def export_ended(worker):
+    return None, True  # the last bucket was read: the weights were read whole
+
+
+def after_export(worker):
+    return "closed", True
+
+
+def test_the_proxy_never_sends_a_call_beside_a_snapshot_being_taken(ray_cluster, tmp_path):
+    """Ray runs an async actor's tasks in no set order, so a snapshot (a collective save) sent
+    beside an export's calls could meet them on another rank: CI's colocate quickstart deadlocked
+    that way (rank 0 exporting, rank 1 saving). The snapshot starts once the export has ended, and
+    every later call waits for it."""
+    from types import SimpleNamespace
+
+    workers = [ray.remote(num_cpus=0)(RecordingWorker).remote() for _ in range(2)]
+    infos = [{"collective": True, "snapshot_base": str(tmp_path), "pid": 0}] * 2
+    proxy = TrainerProxy(workers, infos, step_snapshot="on")
+
+    async def step_and_sync(step):
+        await proxy.train_step(SimpleNamespace(rollout_id=step))
+        assert await proxy.plasmid_call(export_begun) is None
+        assert proxy.pending is None, "no snapshot while the export is open"
+        await proxy.plasmid_call(export_ended)
+        assert proxy.pending is not None and proxy.pending.step == step, "the snapshot starts once the export ended"
+        assert await proxy.plasmid_call(after_export) == "closed"  # waits for the snapshot, then is sent
+        assert await proxy.logprobs([], 1.0) == [[0.0]]
+
+    async def main():
+        await step_and_sync(0)
+        await step_and_sync(1)
+        await proxy.train_step(SimpleNamespace(rollout_id=2))  # no sync: step 1's snapshot is whole before it
+        await proxy.train_step(SimpleNamespace(rollout_id=3))  # step 2's starts right before step 3 and is awaited
+        return [await worker.recorded.remote() for worker in workers]
+
+    logs = asyncio.run(main())
+    for rank, log in enumerate(logs):
+        beside = [name for name, snapshotting in log if snapshotting]
+        assert not beside, f"rank {rank} got {beside} while a snapshot was being taken: {log}"
+    assert [name for name, _ in logs[0]] == [
+        "train_step", "export_begun", "export_ended", "snapshot", "after_export", "logprobs",
+        "train_step", "export_begun", "export_ended", "snapshot", "after_export", "logprobs",
+        "train_step", "snapshot", "train_step"]
+    assert proxy.snapshot is not None and proxy.snapshot.step == 2

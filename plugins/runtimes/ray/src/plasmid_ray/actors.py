@@ -121,6 +121,11 @@ class TrainerWorker:
         self.trainer: Trainer | None = None
         self.followers: list[Any] = []
         self.lock = asyncio.Lock()
+        #: this worker's weight exports begun and not ended (an export a weight sync reads one
+        #: bucket per :meth:`call` stays open between its calls, with the lock released)
+        self.open_exports = 0
+        #: exports ended whole since the last train step (see :meth:`call`)
+        self.read_exports = 0
 
     async def ready(self) -> dict[str, Any]:
         return describe_process()
@@ -165,6 +170,7 @@ class TrainerWorker:
 
     async def train_step(self, batch: Any) -> dict[str, float]:
         async with self.lock:
+            self.read_exports = 0
             return await self.trainer.train_step(batch)
 
     async def logprobs(self, samples: list[Any], temperature: float) -> list[list[float]]:
@@ -224,9 +230,13 @@ class TrainerWorker:
     async def onload(self) -> None:
         await self.trainer.onload()
 
-    async def call(self, fn: Callable[..., Any], args: tuple) -> Any:
+    async def call(self, fn: Callable[..., Any], args: tuple) -> tuple[Any, bool]:
+        """``fn(trainer, *args)`` in this process, and whether the weights of the last train step
+        have been read whole since it (an export ended, none open): the driver starts the step
+        snapshot only then, since a collective save must never run beside an open export."""
         async with self.lock:
-            return await run_on(self._led(), fn, *args)
+            result = await run_on(self._led(), fn, *args)
+            return result, self.open_exports == 0 and self.read_exports > 0
 
     async def shutdown(self) -> None:
         import torch.distributed as dist
@@ -235,27 +245,39 @@ class TrainerWorker:
             dist.destroy_process_group()
 
     def _led(self) -> Any:
-        """The trainer, or (rank 0 with followers) the trainer whose exports the followers join."""
-        return LeadingTrainer(self.trainer, self.followers) if self.followers else self.trainer
+        """The trainer as functions run on this worker see it (:class:`LeadingTrainer`)."""
+        return LeadingTrainer(self.trainer, self.followers, self)
 
 
 class LeadingTrainer:
-    """A collective trainer on rank 0 whose :meth:`export_weights` first starts the same export
-    on the follower workers, and after its last bucket waits for theirs to end (so a follower's
-    failure is this export's failure). Every other attribute is the trainer's."""
+    """The trainer of ``worker``, whose :meth:`export_weights` is counted in the worker's
+    ``open_exports``/``read_exports`` and, on rank 0 of a collective trainer (``followers``: the
+    other ranks), first starts the same export on the followers and after its last bucket waits
+    for theirs to end (so a follower's failure is this export's failure). Every other attribute
+    is the trainer's, set ones included (a function run on the worker may keep state there)."""
 
-    def __init__(self, trainer: Any, followers: list[Any]) -> None:
-        self._trainer, self._followers = trainer, followers
+    def __init__(self, trainer: Any, followers: list[Any], worker: TrainerWorker) -> None:
+        object.__setattr__(self, "_trainer", trainer)
+        object.__setattr__(self, "_followers", followers)
+        object.__setattr__(self, "_worker", worker)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._trainer, name)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._trainer, name, value)
+
     def export_weights(self, bucket_bytes: int) -> Iterator[Any]:
         import ray
 
-        following = [follower.follow_export.remote(bucket_bytes) for follower in self._followers]
-        yield from self._trainer.export_weights(bucket_bytes)
-        ray.get(following)
+        self._worker.open_exports += 1
+        try:
+            following = [follower.follow_export.remote(bucket_bytes) for follower in self._followers]
+            yield from self._trainer.export_weights(bucket_bytes)
+            ray.get(following)
+            self._worker.read_exports += 1
+        finally:
+            self._worker.open_exports -= 1
 
 
 def _as_numpy(tensor: Any) -> Any:

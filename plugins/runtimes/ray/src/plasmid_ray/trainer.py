@@ -24,9 +24,12 @@ or a train step failed or was cut short by the death, leaving the state of an un
 ``--ray-step-snapshot``): after each train step the reader ranks save into a temporary directory
 and hand the files back as the return value of an actor task, which the driver owns and Ray's
 object store keeps after the worker died. It starts once the step's weight sync has read the
-weights (after the first ``plasmid_call``/``plasmid_call_all`` or export that follows the step), so
-it runs while the engines roll out the next step instead of delaying the sync, or, with no sync in
-between, right before the next train step; it is awaited before that step. One report line names
+weights whole (a ``plasmid_call``/``plasmid_call_all`` after which rank 0 has ended an export and
+has none open, or the end of a driver-side export), so it runs while the engines roll out the next
+step instead of delaying the sync, or, with no sync in between, right before the next train step.
+It is awaited before any other call goes to the workers: one conversation at a time, since Ray
+does not keep the order of an async actor's tasks and a collective save beside an export's
+collectives would deadlock. One report line names
 the step a checkpoint came from. Without a
 whole snapshot of that step (snapshots off, or the death cut the snapshot short) ``save`` refuses,
 naming why, and the death's line says the state was lost. A refused ``save`` writes nothing, so
@@ -194,6 +197,7 @@ class TrainerProxy:
 
         ranks = list(ranks)
         self._check(ranks, method)
+        await self._settle()  # one conversation with the workers at a time (see _start_snapshot)
         shared = [ray.put(arg) for arg in args] if len(ranks) > 1 else list(args)
         tasks = [asyncio.ensure_future(self._await(getattr(self.workers[rank], method).remote(*shared)))
                  for rank in ranks]
@@ -242,7 +246,13 @@ class TrainerProxy:
         return metrics
 
     def _start_snapshot(self) -> None:
-        """Start the due snapshot on the reader ranks (non-blocking: the driver keeps the refs)."""
+        """Start the due snapshot on the reader ranks (non-blocking: the driver keeps the refs).
+
+        Called only when no export is open on the workers: a snapshot of a collective trainer is
+        a collective save, and Ray does not run an async actor's tasks in the order they were
+        sent, so a save sent beside an export's calls could meet the export's collectives on
+        another rank (a deadlock). For the same reason every call to the workers first waits for
+        the snapshot being taken (:meth:`_on`)."""
         if self.due is None or self.step_snapshot == "off" or any(rank in self.dead for rank in self._readers()):
             return
         base, token = self.infos[0]["snapshot_base"], uuid.uuid4().hex
@@ -262,6 +272,14 @@ class TrainerProxy:
             part.add_done_callback(_retrieve)
         await asyncio.wait(parts, timeout=timeout, return_when=asyncio.FIRST_EXCEPTION)
         self._conclude()
+
+    def _settle_now(self) -> None:
+        """:meth:`_settle`, blocking (for the driver-side export, which is not a coroutine)."""
+        import ray
+
+        if self.pending is not None:
+            ray.wait(self.pending.sizes, num_returns=len(self.pending.sizes), fetch_local=False)
+            self._conclude()
 
     def _conclude(self) -> None:
         """Settle the snapshot being taken, without waiting: a failed part drops it (a worker that
@@ -331,6 +349,7 @@ class TrainerProxy:
         import ray
 
         self._check(self._readers(), "export_weights")
+        self._settle_now()
         try:
             for ref in self.rank0.export_buckets.remote(bucket_bytes):
                 yield ray.get(ref)
@@ -378,17 +397,20 @@ class TrainerProxy:
 
     async def plasmid_call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(trainer, *args)`` on rank 0 (see :func:`plasmid.remote.run_on`); then the due
-        snapshot starts (a weight sync's trainer-side step has read the weights)."""
-        result = (await self._on([0], "call", fn, args))[0]
-        self._start_snapshot()
+        snapshot starts if the weights have been read whole since the step (an export ended and
+        none is open: a weight sync's trainer-side steps are done)."""
+        result, read = (await self._on([0], "call", fn, args))[0]
+        if read:
+            self._start_snapshot()
         return result
 
     async def plasmid_call_all(self, fn: Callable[..., Any], *args: Any) -> list[Any]:
         """``fn(trainer, *args)`` on every rank at once; the results in rank order; then the due
-        snapshot starts, as after :meth:`plasmid_call`."""
-        results = await self._on(range(len(self.workers)), "call", fn, args)
-        self._start_snapshot()
-        return results
+        snapshot may start, as after :meth:`plasmid_call` (rank 0 tells)."""
+        answers = await self._on(range(len(self.workers)), "call", fn, args)
+        if answers[0][1]:
+            self._start_snapshot()
+        return [result for result, _read in answers]
 
     async def shutdown(self) -> None:
         """Let the live workers leave their process group (at most :data:`SHUTDOWN_SECONDS`: a

@@ -49,7 +49,7 @@ class ObjectStoreSync:
         started = time.perf_counter()
         key = f"{self.key}-{uuid.uuid4().hex[:8]}"  # per call: a sync may run inside another (engine restart)
         await self.guard.phase(run_on(trainer, open_export, key, self.bucket_bytes), "gather", trainer, None, 0)
-        moved, buckets = 0, 0
+        moved, buckets, ended = 0, 0, False
         upcoming = self._put_next(trainer, key)
         try:
             while (item := await upcoming) is not None:
@@ -60,10 +60,12 @@ class ObjectStoreSync:
                                                     who(engine, index)), size)
                 moved += size
                 buckets += 1
+            ended = True  # the trainer's side dropped its export with the last bucket
         finally:
             if not upcoming.done():
                 upcoming.cancel()
-            await self.guard.phase(run_on(trainer, close_export, key), "gather", trainer, None, 0)
+            if not ended:
+                await self.guard.phase(run_on(trainer, close_export, key), "gather", trainer, None, 0)
         await self.guard.resume(engines)
         self.guard.moved(moved)
         metrics = await self.guard.verify(trainer, engines, self.bucket_bytes)
