@@ -119,6 +119,8 @@ def benchmarks() -> list[Bench]:
               minutes=2.0),
         Bench("vision_batching", "bench_vision_batching.py", lambda a: ["--prompts", "16", "--group-size", "8"],
               env={"OMP_NUM_THREADS": "1"}, minutes=1.0),
+        Bench("ray_snapshot", "bench_ray_snapshot.py", lambda a: ["--trainer-workers", "2", "--seeds", "0", "1", "2"],
+              needs=needs_module("ray", "the Ray runtime's step snapshots"), minutes=7.0),
         Bench("rewards", "bench_rewards.py", lambda a: ["--rounds", "5"], env={"OMP_NUM_THREADS": "1"}, minutes=2.0),
         Bench("scaling", "bench_scaling.py", lambda a: ["--quick"],
               optional=[("--json", "{out}/{name}.json"), ("--out", "{out}/{name}")], writes_json="{name}.json",

@@ -130,7 +130,7 @@ def test_run_plans_vs_trl_with_three_seeds():
 #: what benchmarks/run.py runs, each in an env without pytest (requirements/bench.txt has none)
 RUN_SCRIPTS = ("run.py", "bench_torchgen.py", "bench_quickstart.py", "bench_vs_trl.py", "bench_weight_sync.py",
                "bench_scaling.py", "bench_engines.py", "bench_real_model.py", "bench_rewards.py",
-               "bench_steady_step.py", "bench_vision_batching.py")
+               "bench_steady_step.py", "bench_vision_batching.py", "bench_ray_snapshot.py")
 
 
 @pytest.mark.parametrize("script", RUN_SCRIPTS)

@@ -32,7 +32,8 @@ STEPS = 6
 #: the step whose train step rank 0 dies in (with snapshots); the run without dies in STEPS - 1
 KILLED = 3
 ARGS = ["--runtime", "ray", "--engines", "1", "--trainer-workers", "2", "--num-rollouts", str(STEPS),
-        "--save-interval", "2", "--eval-interval", "0", "--prompts-per-step", "4", "--n-samples-per-prompt", "4"]
+        "--save-interval", "2", "--eval-interval", "0", "--prompts-per-step", "4", "--n-samples-per-prompt", "4",
+        "--ray-step-snapshot", "on"]  # auto may judge two FSDP ranks' snapshots too costly on 2 cores
 
 
 @contextmanager
@@ -155,9 +156,10 @@ class RecordingWorker:
     ``call`` runs ``fn(self, *args)``, which returns what a real worker's ``call`` does:
     ``(result, weights read whole since the step)``."""
 
-    def __init__(self) -> None:
+    def __init__(self, snapshot_seconds: float = 0.5) -> None:
         self.log: list[tuple[str, bool]] = []
         self.snapshotting = False
+        self.snapshot_seconds = snapshot_seconds
 
     async def train_step(self, batch):
         self.log.append(("train_step", self.snapshotting))
@@ -170,9 +172,9 @@ class RecordingWorker:
     async def snapshot(self, base, token, read):
         self.log.append(("snapshot", self.snapshotting))
         self.snapshotting = True
-        await asyncio.sleep(0.5)  # a collective save: long enough for a careless driver to send more
+        await asyncio.sleep(self.snapshot_seconds)  # a collective save: long enough for a careless driver to send more
         self.snapshotting = False
-        return {"state.pt": b"x"} if read else {}, 1 if read else 0
+        return {"state.pt": b"x"} if read else {}, (1 if read else 0, self.snapshot_seconds)
 
     async def call(self, fn, args):
         self.log.append((fn.__name__, self.snapshotting))
@@ -180,6 +182,14 @@ class RecordingWorker:
 
     async def recorded(self):
         return self.log
+
+
+def recording_workers(count, snapshot_seconds=0.5):
+    return [ray.remote(num_cpus=0)(RecordingWorker).remote(snapshot_seconds) for _ in range(count)]
+
+
+def recording_infos(tmp_path):
+    return [{"collective": True, "snapshot_base": str(tmp_path), "pid": 0}] * 2
 
 
 def export_begun(worker):
@@ -201,9 +211,8 @@ def test_the_proxy_never_sends_a_call_beside_a_snapshot_being_taken(ray_cluster,
     every later call waits for it."""
     from types import SimpleNamespace
 
-    workers = [ray.remote(num_cpus=0)(RecordingWorker).remote() for _ in range(2)]
-    infos = [{"collective": True, "snapshot_base": str(tmp_path), "pid": 0}] * 2
-    proxy = TrainerProxy(workers, infos, step_snapshot="on")
+    workers = recording_workers(2)
+    proxy = TrainerProxy(workers, recording_infos(tmp_path), step_snapshot="on")
 
     async def step_and_sync(step):
         await proxy.train_step(SimpleNamespace(rollout_id=step))
@@ -230,3 +239,30 @@ def test_the_proxy_never_sends_a_call_beside_a_snapshot_being_taken(ray_cluster,
         "train_step", "export_begun", "export_ended", "snapshot", "after_export", "logprobs",
         "train_step", "snapshot", "train_step"]
     assert proxy.snapshot is not None and proxy.snapshot.step == 2
+
+
+def test_auto_turns_snapshots_off_when_one_takes_over_a_tenth_of_a_step(ray_cluster, tmp_path, capfd):
+    """A snapshot of two FSDP ranks on this machine's two cores makes a 390 ms step ~90 ms slower
+    even behind the rollout; ``auto`` judges a snapshot's duration against the step once, after
+    the first steps, and says so in one line when it turns snapshots off."""
+    from types import SimpleNamespace
+
+    from plasmid_ray.snapshots import AUTO_SAMPLES, AUTO_WARMUP
+
+    slow = TrainerProxy(recording_workers(2, 0.3), recording_infos(tmp_path), step_snapshot="auto")
+    cheap = TrainerProxy(recording_workers(2, 0.0), recording_infos(tmp_path), step_snapshot="auto")
+
+    async def run(proxy):
+        for step in range(AUTO_WARMUP + AUTO_SAMPLES + 2):
+            await proxy.train_step(SimpleNamespace(rollout_id=step))
+            await asyncio.sleep(0.3)  # the rollout and sync between steps
+
+    asyncio.run(run(slow))
+    err = capfd.readouterr().err
+    assert slow.step_snapshot == "off" and slow.snapshot is None and slow.pending is None
+    assert "--ray-step-snapshot auto: off, a snapshot takes" in err, err
+    assert "--ray-step-snapshot on keeps it" in err and err.count("\n") == 1, err
+
+    asyncio.run(run(cheap))
+    assert cheap.step_snapshot == "auto" and "auto: off" not in capfd.readouterr().err
+    assert cheap.snapshot is not None and cheap.snapshot.step == AUTO_WARMUP + AUTO_SAMPLES, "the last step but one"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -204,21 +205,22 @@ class TrainerWorker:
         async with self.lock:
             await self.trainer.save(path)
 
-    async def snapshot(self, base: str, token: str, read: bool) -> tuple[dict[str, bytes], int]:
+    async def snapshot(self, base: str, token: str, read: bool) -> tuple[dict[str, bytes], tuple[int, float]]:
         """The trainer's ``save`` into snapshot ``token``'s directory under ``base`` (a collective
         call on a collective trainer); when ``read`` (rank 0), its files read back and the directory
-        deleted: ``({relative path: bytes}, their bytes)``, else ``({}, 0)`` (see
-        :mod:`plasmid_ray.snapshots`). Called with ``num_returns=2``, so the driver can learn the
-        size without fetching the files."""
+        deleted: ``({relative path: bytes}, (their bytes, seconds))``, else ``({}, (0, seconds))``
+        (see :mod:`plasmid_ray.snapshots`). Called with ``num_returns=2``, so the driver can learn
+        the size and time without fetching the files."""
         root = snapshot_dir(base, token)
         async with self.lock:
+            began = time.perf_counter()
             try:
                 await self.trainer.save(str(root / "trainer"))
                 files = await asyncio.to_thread(read_tree, root / "trainer") if read else {}
             finally:
                 if read:
                     await asyncio.to_thread(shutil.rmtree, root, True)
-        return files, sum(len(data) for data in files.values())
+        return files, (sum(len(data) for data in files.values()), time.perf_counter() - began)
 
     async def load(self, path: str) -> None:
         async with self.lock:

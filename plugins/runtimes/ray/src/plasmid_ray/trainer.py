@@ -41,6 +41,8 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import statistics
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -50,6 +52,7 @@ from plasmid.checkpoint import Checkpoints
 from plasmid.config import Config
 from plasmid.errors import ProviderError
 from plasmid.types import RolloutBatch, Sample
+from plasmid_ray import snapshots
 from plasmid_ray.actors import TrainerWorker
 from plasmid_ray.deaths import classify, oom_kills, oom_kills_since
 from plasmid_ray.engines import report, wait_ready
@@ -67,7 +70,7 @@ SHUTDOWN_SECONDS = 10.0
 class Snapshot:
     """A step snapshot being taken or held (:mod:`plasmid_ray.snapshots`): of the state after
     train step ``step``; ``files`` the ref of rank 0's ``{relative path: bytes}``, ``sizes`` the
-    refs of each reader rank's byte count (all ready and fine: the snapshot is whole), ``token``
+    refs of each reader rank's ``(bytes, seconds the save took)`` (all ready and fine: the snapshot is whole), ``token``
     its directory's name."""
 
     step: int
@@ -112,6 +115,11 @@ class TrainerProxy:
         #: the whole snapshot held, and the one being taken (:class:`Snapshot`)
         self.snapshot: Snapshot | None = None
         self.pending: Snapshot | None = None
+        #: seconds each snapshot took (rank 0's save) and seconds between train steps, until
+        #: ``auto`` has judged the cost (:meth:`_judge_cost`; None after)
+        self.durations: list[float] | None = []
+        self.steps: list[float] | None = []
+        self.last_step: float | None = None
 
     @property
     def rank0(self) -> Any:
@@ -238,8 +246,10 @@ class TrainerProxy:
     async def train_step(self, batch: RolloutBatch) -> dict[str, float]:
         """The step on every rank, once the previous step's snapshot is whole (started now when no
         sync started it); this step's snapshot is then due (:meth:`_start_snapshot`)."""
+        began = time.perf_counter()
         self._start_snapshot()
         await self._settle()
+        self._judge_cost(began)
         metrics = (await self._on(range(len(self.workers)), "train_step", batch))[0]
         self.finished = batch.rollout_id
         self.due = batch.rollout_id if self.step_snapshot != "off" else None
@@ -272,6 +282,27 @@ class TrainerProxy:
             part.add_done_callback(_retrieve)
         await asyncio.wait(parts, timeout=timeout, return_when=asyncio.FIRST_EXCEPTION)
         self._conclude()
+
+    def _judge_cost(self, now: float) -> None:
+        """With ``auto``, once :data:`AUTO_SAMPLES` steps after :data:`AUTO_WARMUP` have been timed
+        (a step starting at ``now``): turn snapshots off, with one report line, when their median
+        duration is over :data:`AUTO_MAX_SHARE` of the median step. (The duration, not the part
+        the rollout does not hide: on a machine whose cores the engines keep busy, a snapshot's
+        work slows the rollout it overlaps.)"""
+        if self.step_snapshot != "auto" or self.steps is None or self.durations is None:
+            return
+        if self.last_step is not None:
+            self.steps.append(now - self.last_step)
+        self.last_step = now
+        if len(self.steps) < snapshots.AUTO_WARMUP + snapshots.AUTO_SAMPLES:
+            return
+        took = statistics.median(self.durations[snapshots.AUTO_WARMUP:] or [0.0])
+        step = statistics.median(self.steps[snapshots.AUTO_WARMUP:])
+        self.steps = self.durations = None  # judged once
+        if took > snapshots.AUTO_MAX_SHARE * step:
+            report(f"--ray-step-snapshot auto: off, a snapshot takes {1000 * took:.0f} ms of a "
+                   f"{1000 * step:.0f} ms step (over {snapshots.AUTO_MAX_SHARE:.0%}); --ray-step-snapshot on keeps it")
+            self.step_snapshot, self.snapshot, self.due = "off", None, None
 
     def _settle_now(self) -> None:
         """:meth:`_settle`, blocking (for the driver-side export, which is not a coroutine)."""
@@ -308,7 +339,9 @@ class TrainerProxy:
             return
         if running:
             return
-        self.pending, size = None, ray.get(pending.sizes[0])
+        self.pending, (size, seconds) = None, ray.get(pending.sizes[0])
+        if self.durations is not None:
+            self.durations.append(seconds)
         if self.step_snapshot == "auto" and size > AUTO_MAX_BYTES:
             report(f"--ray-step-snapshot auto: off, the snapshot of step {pending.step} is {size / 1024**3:.1f} GiB "
                    f"(over {AUTO_MAX_BYTES / 1024**3:.0f} GiB); --ray-step-snapshot on keeps it")
