@@ -98,6 +98,7 @@ class TensorSync:
         started, moved, buckets, tensors, handles, loaded = time.perf_counter(), 0, 0, 0, 0, 0
         guard = self.guard
         await guard.phase(run_on(trainer, start_export, self.key, self.bucket_bytes), "gather", trainer, None, 0)
+        ended = False
         try:
             while (packed := await guard.phase(
                     run_on(trainer, pack_next_bucket, self.key, self.transport,
@@ -110,8 +111,10 @@ class TensorSync:
                 loaded += await guard.check_loaded(engines, sample)
                 moved, buckets, tensors, handles = moved + nbytes, buckets + 1, tensors + len(description), \
                     handles + carried
+            ended = True  # the trainer's side dropped its export with the last bucket
         finally:
-            await guard.phase(run_on(trainer, end_export, self.key), "gather", trainer, None, 0)
+            if not ended:
+                await guard.phase(run_on(trainer, end_export, self.key), "gather", trainer, None, 0)
         await guard.resume(engines)
         guard.moved(moved)
         checked = await guard.verify(trainer, engines, self.bucket_bytes)
@@ -126,7 +129,9 @@ def start_export(trainer: Any, key: str, bucket_bytes: int) -> None:
 
 
 def end_export(trainer: Any, key: str) -> None:
-    """(trainer) Drop the iterator and the last bucket kept alive for CUDA IPC."""
+    """(trainer) Drop the iterator and the last bucket kept alive for CUDA IPC: done by the call
+    that finds the export ended (every bucket was loaded by then), else by the sync on its way out
+    of a failure (a separate call: with the Ray runtime, one that waits for the step snapshot)."""
     PROCESS_STATE.pop(key, None)
     PROCESS_STATE.pop(key + "/held", None)
 
@@ -153,6 +158,7 @@ async def pack_next_bucket(trainer: Any, key: str, transport: str,
 
         bucket = _next_bucket(key)
         if bucket is None:
+            end_export(trainer, key)
             return None
         tensors = [(name, torch.as_tensor(tensor).detach()) for name, tensor in bucket]
         chosen = choose_transport(transport, [t for _, t in tensors])
@@ -201,6 +207,7 @@ class DistributedSync:
                                             0)]
         name = await self.group.ensure(members, lambda new: self._make_group(new, trainer, engines))
         await guard.phase(run_on(trainer, start_export, self.key, self.bucket_bytes), "gather", trainer, None, 0)
+        ended = False
         try:
             while (described := await guard.phase(
                     run_on(trainer, describe_next_bucket, self.key,
@@ -220,8 +227,10 @@ class DistributedSync:
                     sending.cancel()
                 loaded += await guard.check_loaded(engines, sample)
                 moved, buckets, tensors = moved + nbytes, buckets + 1, tensors + len(description)
+            ended = True  # the trainer's side dropped its export with the last bucket
         finally:
-            await guard.phase(run_on(trainer, end_export, self.key), "gather", trainer, None, 0)
+            if not ended:
+                await guard.phase(run_on(trainer, end_export, self.key), "gather", trainer, None, 0)
         await guard.resume(engines)
         guard.moved(moved)
         checked = await guard.verify(trainer, engines, self.bucket_bytes)
@@ -303,6 +312,7 @@ async def describe_next_bucket(trainer: Any, key: str, seed: int | None = None) 
 
         bucket = _next_bucket(key)
         if bucket is None:
+            end_export(trainer, key)
             return None
         tensors = [(name, torch.as_tensor(tensor).detach().contiguous()) for name, tensor in bucket]
         offset, aligned = 0, True
