@@ -14,36 +14,24 @@ or the ``ray`` tox env's interpreter).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_steady_step import steady_step
 
 
 def run(setting: str, seed: int, args: argparse.Namespace) -> tuple[float, bool]:
     """Median steady ``time/step_seconds`` of one run, and whether ``auto`` turned snapshots off."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", RAY_USAGE_STATS_ENABLED="0", RAY_ENABLE_UV_RUN_RUNTIME_ENV="0")
     env.setdefault("RAY_AUTH_MODE", "disabled")
-    run_dir = Path(tempfile.mkdtemp()) / "run"
-    done = subprocess.run([sys.executable, "-m", "plasmid.app.cli", "train", "--runtime", "ray", "--engines", "2",
-                           "--trainer-workers", str(args.trainer_workers), "--seed", str(seed), "--profile",
-                           "--num-rollouts", str(args.steps), "--eval-interval", "0", "--save-interval", "0",
-                           "--ray-step-snapshot", setting, "--run-dir", str(run_dir), *args.extra],
-                          capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        log = run_dir.parent / "stderr.log"
-        log.write_text(done.stderr)
-        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise SystemExit(f"bench_ray_snapshot: the run with --ray-step-snapshot {setting} failed (its output: "
-                         f"{log}): {tail}")
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    times = [row["time/step_seconds"] for row in rows if "time/step_seconds" in row][args.warmup:]
-    if not times:
-        raise SystemExit(f"bench_ray_snapshot: no time/step_seconds after {args.warmup} steps")
-    return statistics.median(times), "--ray-step-snapshot auto: off" in done.stderr
+    seconds, stderr = steady_step(["--runtime", "ray", "--engines", "2", "--trainer-workers", str(args.trainer_workers),
+                                   "--seed", str(seed), "--num-rollouts", str(args.steps), "--eval-interval", "0",
+                                   "--save-interval", "0", "--ray-step-snapshot", setting, *args.extra],
+                                  args.warmup, env, name="bench_ray_snapshot")
+    return seconds, "--ray-step-snapshot auto: off" in stderr
 
 
 def main() -> None:

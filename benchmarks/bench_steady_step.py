@@ -40,20 +40,33 @@ def export_revision(revision: str, into: Path) -> list[str]:
     return sorted(str(src) for src in (into / "tree").glob("**/src") if src.is_dir())
 
 
+def steady_step(argv: list[str], warmup: int, env: dict[str, str] | None = None, name: str = "bench_steady_step",
+                ) -> tuple[float, str]:
+    """Run ``plasmid train ARGV --profile --run-dir <temp>`` (in ``env``); the median
+    ``time/step_seconds`` after ``warmup`` steps and the run's stderr. A failed run exits with one
+    line naming the file its stderr was written to."""
+    run_dir = Path(tempfile.mkdtemp()) / "run"
+    done = subprocess.run([sys.executable, "-m", "plasmid.app.cli", "train", *argv, "--profile",
+                           "--run-dir", str(run_dir)], capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        log = run_dir.parent / "stderr.log"
+        log.write_text(done.stderr)
+        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise SystemExit(f"{name}: plasmid train {' '.join(argv)} failed (its output: {log}): {tail}")
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    times = [row["time/step_seconds"] for row in rows if "time/step_seconds" in row][warmup:]
+    if not times:
+        raise SystemExit(f"{name}: the run logged no time/step_seconds after {warmup} steps")
+    return statistics.median(times), done.stderr
+
+
 def step_seconds(seed: int, steps: int, warmup: int, pythonpath: list[str] | None) -> float:
     """Median ``time/step_seconds`` after ``warmup`` steps of one quickstart run."""
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     if pythonpath is not None:
         env["PYTHONPATH"] = os.pathsep.join(pythonpath + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    run_dir = Path(tempfile.mkdtemp()) / "run"
-    subprocess.run([sys.executable, "-m", "plasmid.app.cli", "train", "--seed", str(seed), "--profile",
-                    "--num-rollouts", str(steps), "--eval-interval", "0", "--save-interval", "0",
-                    "--run-dir", str(run_dir)], check=True, capture_output=True, text=True, env=env)
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    times = [row["time/step_seconds"] for row in rows if "time/step_seconds" in row][warmup:]
-    if not times:
-        raise SystemExit(f"run of seed {seed} logged no time/step_seconds after {warmup} steps")
-    return statistics.median(times)
+    return steady_step(["--seed", str(seed), "--num-rollouts", str(steps), "--eval-interval", "0",
+                        "--save-interval", "0"], warmup, env)[0]
 
 
 def main() -> None:

@@ -96,7 +96,18 @@ def skewed(tensor):
     return value
 
 
-class TestTensorSync(SGLangSyncContract):
+class DropsItsExport:
+    """For the syncs whose trainer side keeps an export (and the bucket CUDA IPC needs alive) between
+    calls: the call that finds the export ended drops both, so a finished sync leaves neither."""
+
+    def test_a_finished_sync_leaves_no_export_behind(self, setup):
+        from plasmid_torch.tensors import PROCESS_STATE
+
+        run(self.train_then_sync(setup, 1))
+        assert setup.sync.key not in PROCESS_STATE and setup.sync.key + "/held" not in PROCESS_STATE
+
+
+class TestTensorSync(DropsItsExport, SGLangSyncContract):
     provider = "sglang-tensor"
 
     def test_each_bucket_travels_as_one_flattened_tensor_and_the_report_counts_them(self, setup):
@@ -108,7 +119,7 @@ class TestTensorSync(SGLangSyncContract):
         assert report.metrics["sync/handles"] == len(buckets), "one tensor (one CUDA IPC handle) per bucket"
 
 
-class TestDistributedSync(SGLangSyncContract):
+class TestDistributedSync(DropsItsExport, SGLangSyncContract):
     provider = "sglang-distributed"
     #: the trainer's rendezvous, left waiting on the frozen server, gives up soon after the test
     stuck_options = {"sglang_update_timeout": 5.0}

@@ -125,8 +125,8 @@ class TrainerWorker:
         #: this worker's weight exports begun and not ended (an export a weight sync reads one
         #: bucket per :meth:`call` stays open between its calls, with the lock released)
         self.open_exports = 0
-        #: exports ended whole since the last train step (see :meth:`call`)
-        self.read_exports = 0
+        #: whether an export ended whole since the last train step (see :meth:`call`)
+        self.weights_read = False
 
     async def ready(self) -> dict[str, Any]:
         return describe_process()
@@ -171,7 +171,7 @@ class TrainerWorker:
 
     async def train_step(self, batch: Any) -> dict[str, float]:
         async with self.lock:
-            self.read_exports = 0
+            self.weights_read = False
             return await self.trainer.train_step(batch)
 
     async def logprobs(self, samples: list[Any], temperature: float) -> list[list[float]]:
@@ -238,7 +238,7 @@ class TrainerWorker:
         snapshot only then, since a collective save must never run beside an open export."""
         async with self.lock:
             result = await run_on(self._led(), fn, *args)
-            return result, self.open_exports == 0 and self.read_exports > 0
+            return result, self.open_exports == 0 and self.weights_read
 
     async def shutdown(self) -> None:
         import torch.distributed as dist
@@ -253,7 +253,7 @@ class TrainerWorker:
 
 class LeadingTrainer:
     """The trainer of ``worker``, whose :meth:`export_weights` is counted in the worker's
-    ``open_exports``/``read_exports`` and, on rank 0 of a collective trainer (``followers``: the
+    ``open_exports``/``weights_read`` and, on rank 0 of a collective trainer (``followers``: the
     other ranks), first starts the same export on the followers and after its last bucket waits
     for theirs to end (so a follower's failure is this export's failure). Every other attribute
     is the trainer's, set ones included (a function run on the worker may keep state there)."""
@@ -277,7 +277,7 @@ class LeadingTrainer:
             following = [follower.follow_export.remote(bucket_bytes) for follower in self._followers]
             yield from self._trainer.export_weights(bucket_bytes)
             ray.get(following)
-            self._worker.read_exports += 1
+            self._worker.weights_read = True
         finally:
             self._worker.open_exports -= 1
 

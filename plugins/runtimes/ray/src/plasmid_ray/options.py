@@ -27,4 +27,4 @@ class RayOptions(Options, group="ray", description="the Ray runtime (--runtime r
     ray_step_snapshot: Literal["auto", "on", "off"] = option(
         "auto", "after each train step, hold a copy of the trainer's state in Ray's object store (one trainer save "
         "a step), so that a trainer worker's death still checkpoints the last finished step: on, off, or auto (on "
-        "while a snapshot is at most 2 GiB and waiting for it takes at most 10% of a step)")
+        "while a snapshot is at most 2 GiB and it takes at most 10% of a step)")

@@ -10,10 +10,10 @@ the driver writes the files into the checkpoint directory (:func:`write_tree`), 
 the trainer's ``save`` makes, and ``--resume`` loads it.
 
 The cost is one trainer save per step; ``--ray-step-snapshot auto`` bounds it: off above
-:data:`AUTO_MAX_BYTES`, or when waiting for the snapshots takes more than :data:`AUTO_MAX_SHARE` of
-a step (measured over the first steps: a collective save on few CPU cores, say). A collective
-trainer's ranks must share the directory's file system (one node); its snapshot is the union of
-what they wrote there, which rank 0 reads.
+:data:`AUTO_MAX_BYTES`, or when a snapshot takes more than :data:`AUTO_MAX_SHARE` of a step
+(measured over the first steps: a collective save on few CPU cores, say). A collective trainer's
+ranks must share the directory's file system (one node); its snapshot is the union of what they
+wrote there, which rank 0 reads.
 """
 
 from __future__ import annotations
@@ -25,11 +25,10 @@ from pathlib import Path
 #: ``--ray-step-snapshot auto`` keeps snapshots while one is at most this many bytes (2 GiB: a
 #: model of ~130M parameters in float32 with AdamW's two moments is about 16 bytes a parameter).
 AUTO_MAX_BYTES = 2 * 1024**3
-#: ``--ray-step-snapshot auto`` keeps snapshots while the driver's median wait for one (the part not
-#: hidden behind the rollout) is at most this share of the median step, judged once over
-#: :data:`AUTO_SAMPLES` steps.
+#: ``--ray-step-snapshot auto`` keeps snapshots while a snapshot's median duration (rank 0's save) is
+#: at most this share of the median step, judged once over :data:`AUTO_SAMPLES` steps.
 AUTO_MAX_SHARE = 0.10
-#: Steps whose snapshot waits and step times ``auto`` judges, after :data:`AUTO_WARMUP` steps.
+#: Steps whose snapshot durations and step times ``auto`` judges, after :data:`AUTO_WARMUP` steps.
 AUTO_SAMPLES = 8
 #: The first steps, not judged (model warm-up, allocator growth, first syncs).
 AUTO_WARMUP = 2

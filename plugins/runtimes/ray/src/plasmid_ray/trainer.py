@@ -70,8 +70,8 @@ SHUTDOWN_SECONDS = 10.0
 class Snapshot:
     """A step snapshot being taken or held (:mod:`plasmid_ray.snapshots`): of the state after
     train step ``step``; ``files`` the ref of rank 0's ``{relative path: bytes}``, ``sizes`` the
-    refs of each reader rank's ``(bytes, seconds the save took)`` (all ready and fine: the snapshot is whole), ``token``
-    its directory's name."""
+    refs of each reader rank's ``(bytes, seconds the save took)`` (all ready and fine: the snapshot
+    is whole), ``token`` its directory's name."""
 
     step: int
     files: Any
@@ -340,7 +340,7 @@ class TrainerProxy:
         if running:
             return
         self.pending, (size, seconds) = None, ray.get(pending.sizes[0])
-        if self.durations is not None:
+        if self.step_snapshot == "auto" and self.durations is not None:  # until judged (_judge_cost)
             self.durations.append(seconds)
         if self.step_snapshot == "auto" and size > AUTO_MAX_BYTES:
             report(f"--ray-step-snapshot auto: off, the snapshot of step {pending.step} is {size / 1024**3:.1f} GiB "
